@@ -1,0 +1,318 @@
+package image
+
+import "time"
+
+// Header is the metadata of the first record: what wrote the image, from
+// what, and on which machine. Restore checks it before creating anything.
+type Header struct {
+	Tool         string    `json:"tool"`
+	Created      time.Time `json:"created"`
+	Kernel       string    `json:"kernel"`  // uname release
+	Machine      string    `json:"machine"` // uname machine, e.g. x86_64
+	Hostname     string    `json:"hostname"`
+	Root         int       `json:"root"` // PID of the dumped root process
+	Processes    int       `json:"processes"`
+	LeaveRunning bool      `json:"leave_running,omitempty"`
+	CPU          CPU       `json:"cpu"`
+	VDSO         VDSO      `json:"vdso"`
+}
+
+// CPU describes the processor features the dumped processes could use.
+type CPU struct {
+	Vendor    string   `json:"vendor"`
+	Model     string   `json:"model"`
+	XCR0      uint64   `json:"xcr0"`       // enabled xsave features
+	XSaveSize int      `json:"xsave_size"` // NT_X86_XSTATE size
+	Flags     []string `json:"flags"`      // /proc/cpuinfo flags
+}
+
+// VDSO identifies the kernel's vDSO: a restored process keeps calling into
+// the vDSO it was dumped with, so the restoring kernel must have the same.
+type VDSO struct {
+	Size   uint64 `json:"size"`
+	SHA256 string `json:"sha256"`
+}
+
+// Process is everything about one process except its memory pages.
+type Process struct {
+	PID     int    `json:"pid"`
+	PPID    int    `json:"ppid"`
+	PGID    int    `json:"pgid"`
+	SID     int    `json:"sid"`
+	Comm    string `json:"comm"`
+	Exe     string `json:"exe"`
+	Cmdline string `json:"cmdline"` // for people; the real one is in memory
+
+	MM      MM        `json:"mm"`
+	Auxv    []uint64  `json:"auxv"`
+	VMAs    []VMA     `json:"vmas"`
+	Threads []Thread  `json:"threads"`
+	Files   []File    `json:"files"` // open file descriptions, indexed by File.ID
+	FDs     []FD      `json:"fds"`
+	Signals Signals   `json:"signals"`
+	Timers  Timers    `json:"timers"`
+	Rlimits []Rlimit  `json:"rlimits"`
+	Creds   Creds     `json:"creds"`
+	Misc    ProcMisc  `json:"misc"`
+	Mapped  []FileRef `json:"mapped_files"` // files behind file-backed VMAs, indexed by VMA.File
+}
+
+// MM holds the fields of the mm that PR_SET_MM_MAP restores.
+type MM struct {
+	StartCode  uint64 `json:"start_code"`
+	EndCode    uint64 `json:"end_code"`
+	StartData  uint64 `json:"start_data"`
+	EndData    uint64 `json:"end_data"`
+	StartBrk   uint64 `json:"start_brk"`
+	Brk        uint64 `json:"brk"`
+	StartStack uint64 `json:"start_stack"`
+	ArgStart   uint64 `json:"arg_start"`
+	ArgEnd     uint64 `json:"arg_end"`
+	EnvStart   uint64 `json:"env_start"`
+	EnvEnd     uint64 `json:"env_end"`
+}
+
+// VMAKind says what a VMA is.
+type VMAKind string
+
+// VMA kinds.
+const (
+	VMAAnon       VMAKind = "anon"  // anonymous private (incl. heap, stack)
+	VMAShmAnon    VMAKind = "shm"   // anonymous shared
+	VMAFile       VMAKind = "file"  // backed by a file in Process.Mapped
+	VMAVDSO       VMAKind = "vdso"  // [vdso]
+	VMAVvar       VMAKind = "vvar"  // [vvar], [vvar_vclock]
+	VMAVsyscall   VMAKind = "vsyscall"
+	VMAHeap       VMAKind = "heap"
+	VMAStack      VMAKind = "stack"
+	VMAGuardOrDev VMAKind = "other"
+)
+
+// VMA is one memory mapping.
+type VMA struct {
+	Start  uint64  `json:"start"`
+	End    uint64  `json:"end"`
+	Prot   int     `json:"prot"`   // PROT_READ|PROT_WRITE|PROT_EXEC
+	Shared bool    `json:"shared"` // MAP_SHARED
+	Kind   VMAKind `json:"kind"`
+	Name   string  `json:"name,omitempty"` // path or [heap], [stack], ...
+	Offset uint64  `json:"offset,omitempty"`
+	File   int     `json:"file"` // index into Process.Mapped, -1 for none
+	// GrowsDown marks a stack that the kernel extends downwards.
+	GrowsDown bool `json:"grows_down,omitempty"`
+	// Pages and ZeroPages count the pages stored for this VMA.
+	Pages     int `json:"pages"`
+	ZeroPages int `json:"zero_pages"`
+}
+
+// Len is the VMA's size in bytes.
+func (v *VMA) Len() uint64 { return v.End - v.Start }
+
+// FileRef identifies a file as it was at dump time, so that restore can
+// tell whether it changed.
+type FileRef struct {
+	Path    string `json:"path"`
+	Dev     uint64 `json:"dev"`
+	Ino     uint64 `json:"ino"`
+	Size    int64  `json:"size"`
+	MtimeNs int64  `json:"mtime_ns"`
+	Mode    uint32 `json:"mode"`
+	// Deleted files (unlinked while open or mapped) have their content in a
+	// FileData record with this ID.
+	Deleted bool `json:"deleted,omitempty"`
+	DataID  int  `json:"data_id,omitempty"`
+}
+
+// FileKind says what an open file description is.
+type FileKind string
+
+// File kinds.
+const (
+	FileRegular FileKind = "reg"
+	FileDir     FileKind = "dir"
+	FileChar    FileKind = "chr" // /dev/null, /dev/zero, /dev/urandom, ...
+	FileTTY     FileKind = "tty"
+	FilePipe    FileKind = "pipe"
+	FileFIFO    FileKind = "fifo"
+)
+
+// File is one open file description. Several fds (and later several
+// processes) can share it.
+type File struct {
+	ID    int      `json:"id"`
+	Kind  FileKind `json:"kind"`
+	Flags int      `json:"flags"` // O_* status flags, without O_CLOEXEC
+	Pos   int64    `json:"pos"`
+	Ref   FileRef  `json:"ref"`
+	// Rdev is the device number of a character device.
+	Rdev uint64 `json:"rdev,omitempty"`
+	// Pipe is set for pipes: the pipe's inode, and which end this is.
+	Pipe *Pipe `json:"pipe,omitempty"`
+}
+
+// Pipe describes one end of a pipe.
+type Pipe struct {
+	Ino      uint64 `json:"ino"`
+	Write    bool   `json:"write"`    // the write end
+	External bool   `json:"external"` // the other end is outside the dump
+	Size     int    `json:"size"`     // pipe capacity (F_GETPIPE_SZ)
+	// DataID names the FileData record with the bytes that were buffered
+	// in the pipe, 0 if none.
+	DataID int `json:"data_id,omitempty"`
+}
+
+// FD is one entry of a file descriptor table.
+type FD struct {
+	FD      int  `json:"fd"`
+	File    int  `json:"file"` // File.ID
+	CloExec bool `json:"cloexec,omitempty"`
+}
+
+// FileData is the metadata of a TypeFileData record: the content of a
+// deleted file or the buffered bytes of a pipe. The data holds Size bytes
+// followed by zero padding.
+type FileData struct {
+	ID   int   `json:"id"`
+	Size int64 `json:"size"`
+}
+
+// Thread is the state of one thread (task).
+type Thread struct {
+	TID   int    `json:"tid"`
+	Comm  string `json:"comm"`
+	State string `json:"state"` // from /proc: R, S, D, T, ...
+	Regs  Regs   `json:"regs"`
+	// XState is the NT_X86_XSTATE register set: x87, SSE, AVX, AVX-512,
+	// MXCSR and the rest, in the kernel's XSAVE layout.
+	XState   []byte    `json:"xstate"`
+	SigMask  uint64    `json:"sigmask"`
+	Pending  []SigInfo `json:"pending,omitempty"` // thread-directed
+	AltStack AltStack  `json:"altstack"`
+	Rseq     Rseq      `json:"rseq"`
+	Robust   Robust    `json:"robust"`
+	// ClearTID is the clear_child_tid address (set_tid_address).
+	ClearTID uint64 `json:"clear_tid"`
+	// InSyscall is the syscall the thread was blocked in, -1 for none.
+	InSyscall int64 `json:"in_syscall"`
+}
+
+// Regs is x86-64 struct user_regs_struct.
+type Regs struct {
+	R15, R14, R13, R12, Rbp, Rbx, R11, R10, R9, R8 uint64
+	Rax, Rcx, Rdx, Rsi, Rdi, OrigRax, Rip, Cs       uint64
+	Eflags, Rsp, Ss, FsBase, GsBase, Ds, Es, Fs, Gs uint64
+}
+
+// AltStack is a sigaltstack.
+type AltStack struct {
+	SP    uint64 `json:"sp"`
+	Flags int32  `json:"flags"`
+	Size  uint64 `json:"size"`
+}
+
+// Rseq is a thread's rseq registration (PTRACE_GET_RSEQ_CONFIGURATION).
+type Rseq struct {
+	Ptr   uint64 `json:"ptr"`
+	Size  uint32 `json:"size"`
+	Sig   uint32 `json:"sig"`
+	Flags uint32 `json:"flags"`
+}
+
+// Robust is a thread's robust futex list head.
+type Robust struct {
+	Head uint64 `json:"head"`
+	Len  uint64 `json:"len"`
+}
+
+// SigInfo is a raw 128-byte kernel siginfo.
+type SigInfo []byte
+
+// Signals is the process-wide signal state.
+type Signals struct {
+	Actions []Sigaction `json:"actions"` // index = signal number - 1
+	Pending []SigInfo   `json:"pending,omitempty"`
+}
+
+// Sigaction is the kernel's struct sigaction for x86-64.
+type Sigaction struct {
+	Handler  uint64 `json:"handler"`
+	Flags    uint64 `json:"flags"`
+	Restorer uint64 `json:"restorer"`
+	Mask     uint64 `json:"mask"`
+}
+
+// Timers holds interval timers and POSIX timers.
+type Timers struct {
+	Real    ITimer       `json:"real"`
+	Virtual ITimer       `json:"virtual"`
+	Prof    ITimer       `json:"prof"`
+	Posix   []PosixTimer `json:"posix,omitempty"`
+}
+
+// ITimer is a struct itimerval in microseconds.
+type ITimer struct {
+	IntervalUs int64 `json:"interval_us"`
+	ValueUs    int64 `json:"value_us"`
+}
+
+// PosixTimer is a timer_create timer.
+type PosixTimer struct {
+	ID         int    `json:"id"`
+	Clock      int    `json:"clock"`
+	Signal     int    `json:"signal"`
+	Notify     int    `json:"notify"` // SIGEV_*
+	NotifyTID  int    `json:"notify_tid,omitempty"`
+	SigValue   uint64 `json:"sigval"`
+	IntervalNs int64  `json:"interval_ns"`
+	ValueNs    int64  `json:"value_ns"`
+	Overrun    int    `json:"overrun"`
+}
+
+// Rlimit is one resource limit; Cur and Max use ^uint64(0) for unlimited.
+type Rlimit struct {
+	Resource int    `json:"resource"`
+	Cur      uint64 `json:"cur"`
+	Max      uint64 `json:"max"`
+}
+
+// Creds are a process's credentials.
+type Creds struct {
+	UID        [4]int   `json:"uid"` // real, effective, saved, fs
+	GID        [4]int   `json:"gid"`
+	Groups     []int    `json:"groups"`
+	CapInh     uint64   `json:"cap_inh"`
+	CapPrm     uint64   `json:"cap_prm"`
+	CapEff     uint64   `json:"cap_eff"`
+	CapBnd     uint64   `json:"cap_bnd"`
+	CapAmb     uint64   `json:"cap_amb"`
+	NoNewPrivs bool     `json:"no_new_privs"`
+	Seccomp    int      `json:"seccomp"` // 0 none, 1 strict, 2 filter
+	Filters    [][]byte `json:"seccomp_filters,omitempty"`
+}
+
+// ProcMisc holds the small things.
+type ProcMisc struct {
+	Umask       int    `json:"umask"`
+	Cwd         string `json:"cwd"`
+	Root        string `json:"root"`
+	Personality uint64 `json:"personality"`
+	PdeathSig   int    `json:"pdeath_sig"`
+	Dumpable    int    `json:"dumpable"`
+	// Stopped is set when the process was in group-stop (SIGSTOP).
+	Stopped bool `json:"stopped,omitempty"`
+}
+
+// Pages is the metadata of a TypePages record: page runs of one process.
+// The record data holds the contents of the runs that are not Zero, in
+// order, each run's pages back to back.
+type Pages struct {
+	PID  int       `json:"pid"`
+	Runs []PageRun `json:"runs"`
+}
+
+// PageRun is a run of consecutive pages.
+type PageRun struct {
+	Addr  uint64 `json:"addr"`
+	Pages uint64 `json:"pages"`
+	Zero  bool   `json:"zero,omitempty"` // all bytes zero: no data stored
+}
