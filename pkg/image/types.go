@@ -77,11 +77,11 @@ type VMAKind string
 
 // VMA kinds.
 const (
-	VMAAnon       VMAKind = "anon"  // anonymous private (incl. heap, stack)
-	VMAShmAnon    VMAKind = "shm"   // anonymous shared
-	VMAFile       VMAKind = "file"  // backed by a file in Process.Mapped
-	VMAVDSO       VMAKind = "vdso"  // [vdso]
-	VMAVvar       VMAKind = "vvar"  // [vvar], [vvar_vclock]
+	VMAAnon       VMAKind = "anon" // anonymous private (incl. heap, stack)
+	VMAShmAnon    VMAKind = "shm"  // anonymous shared
+	VMAFile       VMAKind = "file" // backed by a file in Process.Mapped
+	VMAVDSO       VMAKind = "vdso" // [vdso]
+	VMAVvar       VMAKind = "vvar" // [vvar], [vvar_vclock]
 	VMAVsyscall   VMAKind = "vsyscall"
 	VMAHeap       VMAKind = "heap"
 	VMAStack      VMAKind = "stack"
@@ -198,7 +198,7 @@ type Thread struct {
 
 // Regs is x86-64 struct user_regs_struct.
 type Regs struct {
-	R15, R14, R13, R12, Rbp, Rbx, R11, R10, R9, R8 uint64
+	R15, R14, R13, R12, Rbp, Rbx, R11, R10, R9, R8  uint64
 	Rax, Rcx, Rdx, Rsi, Rdi, OrigRax, Rip, Cs       uint64
 	Eflags, Rsp, Ss, FsBase, GsBase, Ds, Es, Fs, Gs uint64
 }
