@@ -1,0 +1,190 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
+)
+
+// imageSummary is what `ckpt show --json` prints.
+type imageSummary struct {
+	Header    image.Header     `json:"header"`
+	Processes []*image.Process `json:"processes"`
+	Records   int              `json:"records"`
+	Pages     int64            `json:"pages"`
+	ZeroPages int64            `json:"zero_pages"`
+	FileData  int64            `json:"file_data_bytes"`
+	Bytes     int64            `json:"bytes"`
+}
+
+// readSummary reads a whole image, checking every record.
+func readSummary(dir string) (*imageSummary, error) {
+	f, err := image.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := image.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", dir, err)
+	}
+	s := &imageSummary{}
+	for {
+		rec, err := r.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", dir, err)
+		}
+		s.Records++
+		switch rec.Type {
+		case image.TypeHeader:
+			err = rec.Decode(&s.Header)
+		case image.TypeProcess:
+			p := new(image.Process)
+			err = rec.Decode(p)
+			s.Processes = append(s.Processes, p)
+		case image.TypeFileData:
+			s.FileData += rec.DataLen
+		case image.TypePages:
+			var pg image.Pages
+			err = rec.Decode(&pg)
+			for _, run := range pg.Runs {
+				if run.Zero {
+					s.ZeroPages += int64(run.Pages)
+				} else {
+					s.Pages += int64(run.Pages)
+				}
+			}
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", dir, err)
+		}
+	}
+	s.Bytes = r.Offset()
+	return s, nil
+}
+
+func showCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "show",
+		Usage:     "print what an image holds (every record is checked)",
+		ArgsUsage: "DIR",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "json", Usage: "print everything as JSON"},
+		},
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return cli.Exit("show: want one image directory", 2)
+			}
+			s, err := readSummary(c.Args().First())
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				return printJSON(s)
+			}
+			printSummary(os.Stdout, s)
+			return nil
+		},
+	}
+}
+
+func size(n uint64) string {
+	switch {
+	case n >= 1<<30:
+		return fmt.Sprintf("%.1fG", float64(n)/(1<<30))
+	case n >= 1<<20:
+		return fmt.Sprintf("%.1fM", float64(n)/(1<<20))
+	}
+	return fmt.Sprintf("%dK", n>>10)
+}
+
+func protString(p int, shared bool) string {
+	b := []byte("---p")
+	if p&unix.PROT_READ != 0 {
+		b[0] = 'r'
+	}
+	if p&unix.PROT_WRITE != 0 {
+		b[1] = 'w'
+	}
+	if p&unix.PROT_EXEC != 0 {
+		b[2] = 'x'
+	}
+	if shared {
+		b[3] = 's'
+	}
+	return string(b)
+}
+
+func printSummary(w io.Writer, s *imageSummary) {
+	h := &s.Header
+	fmt.Fprintf(w, "image: %d records, %s; taken %s on %s (kernel %s, %s)\n", s.Records, size(uint64(s.Bytes)),
+		h.Created.Format("2006-01-02 15:04:05 MST"), h.Hostname, h.Kernel, h.Machine)
+	fmt.Fprintf(w, "cpu: %s, xcr0 %#x, xstate %d bytes\n", h.CPU.Model, h.CPU.XCR0, h.CPU.XSaveSize)
+	fmt.Fprintf(w, "memory: %d pages with data (%s), %d zero pages\n", s.Pages, size(uint64(s.Pages)*image.PageSize), s.ZeroPages)
+	for _, p := range s.Processes {
+		fmt.Fprintf(w, "\nprocess %d (%s) ppid %d pgid %d sid %d\n  exe %s\n  cmdline %s\n  cwd %s  umask %04o  uid %v gid %v\n",
+			p.PID, p.Comm, p.PPID, p.PGID, p.SID, p.Exe, p.Cmdline, p.Misc.Cwd, p.Misc.Umask, p.Creds.UID, p.Creds.GID)
+		for _, t := range p.Threads {
+			insys := ""
+			if t.InSyscall >= 0 {
+				insys = fmt.Sprintf(" in syscall %d", t.InSyscall)
+			}
+			fmt.Fprintf(w, "  thread %d (%s) state %s%s: rip %#x rsp %#x fs_base %#x, xstate %d bytes, sigmask %#x, %d pending\n",
+				t.TID, t.Comm, t.State, insys, t.Regs.Rip, t.Regs.Rsp, t.Regs.FsBase, len(t.XState), t.SigMask, len(t.Pending))
+		}
+		fmt.Fprintf(w, "  VMAs (%d):\n", len(p.VMAs))
+		tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
+		for _, v := range p.VMAs {
+			fmt.Fprintf(tw, "    %012x-%012x\t%s\t%s\t%s\t%d pages\t%s\n", v.Start, v.End, protString(v.Prot, v.Shared), size(v.Len()), v.Kind, v.Pages, v.Name)
+		}
+		tw.Flush()
+		fmt.Fprintf(w, "  fds (%d):\n", len(p.FDs))
+		for _, fd := range p.FDs {
+			f := p.Files[fd.File]
+			desc := f.Ref.Path
+			if f.Pipe != nil {
+				end := "read"
+				if f.Pipe.Write {
+					end = "write"
+				}
+				desc = fmt.Sprintf("pipe:[%d] %s end", f.Pipe.Ino, end)
+				if f.Pipe.External {
+					desc += " (other end outside the dump)"
+				}
+			}
+			if f.Ref.Deleted {
+				desc += " (deleted, content in image)"
+			}
+			fmt.Fprintf(w, "    %3d %-4s flags %#o pos %d %s\n", fd.FD, f.Kind, f.Flags, f.Pos, desc)
+		}
+		var handled []string
+		for i, a := range p.Signals.Actions {
+			switch a.Handler {
+			case 0:
+				continue
+			case 1:
+				handled = append(handled, fmt.Sprintf("%d:ignore", i+1))
+			default:
+				handled = append(handled, fmt.Sprintf("%d:%#x", i+1, a.Handler))
+			}
+		}
+		sort.Strings(handled)
+		fmt.Fprintf(w, "  signal handlers: %s\n  pending: %d shared\n", strings.Join(handled, " "), len(p.Signals.Pending))
+		if t := p.Timers.Real; t.ValueUs != 0 {
+			fmt.Fprintf(w, "  itimer real: %dus every %dus\n", t.ValueUs, t.IntervalUs)
+		}
+		if len(p.Timers.Posix) > 0 {
+			fmt.Fprintf(w, "  posix timers: %d\n", len(p.Timers.Posix))
+		}
+	}
+}

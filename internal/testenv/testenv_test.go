@@ -1,0 +1,199 @@
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestReaperReportsExits runs shells under one reaper and checks that the
+// exit of each shell and of each orphan it leaves behind (reparented to the
+// reaper) is reported, with the right status.
+func TestReaperReportsExits(t *testing.T) {
+	RequireRoot(t)
+	r := StartReaper(t)
+	tests := []struct {
+		name       string
+		script     string // gets the orphan's pid file as $1 when orphan >= 0
+		code       int    // the shell's exit code
+		orphanCode int    // the orphan's exit code, or -1 if it has none
+	}{
+		{"plain exit", "sleep 0.1; exit 3", 3, -1},
+		{"orphan", `(sleep 0.2; exit 5) & echo $! > "$1"; exit 0`, 0, 5},
+		{"orphan outlives", `(sleep 0.3; exit 9) & echo $! > "$1"; exit 7`, 7, 9},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			pidFile := filepath.Join(t.TempDir(), "orphan.pid")
+			start := time.Now()
+			pid := r.Run(t, RunOpts{}, "/bin/sh", "-c", tc.script, "sh", pidFile)
+			if got := r.WaitExit(t, pid, 10*time.Second); got != (ExitStatus{Pid: pid, Code: tc.code}) {
+				t.Errorf("shell: got %v, want code %d", got, tc.code)
+			}
+			if tc.orphanCode < 0 {
+				if d := time.Since(start); d < 100*time.Millisecond {
+					t.Errorf("shell reported after %v, before its sleep 0.1 ended", d)
+				}
+				return
+			}
+			b, err := os.ReadFile(pidFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			orphan, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Until it exits, the orphan must be the reaper's child.
+			if ppid, err := parentOf(orphan); err == nil && ppid != r.Pid() {
+				t.Errorf("orphan %d has parent %d, want the reaper %d", orphan, ppid, r.Pid())
+			}
+			if got := r.WaitExit(t, orphan, 10*time.Second); got != (ExitStatus{Pid: orphan, Code: tc.orphanCode}) {
+				t.Errorf("orphan: got %v, want code %d", got, tc.orphanCode)
+			}
+		})
+	}
+	// Each exit is reported exactly once.
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.exits) != 0 {
+		t.Errorf("unexpected exit reports left: %v", r.exits)
+	}
+}
+
+// TestReaperKillAll checks kill-all, signal statuses and the run options.
+func TestReaperKillAll(t *testing.T) {
+	RequireRoot(t)
+	r := StartReaper(t)
+	dir := t.TempDir()
+	out := filepath.Join(dir, "out")
+	pid := r.Run(t, RunOpts{Stdout: out, Dir: dir, Setsid: true, Env: []string{"X=42"}},
+		"/bin/sh", "-c", `echo "$X $(pwd)"; sleep 0.2 & exec sleep 100`)
+	line := WaitForLine(t, out, func(string) bool { return true }, 5*time.Second)
+	if want := "42 " + dir; line != want {
+		t.Errorf("output %q, want %q", line, want)
+	}
+	if sid, err := sessionOf(pid); err != nil || sid != pid {
+		t.Errorf("session of %d is %d (%v), want its own", pid, sid, err)
+	}
+	r.KillAll(t)
+	if got, ok := r.Poll(pid); !ok || got.Signal != int(syscall.SIGKILL) {
+		t.Errorf("after kill-all: got %v, %v; want killed by SIGKILL", got, ok)
+	}
+	if _, err := os.Stat(fmt.Sprint("/proc/", pid)); err == nil {
+		t.Errorf("pid %d still exists after kill-all", pid)
+	}
+}
+
+// TestVictims builds every victim and runs it through the protocol once:
+// ticks, a check on SIGUSR1, bye and exit 0 on SIGUSR2.
+func TestVictims(t *testing.T) {
+	RequireRoot(t)
+	r := StartReaper(t)
+	tests := []struct {
+		name string
+		args []string // after LOG; "DIR/" is replaced by a temporary directory
+	}{
+		{"static_counter", nil},
+		{"dynamic_counter", nil},
+		{"filemap", []string{"DIR/data"}},
+		{"vector", nil},
+		{"pyheap", []string{"16"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			log := filepath.Join(dir, "log")
+			args := []string{log}
+			for _, a := range tc.args {
+				args = append(args, strings.Replace(a, "DIR/", dir+"/", 1))
+			}
+			pid := r.Run(t, RunOpts{Stderr: filepath.Join(dir, "stderr")}, VictimArgv(t, tc.name, args...)...)
+			WaitForLine(t, log, func(l string) bool { return strings.HasPrefix(l+" ", "tick 3 ") }, 20*time.Second)
+			syscall.Kill(pid, syscall.SIGUSR1)
+			WaitForLine(t, log, func(l string) bool { return strings.HasPrefix(l, "check ") }, 20*time.Second)
+			syscall.Kill(pid, syscall.SIGUSR2)
+			if es := r.WaitExit(t, pid, 20*time.Second); es != (ExitStatus{Pid: pid}) {
+				t.Errorf("%v, want exit code 0; stderr: %q", es, ReadLines(filepath.Join(dir, "stderr")))
+			}
+			lines := ReadLines(log)
+			if want := fmt.Sprintf("start pid=%d", pid); len(lines) == 0 || !strings.HasPrefix(lines[0], want) {
+				t.Errorf("log starts with %q, want %q", lines[:min(1, len(lines))], want)
+			}
+			last := CheckTicks(t, lines)
+			if want := fmt.Sprintf("bye %d", last); lines[len(lines)-1] != want {
+				t.Errorf("log ends with %q, want %q", lines[len(lines)-1], want)
+			}
+		})
+	}
+}
+
+func TestCheckTicks(t *testing.T) {
+	tests := []struct {
+		name   string
+		lines  []string
+		last   int
+		errors int
+	}{
+		{"good", []string{"start pid=1", "tick 1", "tick 2 x=3", "check ok 2", "tick 3", "bye 3"}, 3, 0},
+		{"empty", nil, 0, 0},
+		{"gap", []string{"tick 1", "tick 3"}, 3, 1},
+		{"repeat", []string{"tick 1", "tick 2", "tick 2"}, 2, 1},
+		{"not from 1", []string{"tick 2"}, 2, 1},
+		{"fail", []string{"tick 1", "check FAIL heap"}, 1, 1},
+		{"bad number", []string{"tick x"}, 0, 1},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rec := &recordTB{TB: t}
+			if got := CheckTicks(rec, tc.lines); got != tc.last {
+				t.Errorf("last tick %d, want %d", got, tc.last)
+			}
+			if len(rec.errors) != tc.errors {
+				t.Errorf("got errors %q, want %d", rec.errors, tc.errors)
+			}
+		})
+	}
+}
+
+func TestReadLines(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "log")
+	if got := ReadLines(f); got != nil {
+		t.Errorf("missing file: got %q", got)
+	}
+	os.WriteFile(f, []byte("a\n\nb\npartial"), 0o644)
+	if got := ReadLines(f); strings.Join(got, "|") != "a||b" {
+		t.Errorf("got %q, want a, empty, b", got)
+	}
+}
+
+// recordTB records Errorf calls instead of failing.
+type recordTB struct {
+	testing.TB
+	errors []string
+}
+
+func (r *recordTB) Helper() {}
+func (r *recordTB) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, fmt.Sprintf(format, args...))
+}
+
+// statField returns field n (1-based, as in proc(5)) of /proc/PID/stat.
+func statField(pid, n int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]) // f[0] is field 3
+	return strconv.Atoi(f[n-3])
+}
+
+func parentOf(pid int) (int, error)  { return statField(pid, 4) }
+func sessionOf(pid int) (int, error) { return statField(pid, 6) }

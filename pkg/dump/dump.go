@@ -1,0 +1,268 @@
+// Package dump writes the checkpoint image of a running process.
+//
+// Dump freezes the process (every thread seized with ptrace and stopped),
+// reads its state — from /proc, from ptrace requests that read without
+// running anything in the target, and from one short window of injected
+// system calls for what only the process itself can tell (signal handlers,
+// interval timers, sigaltstack, ...) — and streams it into an image: first
+// the metadata, then the memory pages, read with process_vm_readv in large
+// batches and written while the next batch is read.
+//
+// Nothing lost: the target's registers are changed only while an injected
+// system call runs, and put back right after it. If anything fails, or ckpt
+// itself dies (the kernel then detaches it), the process goes on as if it
+// had never been dumped. The image is committed (renamed to its final name)
+// before the process is killed.
+package dump
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"golang.org/x/sys/unix"
+)
+
+// Sink receives the image records. *image.DirWriter is one.
+type Sink interface {
+	WriteRecord(t image.Type, meta any, data ...[]byte) error
+	Commit() error
+	Abort()
+}
+
+// Options tune a dump.
+type Options struct {
+	// LeaveRunning lets the process go on after the dump instead of
+	// killing it.
+	LeaveRunning bool
+	// GhostLimit is the largest deleted file whose content is saved in
+	// the image. Zero means DefaultGhostLimit.
+	GhostLimit int64
+	// Progress, if set, is called as memory is written.
+	Progress func(done, total int64)
+	// Fault, if set, is called at the start of each phase with its name.
+	// Tests use it to kill ckpt at a chosen point.
+	Fault func(phase string)
+	// Log receives warnings; nil discards them.
+	Log func(format string, args ...any)
+}
+
+// DefaultGhostLimit is the default size limit for deleted files kept in an
+// image.
+const DefaultGhostLimit = 64 << 20
+
+// Phases named to Options.Fault.
+const (
+	PhaseFrozen    = "frozen"
+	PhaseInjected  = "injected"
+	PhaseCollected = "collected"
+	PhaseMemory    = "memory"
+	PhaseWritten   = "written"
+	PhaseCommitted = "committed"
+)
+
+// Result tells what a dump did.
+type Result struct {
+	PID        int           `json:"pid"`
+	Threads    int           `json:"threads"`
+	VMAs       int           `json:"vmas"`
+	FDs        int           `json:"fds"`
+	Pages      int64         `json:"pages"`      // pages with data
+	ZeroPages  int64         `json:"zero_pages"` // pages stored as zero
+	Bytes      int64         `json:"bytes"`      // page bytes written
+	Frozen     time.Duration `json:"frozen_ns"`  // from freeze to release or kill
+	Total      time.Duration `json:"total_ns"`
+	Killed     bool          `json:"killed"`
+	MemoryRate float64       `json:"memory_mb_per_s"`
+}
+
+func (o *Options) logf(format string, args ...any) {
+	if o.Log != nil {
+		o.Log(format, args...)
+	}
+}
+
+func (o *Options) fault(phase string) {
+	if o.Fault != nil {
+		o.Fault(phase)
+	}
+}
+
+// Run dumps process pid into sink. On success the sink is committed and the
+// process killed (unless opts.LeaveRunning); on failure the sink is aborted
+// and the process resumes untouched.
+func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
+	start := time.Now()
+	if opts.GhostLimit == 0 {
+		opts.GhostLimit = DefaultGhostLimit
+	}
+	st, err := checkTarget(pid)
+	if err != nil {
+		sink.Abort()
+		return nil, err
+	}
+	if kids, _ := proc.Children(pid); len(kids) > 0 {
+		sink.Abort()
+		return nil, fmt.Errorf("dump %d (%s): it has child processes %v; process trees are not supported yet: %w", pid, st.Comm, kids, ErrUnsupported)
+	}
+
+	// ptrace requests must all come from the thread that seized.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+
+	fz, err := freeze(pid)
+	if err != nil {
+		sink.Abort()
+		return nil, err
+	}
+	frozenAt := time.Now()
+	res = &Result{PID: pid}
+	defer func() {
+		if err != nil {
+			sink.Abort()
+			fz.release()
+			err = fmt.Errorf("dump %d (%s): %w", pid, st.Comm, err)
+			return
+		}
+		res.Total = time.Since(start)
+	}()
+	opts.fault(PhaseFrozen)
+
+	d := &dumper{pid: pid, fz: fz, opts: &opts}
+	p, err := d.collect()
+	if err != nil {
+		return nil, err
+	}
+	plan, err := planMemory(pid, p.VMAs)
+	if err != nil {
+		return nil, err
+	}
+	opts.fault(PhaseCollected)
+	hdr, err := header(pid, p)
+	if err != nil {
+		return nil, err
+	}
+	hdr.LeaveRunning = opts.LeaveRunning
+	if err := sink.WriteRecord(image.TypeHeader, hdr); err != nil {
+		return nil, err
+	}
+	if err := sink.WriteRecord(image.TypeProcess, p); err != nil {
+		return nil, err
+	}
+	for _, fd := range d.fileData {
+		if err := writeFileData(sink, fd.id, fd.data); err != nil {
+			return nil, err
+		}
+	}
+	opts.fault(PhaseMemory)
+	ms, err := dumpMemory(pid, plan, sink, opts.Progress)
+	if err != nil {
+		return nil, fmt.Errorf("memory: %w", err)
+	}
+	res.Pages, res.ZeroPages, res.Bytes = ms.pages, ms.zero, ms.bytes
+	if secs := ms.elapsed.Seconds(); secs > 0 {
+		res.MemoryRate = float64(ms.bytes) / secs / 1e6
+	}
+	res.Threads, res.VMAs, res.FDs = len(p.Threads), len(p.VMAs), len(p.FDs)
+	opts.fault(PhaseWritten)
+	if err := sink.Commit(); err != nil {
+		return nil, err
+	}
+	opts.fault(PhaseCommitted)
+	if opts.LeaveRunning {
+		fz.release()
+	} else {
+		if err := fz.kill(); err != nil {
+			return nil, err
+		}
+		res.Killed = true
+	}
+	res.Frozen = time.Since(frozenAt)
+	res.Total = time.Since(start)
+	return res, nil
+}
+
+func writeFileData(sink Sink, id int, data []byte) error {
+	padded := data
+	if r := len(data) % image.PageSize; r != 0 {
+		padded = make([]byte, len(data)+image.PageSize-r)
+		copy(padded, data)
+	}
+	return sink.WriteRecord(image.TypeFileData, image.FileData{ID: id, Size: int64(len(data))}, padded)
+}
+
+// header describes the machine and the CPU features the process may use.
+func header(pid int, p *image.Process) (*image.Header, error) {
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		return nil, err
+	}
+	h := &image.Header{
+		Tool:      "ckpt",
+		Created:   time.Now().UTC(),
+		Kernel:    unix.ByteSliceToString(uts.Release[:]),
+		Machine:   unix.ByteSliceToString(uts.Machine[:]),
+		Hostname:  unix.ByteSliceToString(uts.Nodename[:]),
+		Root:      pid,
+		Processes: 1,
+	}
+	cpu, err := ReadCPU()
+	if err != nil {
+		return nil, err
+	}
+	h.CPU = cpu
+	if len(p.Threads) > 0 {
+		h.CPU.XSaveSize = len(p.Threads[0].XState)
+		h.CPU.XCR0 = xcr0(p.Threads[0].XState)
+	}
+	for _, v := range p.VMAs {
+		if v.Kind == image.VMAVDSO {
+			buf := make([]byte, v.Len())
+			if err := readMem(pid, v.Start, buf); err != nil {
+				return nil, fmt.Errorf("read vdso: %w", err)
+			}
+			h.VDSO = image.VDSO{Size: v.Len(), SHA256: HashVDSO(buf)}
+		}
+	}
+	return h, nil
+}
+
+// HashVDSO is how images identify a vDSO.
+func HashVDSO(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
+}
+
+// ReadCPU describes this machine's processor from /proc/cpuinfo.
+func ReadCPU() (image.CPU, error) {
+	var c image.CPU
+	b, err := os.ReadFile("/proc/cpuinfo")
+	if err != nil {
+		return c, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch k {
+		case "vendor_id":
+			c.Vendor = v
+		case "model name":
+			c.Model = v
+		case "flags":
+			c.Flags = strings.Fields(v)
+		}
+		if c.Flags != nil {
+			break
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,193 @@
+package dump
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt/ckpt/pkg/proc"
+	"github.com/ckpt/ckpt/pkg/ptrace"
+	"golang.org/x/sys/unix"
+)
+
+// Errors callers can branch on.
+var (
+	// ErrNoProcess means the PID does not exist.
+	ErrNoProcess = errors.New("no such process")
+	// ErrNotDumpable means the PID names something ckpt cannot dump: a
+	// kernel thread, a zombie, ckpt itself.
+	ErrNotDumpable = errors.New("process cannot be dumped")
+	// ErrUnsupported means the process uses something ckpt cannot save
+	// yet; the error names the process, the fd or mapping, and the kind.
+	ErrUnsupported = errors.New("unsupported")
+)
+
+// task is one seized thread.
+type task struct {
+	tid     int
+	stopped bool // in group-stop (SIGSTOP) when seized
+	// signals taken off the queue while seizing or injecting, to be
+	// re-delivered when the task is let go, or saved in the image.
+	signals []ptrace.Signal
+}
+
+// frozen is a process whose every thread is seized and stopped.
+type frozen struct {
+	pid   int
+	tasks []*task
+}
+
+// checkTarget refuses PIDs that cannot be dumped, with the reason.
+func checkTarget(pid int) (*proc.Stat, error) {
+	if pid <= 0 {
+		return nil, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+	}
+	st, err := proc.ReadStat(pid, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pid %d: %w", pid, err)
+	}
+	switch {
+	case pid == os.Getpid():
+		return nil, fmt.Errorf("pid %d is ckpt itself: %w", pid, ErrNotDumpable)
+	case st.Flags&proc.PFKthread != 0:
+		return nil, fmt.Errorf("pid %d (%s) is a kernel thread: %w", pid, st.Comm, ErrNotDumpable)
+	case st.State == 'Z' || st.State == 'X':
+		return nil, fmt.Errorf("pid %d (%s) is a zombie, it has exited: %w", pid, st.Comm, ErrNotDumpable)
+	}
+	if tgid := tgidOf(pid); tgid != pid {
+		return nil, fmt.Errorf("pid %d is a thread of process %d: dump the process: %w", pid, tgid, ErrNotDumpable)
+	}
+	return st, nil
+}
+
+func tgidOf(tid int) int {
+	st, err := proc.ReadStatus(tid)
+	if err != nil {
+		return tid
+	}
+	t, err := strconv.Atoi(st["Tgid"])
+	if err != nil {
+		return tid
+	}
+	return t
+}
+
+// freeze seizes and stops every thread of pid. Threads created meanwhile are
+// caught by rescanning until the set is stable. On error everything seized
+// is released.
+func freeze(pid int) (*frozen, error) {
+	fz := &frozen{pid: pid}
+	seen := map[int]bool{}
+	for round := 0; ; round++ {
+		tids, err := proc.Tasks(pid)
+		if err != nil {
+			fz.release()
+			return nil, fmt.Errorf("list threads of %d: %w", pid, err)
+		}
+		added := false
+		for _, tid := range tids {
+			if seen[tid] {
+				continue
+			}
+			seen[tid] = true
+			added = true
+			t, err := seizeTask(tid)
+			if err != nil {
+				if errors.Is(err, unix.ESRCH) && tid != pid {
+					continue // thread exited meanwhile
+				}
+				fz.release()
+				return nil, fmt.Errorf("freeze %d: %w", pid, err)
+			}
+			fz.tasks = append(fz.tasks, t)
+		}
+		if !added {
+			return fz, nil
+		}
+		if round > 100 {
+			fz.release()
+			return nil, fmt.Errorf("freeze %d: threads keep appearing", pid)
+		}
+	}
+}
+
+func seizeTask(tid int) (*task, error) {
+	if err := ptrace.Seize(tid, ptrace.OptSuspendSeccomp); err != nil {
+		// Without CAP_SYS_ADMIN suspending seccomp is refused: try without.
+		if err2 := ptrace.Seize(tid, 0); err2 != nil {
+			if errors.Is(err2, unix.EPERM) {
+				return nil, fmt.Errorf("thread %d: %w (another tracer attached, or no permission)", tid, err2)
+			}
+			return nil, err2
+		}
+	}
+	if err := ptrace.Interrupt(tid); err != nil {
+		ptrace.Detach(tid, 0)
+		return nil, err
+	}
+	t := &task{tid: tid}
+	for {
+		st, err := ptrace.Wait(tid)
+		if err != nil {
+			return nil, err
+		}
+		if st.Exited() {
+			return nil, fmt.Errorf("thread %d %s: %w", tid, st, unix.ESRCH)
+		}
+		if st.IsEventStop() {
+			t.stopped = st.IsGroupStop()
+			return t, nil
+		}
+		if st.Event != 0 {
+			// Some other event stop: let it go on, the interrupt is pending.
+			if err := ptrace.Cont(tid, 0); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		// A signal-delivery stop: the signal was dequeued. Keep it (it is
+		// re-delivered on release, or saved as pending) and go on to the
+		// interrupt stop.
+		info, _ := ptrace.GetSigInfo(tid)
+		t.signals = append(t.signals, ptrace.Signal{Sig: st.Sig(), Info: info})
+		if err := ptrace.Cont(tid, 0); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// release detaches every task and re-delivers the signals taken from them,
+// leaving the process as it was.
+func (fz *frozen) release() {
+	for _, t := range fz.tasks {
+		var first unix.Signal
+		rest := t.signals
+		if len(rest) > 0 {
+			first, rest = rest[0].Sig, rest[1:]
+		}
+		if t.stopped && first == 0 {
+			first = unix.SIGSTOP
+		}
+		ptrace.Detach(t.tid, first)
+		for _, s := range rest {
+			unix.Tgkill(fz.pid, t.tid, s.Sig)
+		}
+	}
+	fz.tasks = nil
+}
+
+// kill kills the frozen process; it dies without running again.
+func (fz *frozen) kill() error {
+	if err := unix.Kill(fz.pid, unix.SIGKILL); err != nil {
+		return fmt.Errorf("kill %d: %w", fz.pid, err)
+	}
+	fz.tasks = nil
+	return nil
+}
+
+func isKernelName(s string) bool { return strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") }

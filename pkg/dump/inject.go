@@ -1,0 +1,232 @@
+package dump
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"github.com/ckpt/ckpt/pkg/ptrace"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	scratchSize     = 512
+	redZone         = 128
+	prGetTIDAddress = 40
+)
+
+// remote runs injected calls in one thread, with a scratch buffer below its
+// stack pointer (past the red zone) whose old content is put back after.
+type remote struct {
+	in      ptrace.Injector
+	pid     int
+	scratch uint64
+	saved   []byte
+}
+
+func (d *dumper) newRemote(tid int, gadget uint64) (*remote, error) {
+	regs, err := ptrace.GetRegs(tid)
+	if err != nil {
+		return nil, err
+	}
+	r := &remote{in: ptrace.Injector{TID: tid, Gadget: gadget, Step: true}, pid: d.pid}
+	r.scratch = (regs.Rsp - redZone - scratchSize) &^ 63
+	r.saved = make([]byte, scratchSize)
+	if err := readMem(d.pid, r.scratch, r.saved); err != nil {
+		return nil, fmt.Errorf("thread %d: read stack below %#x: %w", tid, regs.Rsp, err)
+	}
+	return r, nil
+}
+
+// done puts the scratch memory back and hands over signals that arrived.
+func (r *remote) done(t *task) error {
+	t.signals = append(t.signals, r.in.Signals...)
+	r.in.Signals = nil
+	return ptrace.WriteMem(r.pid, r.scratch, r.saved)
+}
+
+// call runs a syscall whose output lands in the scratch buffer and returns
+// the first n bytes of it.
+func (r *remote) call(name string, n int, nr uint64, args ...uint64) (uint64, []byte, error) {
+	ret, err := r.in.Call(name, nr, args...)
+	if err != nil {
+		return 0, nil, err
+	}
+	if n == 0 {
+		return ret, nil, nil
+	}
+	out := make([]byte, n)
+	if err := readMem(r.pid, r.scratch, out); err != nil {
+		return 0, nil, err
+	}
+	return ret, out, nil
+}
+
+// vdsoGadget finds a `syscall` instruction in the process's vDSO.
+func vdsoGadget(pid int, vmas []image.VMA) (uint64, error) {
+	for _, v := range vmas {
+		if v.Kind != image.VMAVDSO {
+			continue
+		}
+		buf := make([]byte, v.Len())
+		if err := readMem(pid, v.Start, buf); err != nil {
+			return 0, fmt.Errorf("read vdso: %w", err)
+		}
+		if i := bytes.Index(buf, []byte{0x0f, 0x05}); i >= 0 {
+			return v.Start + uint64(i), nil
+		}
+		return 0, fmt.Errorf("no syscall instruction in the vdso")
+	}
+	return 0, fmt.Errorf("process has no vdso: %w", ErrUnsupported)
+}
+
+// inject asks the process what only it can tell. This is the only time the
+// target's registers are changed; each call puts them back.
+func (d *dumper) inject(p *image.Process) (err error) {
+	gadget, err := vdsoGadget(d.pid, p.VMAs)
+	if err != nil {
+		return err
+	}
+	for i, t := range d.fz.tasks {
+		r, err := d.newRemote(t.tid, gadget)
+		if err != nil {
+			return err
+		}
+		ierr := d.injectThread(r, p, &p.Threads[i], i == 0)
+		if err := r.done(t); err != nil && ierr == nil {
+			ierr = fmt.Errorf("thread %d: restore stack: %w", t.tid, err)
+		}
+		if ierr != nil {
+			return ierr
+		}
+	}
+	return nil
+}
+
+func (d *dumper) injectThread(r *remote, p *image.Process, th *image.Thread, leader bool) error {
+	s := r.scratch
+	_, b, err := r.call("sigaltstack", 24, unix.SYS_SIGALTSTACK, 0, s)
+	if err != nil {
+		return err
+	}
+	th.AltStack = image.AltStack{SP: le64(b), Flags: int32(binary.LittleEndian.Uint32(b[8:])), Size: le64(b[16:])}
+	if _, b, err = r.call("prctl(PR_GET_TID_ADDRESS)", 8, unix.SYS_PRCTL, prGetTIDAddress, s); err != nil {
+		return err
+	}
+	th.ClearTID = le64(b)
+	if !leader {
+		return nil
+	}
+	for sig := 1; sig <= 64; sig++ {
+		if sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) {
+			p.Signals.Actions = append(p.Signals.Actions, image.Sigaction{})
+			continue
+		}
+		_, b, err := r.call("rt_sigaction", 32, unix.SYS_RT_SIGACTION, uint64(sig), 0, s, 8)
+		if err != nil {
+			return err
+		}
+		p.Signals.Actions = append(p.Signals.Actions, image.Sigaction{
+			Handler: le64(b), Flags: le64(b[8:]), Restorer: le64(b[16:]), Mask: le64(b[24:]),
+		})
+	}
+	for which, it := range []*image.ITimer{&p.Timers.Real, &p.Timers.Virtual, &p.Timers.Prof} {
+		_, b, err := r.call("getitimer", 32, unix.SYS_GETITIMER, uint64(which), s)
+		if err != nil {
+			return err
+		}
+		it.IntervalUs = int64(le64(b))*1e6 + int64(le64(b[8:]))
+		it.ValueUs = int64(le64(b[16:]))*1e6 + int64(le64(b[24:]))
+	}
+	if _, b, err = r.call("prctl(PR_GET_PDEATHSIG)", 4, unix.SYS_PRCTL, unix.PR_GET_PDEATHSIG, s); err != nil {
+		return err
+	}
+	p.Misc.PdeathSig = int(binary.LittleEndian.Uint32(b))
+	ret, _, err := r.call("prctl(PR_GET_DUMPABLE)", 0, unix.SYS_PRCTL, unix.PR_GET_DUMPABLE)
+	if err != nil {
+		return err
+	}
+	p.Misc.Dumpable = int(ret)
+	timers, err := readPosixTimers(d.pid)
+	if err != nil {
+		return err
+	}
+	for i := range timers {
+		_, b, err := r.call("timer_gettime", 32, unix.SYS_TIMER_GETTIME, uint64(timers[i].ID), s)
+		if err != nil {
+			return err
+		}
+		timers[i].IntervalNs = int64(le64(b))*1e9 + int64(le64(b[8:]))
+		timers[i].ValueNs = int64(le64(b[16:]))*1e9 + int64(le64(b[24:]))
+		ov, _, err := r.call("timer_getoverrun", 0, unix.SYS_TIMER_GETOVERRUN, uint64(timers[i].ID))
+		if err != nil {
+			return err
+		}
+		timers[i].Overrun = int(ov)
+	}
+	p.Timers.Posix = timers
+	return nil
+}
+
+func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
+
+// readPosixTimers parses /proc/PID/timers:
+//
+//	ID: 0
+//	signal: 14/0000000000000000
+//	notify: signal/pid.1234
+//	ClockID: 1
+func readPosixTimers(pid int) ([]image.PosixTimer, error) {
+	b, err := os.ReadFile(proc.Path(pid, "timers"))
+	if err != nil {
+		if os.IsNotExist(err) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("read timers: %w", err)
+	}
+	var out []image.PosixTimer
+	for _, line := range strings.Split(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		if k == "ID" {
+			id, _ := strconv.Atoi(v)
+			out = append(out, image.PosixTimer{ID: id})
+			continue
+		}
+		if len(out) == 0 {
+			continue
+		}
+		t := &out[len(out)-1]
+		switch k {
+		case "signal":
+			sig, val, _ := strings.Cut(v, "/")
+			t.Signal, _ = strconv.Atoi(sig)
+			t.SigValue, _ = strconv.ParseUint(val, 16, 64)
+		case "notify":
+			how, who, _ := strings.Cut(v, "/")
+			switch how {
+			case "signal":
+				t.Notify = 0 // SIGEV_SIGNAL
+			case "none":
+				t.Notify = 1 // SIGEV_NONE
+			case "thread":
+				t.Notify = 2 // SIGEV_THREAD
+			}
+			if kind, n, ok := strings.Cut(who, "."); ok && kind == "tid" {
+				t.Notify = 4 // SIGEV_THREAD_ID
+				t.NotifyTID, _ = strconv.Atoi(n)
+			}
+		case "ClockID":
+			t.Clock, _ = strconv.Atoi(v)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,270 @@
+package dump
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	pageSize = image.PageSize
+	// batchBytes is how much memory one process_vm_readv call moves, and
+	// the data size of one pages record.
+	batchBytes = 16 << 20
+	// maxIov is the kernel's IOV_MAX.
+	maxIov = 1024
+
+	pmPresent = 1 << 63
+	pmSwapped = 1 << 62
+	pmFile    = 1 << 61 // file page or shared anonymous
+)
+
+// run is a run of pages to store.
+type run struct {
+	addr  uint64
+	pages uint64
+	force bool // read through /proc/PID/mem (no PROT_READ)
+}
+
+// memPlan is the list of page runs to store, in address order.
+type memPlan struct {
+	runs  []run
+	pages int64
+}
+
+// wantPages says which pages of a VMA hold content that is not elsewhere:
+// for private file mappings only the pages that were written to (they are
+// anonymous now); for anonymous memory every present or swapped page.
+func wantPages(v *image.VMA) (want bool, onlyAnon bool) {
+	switch v.Kind {
+	case image.VMAVDSO, image.VMAVvar, image.VMAVsyscall:
+		return false, false
+	case image.VMAFile:
+		if v.Shared {
+			return false, false // the file holds it
+		}
+		return true, true
+	case image.VMAShmAnon:
+		return true, false
+	}
+	return true, false
+}
+
+// planMemory reads pagemap and picks the pages to store, counting them in
+// each VMA.
+func planMemory(pid int, vmas []image.VMA) (*memPlan, error) {
+	pm, err := os.Open(proc.Path(pid, "pagemap"))
+	if err != nil {
+		return nil, fmt.Errorf("open pagemap: %w", err)
+	}
+	defer pm.Close()
+	plan := &memPlan{}
+	const chunk = 64 << 10 // entries per read
+	buf := make([]byte, chunk*8)
+	for i := range vmas {
+		v := &vmas[i]
+		want, onlyAnon := wantPages(v)
+		if !want {
+			continue
+		}
+		force := v.Prot&unix.PROT_READ == 0
+		first := len(plan.runs) // runs never span two VMAs
+		npages := v.Len() / pageSize
+		for off := uint64(0); off < npages; off += chunk {
+			n := min(npages-off, chunk)
+			addr := v.Start + off*pageSize
+			b := buf[:n*8]
+			if _, err := pm.ReadAt(b, int64(addr/pageSize*8)); err != nil {
+				return nil, fmt.Errorf("read pagemap at %#x: %w", addr, err)
+			}
+			for j := uint64(0); j < n; j++ {
+				e := binary.LittleEndian.Uint64(b[j*8:])
+				if e&(pmPresent|pmSwapped) == 0 || (onlyAnon && e&pmFile != 0) {
+					continue
+				}
+				a := addr + j*pageSize
+				if k := len(plan.runs) - 1; k >= first && plan.runs[k].addr+plan.runs[k].pages*pageSize == a && plan.runs[k].force == force {
+					plan.runs[k].pages++
+				} else {
+					plan.runs = append(plan.runs, run{addr: a, pages: 1, force: force})
+				}
+				v.Pages++
+				plan.pages++
+			}
+		}
+	}
+	return plan, nil
+}
+
+type memStats struct {
+	pages, zero, bytes int64
+	elapsed            time.Duration
+}
+
+// batch is a buffer of pages read from the process, ready to be written.
+type batch struct {
+	buf  []byte
+	runs []run
+	err  error
+}
+
+// dumpMemory reads the planned pages with process_vm_readv in large
+// batches and writes them as pages records, reading the next batch while
+// the previous one is written.
+func dumpMemory(pid int, plan *memPlan, sink Sink, progress func(done, total int64)) (memStats, error) {
+	start := time.Now()
+	var st memStats
+	free := make(chan []byte, 3)
+	for i := 0; i < cap(free); i++ {
+		free <- make([]byte, batchBytes)
+	}
+	full := make(chan batch, cap(free))
+	stop := make(chan struct{})
+	go func() {
+		defer close(full)
+		for _, b := range splitBatches(plan.runs) {
+			var buf []byte
+			select {
+			case buf = <-free:
+			case <-stop:
+				return
+			}
+			err := readBatch(pid, buf, b)
+			full <- batch{buf: buf, runs: b, err: err}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	defer close(stop)
+	total := plan.pages * pageSize
+	var done int64
+	zero := make([]byte, pageSize)
+	for b := range full {
+		if b.err != nil {
+			return st, b.err
+		}
+		meta, n, nzero := compact(b.buf, b.runs, zero)
+		if err := sink.WriteRecord(image.TypePages, image.Pages{PID: pid, Runs: meta}, b.buf[:n]); err != nil {
+			return st, err
+		}
+		st.bytes += int64(n)
+		st.pages += int64(n / pageSize)
+		st.zero += nzero
+		for _, r := range b.runs {
+			done += int64(r.pages * pageSize)
+		}
+		if progress != nil {
+			progress(done, total)
+		}
+		free <- b.buf
+	}
+	st.elapsed = time.Since(start)
+	return st, nil
+}
+
+// splitBatches cuts runs into batches of at most batchBytes and maxIov runs.
+func splitBatches(runs []run) [][]run {
+	var out [][]run
+	var cur []run
+	var size uint64
+	for _, r := range runs {
+		for r.pages > 0 {
+			room := (batchBytes - size) / pageSize
+			if room == 0 || len(cur) == maxIov {
+				out = append(out, cur)
+				cur, size = nil, 0
+				continue
+			}
+			n := min(r.pages, room)
+			cur = append(cur, run{addr: r.addr, pages: n, force: r.force})
+			size += n * pageSize
+			r.addr += n * pageSize
+			r.pages -= n
+		}
+	}
+	if len(cur) > 0 {
+		out = append(out, cur)
+	}
+	return out
+}
+
+func readBatch(pid int, buf []byte, runs []run) error {
+	var remote []unix.RemoteIovec
+	var size int
+	for _, r := range runs {
+		n := int(r.pages * pageSize)
+		if r.force {
+			if err := readMem(pid, r.addr, buf[size:size+n]); err != nil {
+				return err
+			}
+		} else {
+			remote = append(remote, unix.RemoteIovec{Base: uintptr(r.addr), Len: n})
+		}
+		size += n
+	}
+	if len(remote) == 0 {
+		return nil
+	}
+	// The forced runs were read in place; read the rest in one call, each
+	// remote run landing at its own offset.
+	var local []unix.Iovec
+	off := 0
+	want := 0
+	for _, r := range runs {
+		n := int(r.pages * pageSize)
+		if !r.force {
+			iov := unix.Iovec{Base: &buf[off]}
+			iov.SetLen(n)
+			local = append(local, iov)
+			want += n
+		}
+		off += n
+	}
+	got, err := unix.ProcessVMReadv(pid, local, remote, 0)
+	if err != nil {
+		return fmt.Errorf("process_vm_readv of %d runs: %w", len(remote), err)
+	}
+	if got != want {
+		return fmt.Errorf("process_vm_readv read %d of %d bytes", got, want)
+	}
+	return nil
+}
+
+// compact turns a batch into pages runs, moving the pages with data
+// together at the front of buf and recording all-zero pages as zero runs.
+// It returns the runs, the data length and the number of zero pages.
+func compact(buf []byte, runs []run, zero []byte) ([]image.PageRun, int, int64) {
+	var out []image.PageRun
+	var nzero int64
+	src, dst := 0, 0
+	for _, r := range runs {
+		first := len(out) // output runs stay within their input run
+		for i := uint64(0); i < r.pages; i++ {
+			page := buf[src : src+pageSize]
+			addr := r.addr + i*pageSize
+			isZero := bytes.Equal(page, zero)
+			if isZero {
+				nzero++
+			} else {
+				if dst != src {
+					copy(buf[dst:dst+pageSize], page)
+				}
+				dst += pageSize
+			}
+			src += pageSize
+			if k := len(out) - 1; k >= first && out[k].Zero == isZero && out[k].Addr+out[k].Pages*pageSize == addr {
+				out[k].Pages++
+			} else {
+				out = append(out, image.PageRun{Addr: addr, Pages: 1, Zero: isZero})
+			}
+		}
+	}
+	return out, dst, nzero
+}

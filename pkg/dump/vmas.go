@@ -1,0 +1,113 @@
+package dump
+
+import (
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"golang.org/x/sys/unix"
+)
+
+func (d *dumper) collectVMAs(p *image.Process) error {
+	maps, err := proc.ReadSmaps(d.pid)
+	if err != nil {
+		return fmt.Errorf("read smaps: %w", err)
+	}
+	refs := map[[2]uint64]int{} // dev, ino -> index in p.Mapped
+	for _, m := range maps {
+		v := image.VMA{Start: m.Start, End: m.End, Offset: m.Offset, File: -1, Name: m.Path}
+		if m.Perms[0] == 'r' {
+			v.Prot |= unix.PROT_READ
+		}
+		if m.Perms[1] == 'w' {
+			v.Prot |= unix.PROT_WRITE
+		}
+		if m.Perms[2] == 'x' {
+			v.Prot |= unix.PROT_EXEC
+		}
+		v.Shared = m.Perms[3] == 's'
+		v.GrowsDown = m.VmFlags["gd"]
+		switch {
+		case m.Path == "[vdso]":
+			v.Kind = image.VMAVDSO
+		case m.Path == "[vvar]" || m.Path == "[vvar_vclock]":
+			v.Kind = image.VMAVvar
+		case m.Path == "[vsyscall]":
+			v.Kind = image.VMAVsyscall
+		case m.Path == "[heap]":
+			v.Kind = image.VMAHeap
+		case m.Path == "[stack]":
+			v.Kind = image.VMAStack
+		case m.Inode == 0 && (m.Path == "" || strings.HasPrefix(m.Path, "[anon:") || strings.HasPrefix(m.Path, "[anon_shmem:")):
+			v.Kind = image.VMAAnon
+			if v.Shared {
+				v.Kind = image.VMAShmAnon
+			}
+		case v.Shared && (strings.HasPrefix(m.Path, "/dev/zero") || strings.HasPrefix(m.Path, "/SYSV")):
+			v.Kind = image.VMAShmAnon
+		case m.VmFlags["io"] || m.VmFlags["pf"]:
+			return fmt.Errorf("mapping %#x-%#x %s is device memory: %w", m.Start, m.End, m.Path, ErrUnsupported)
+		case m.Inode != 0:
+			v.Kind = image.VMAFile
+			key := [2]uint64{uint64(unix.Mkdev(m.Major, m.Minor)), m.Inode}
+			idx, ok := refs[key]
+			if !ok {
+				ref, err := d.mappedFile(m)
+				if err != nil {
+					return fmt.Errorf("mapping %#x-%#x %s: %w", m.Start, m.End, m.Path, err)
+				}
+				idx = len(p.Mapped)
+				p.Mapped = append(p.Mapped, ref)
+				refs[key] = idx
+			}
+			v.File = idx
+			v.Name = p.Mapped[idx].Path
+		default:
+			return fmt.Errorf("mapping %#x-%#x %q: unknown kind: %w", m.Start, m.End, m.Path, ErrUnsupported)
+		}
+		p.VMAs = append(p.VMAs, v)
+	}
+	return nil
+}
+
+// mappedFile describes the file behind a mapping, through map_files so
+// that a deleted file is still reachable; its content is kept in the image
+// when it was deleted.
+func (d *dumper) mappedFile(m proc.Mapping) (image.FileRef, error) {
+	mf := proc.Path(d.pid, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End))
+	var st syscall.Stat_t
+	if err := syscall.Stat(mf, &st); err != nil {
+		return image.FileRef{}, fmt.Errorf("stat: %w", err)
+	}
+	ref := statRef(m.File(), &st)
+	if m.Deleted() || strings.HasPrefix(m.Path, "/memfd:") {
+		ref.Deleted = true
+		data, err := d.readGhost(mf, st.Size)
+		if err != nil {
+			return ref, err
+		}
+		ref.DataID = d.addData(data)
+	}
+	return ref, nil
+}
+
+func (d *dumper) readGhost(path string, size int64) ([]byte, error) {
+	if size > d.opts.GhostLimit {
+		return nil, fmt.Errorf("deleted file is %d bytes, over the limit of %d (raise it with --ghost-limit): %w", size, d.opts.GhostLimit, ErrUnsupported)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read deleted file content: %w", err)
+	}
+	return data, nil
+}
+
+func statRef(path string, st *syscall.Stat_t) image.FileRef {
+	return image.FileRef{
+		Path: path, Dev: st.Dev, Ino: st.Ino, Size: st.Size,
+		MtimeNs: st.Mtim.Sec*1e9 + st.Mtim.Nsec, Mode: st.Mode,
+	}
+}

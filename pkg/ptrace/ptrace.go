@@ -1,0 +1,307 @@
+// Package ptrace wraps the ptrace(2) requests ckpt needs on x86-64 Linux:
+// seizing and interrupting tasks, reading and writing registers and the
+// full xstate, signal masks and queued signals, rseq configuration, and
+// running system calls inside a stopped task ("injection").
+//
+// The kernel ties a tracee to the thread that attached it, so every call for
+// one tracee must come from the same OS thread: callers lock their goroutine
+// with runtime.LockOSThread before seizing and keep it locked until they
+// detach.
+package ptrace
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrExited means a task exited (or was killed) while being traced.
+var ErrExited = errors.New("task exited")
+
+func ptrace(req int, pid int, addr, data uintptr) error {
+	_, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(pid), addr, data, 0, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func ptraceRet(req int, pid int, addr, data uintptr) (uintptr, error) {
+	r, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(pid), addr, data, 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return r, nil
+}
+
+// Options used when seizing.
+const (
+	OptTraceClone = unix.PTRACE_O_TRACECLONE
+	OptTraceFork  = unix.PTRACE_O_TRACEFORK
+	OptExitKill   = unix.PTRACE_O_EXITKILL
+	// OptSuspendSeccomp lets injected syscalls through the tracee's seccomp
+	// filters.
+	OptSuspendSeccomp = unix.PTRACE_O_SUSPEND_SECCOMP
+)
+
+// Seize attaches to tid without stopping it.
+func Seize(tid int, opts int) error {
+	if err := ptrace(unix.PTRACE_SEIZE, tid, 0, uintptr(opts)); err != nil {
+		return fmt.Errorf("ptrace seize %d: %w", tid, err)
+	}
+	return nil
+}
+
+// Interrupt asks a seized task to stop.
+func Interrupt(tid int) error {
+	if err := ptrace(unix.PTRACE_INTERRUPT, tid, 0, 0); err != nil {
+		return fmt.Errorf("ptrace interrupt %d: %w", tid, err)
+	}
+	return nil
+}
+
+// Detach lets a task go, delivering sig if it is not zero.
+func Detach(tid int, sig unix.Signal) error {
+	if err := ptrace(unix.PTRACE_DETACH, tid, 0, uintptr(sig)); err != nil {
+		return fmt.Errorf("ptrace detach %d: %w", tid, err)
+	}
+	return nil
+}
+
+// Cont resumes a stopped task, delivering sig if it is not zero.
+func Cont(tid int, sig unix.Signal) error {
+	if err := ptrace(unix.PTRACE_CONT, tid, 0, uintptr(sig)); err != nil {
+		return fmt.Errorf("ptrace cont %d: %w", tid, err)
+	}
+	return nil
+}
+
+// Stop is how a task stopped, as reported by wait4.
+type Stop struct {
+	Status unix.WaitStatus
+	Event  int // PTRACE_EVENT_* or 0
+}
+
+// Exited reports whether the task is gone.
+func (s Stop) Exited() bool { return s.Status.Exited() || s.Status.Signaled() }
+
+// Sig is the stop signal.
+func (s Stop) Sig() unix.Signal { return s.Status.StopSignal() }
+
+// IsEventStop reports a PTRACE_EVENT_STOP (interrupt or group-stop).
+func (s Stop) IsEventStop() bool { return s.Status.Stopped() && s.Event == unix.PTRACE_EVENT_STOP }
+
+// IsGroupStop reports a group-stop (the task got SIGSTOP or similar).
+func (s Stop) IsGroupStop() bool {
+	if !s.IsEventStop() {
+		return false
+	}
+	switch s.Sig() {
+	case unix.SIGSTOP, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU:
+		return true
+	}
+	return false
+}
+
+func (s Stop) String() string {
+	switch {
+	case s.Status.Exited():
+		return fmt.Sprintf("exited with %d", s.Status.ExitStatus())
+	case s.Status.Signaled():
+		return fmt.Sprintf("killed by %v", s.Status.Signal())
+	case s.Event != 0:
+		return fmt.Sprintf("event %d stop (%v)", s.Event, s.Sig())
+	}
+	return fmt.Sprintf("stopped by %v", s.Sig())
+}
+
+// Wait waits for a state change of tid (any child or tracee, threads too).
+func Wait(tid int) (Stop, error) {
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(tid, &ws, unix.WALL, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return Stop{}, fmt.Errorf("wait %d: %w", tid, err)
+		}
+		st := Stop{Status: ws}
+		if ws.Stopped() {
+			st.Event = int(ws>>16) & 0xff
+		}
+		return st, nil
+	}
+}
+
+// GetRegs reads the general-purpose registers.
+func GetRegs(tid int) (unix.PtraceRegs, error) {
+	var r unix.PtraceRegs
+	if err := unix.PtraceGetRegs(tid, &r); err != nil {
+		return r, fmt.Errorf("ptrace getregs %d: %w", tid, err)
+	}
+	return r, nil
+}
+
+// SetRegs writes the general-purpose registers.
+func SetRegs(tid int, r *unix.PtraceRegs) error {
+	if err := unix.PtraceSetRegs(tid, r); err != nil {
+		return fmt.Errorf("ptrace setregs %d: %w", tid, err)
+	}
+	return nil
+}
+
+// XStateMax bounds the NT_X86_XSTATE buffer.
+const XStateMax = 64 << 10
+
+// GetXState reads the full extended state (x87, SSE, AVX, AVX-512, ...).
+func GetXState(tid int) ([]byte, error) {
+	buf := make([]byte, XStateMax)
+	iov := unix.Iovec{Base: &buf[0]}
+	iov.SetLen(len(buf))
+	if err := ptrace(unix.PTRACE_GETREGSET, tid, unix.NT_X86_XSTATE, uintptr(unsafe.Pointer(&iov))); err != nil {
+		return nil, fmt.Errorf("ptrace getregset xstate %d: %w", tid, err)
+	}
+	return buf[:iov.Len], nil
+}
+
+// SetXState writes the full extended state.
+func SetXState(tid int, xs []byte) error {
+	if len(xs) == 0 {
+		return nil
+	}
+	iov := unix.Iovec{Base: &xs[0]}
+	iov.SetLen(len(xs))
+	if err := ptrace(unix.PTRACE_SETREGSET, tid, unix.NT_X86_XSTATE, uintptr(unsafe.Pointer(&iov))); err != nil {
+		return fmt.Errorf("ptrace setregset xstate %d: %w", tid, err)
+	}
+	return nil
+}
+
+// XCR0 returns the feature mask stored by the kernel in an xstate buffer
+// (the sw_reserved area of the FXSAVE region).
+func XCR0(xs []byte) uint64 {
+	if len(xs) < 472 {
+		return 0
+	}
+	return *(*uint64)(unsafe.Pointer(&xs[464]))
+}
+
+// GetSigMask reads the blocked signal mask.
+func GetSigMask(tid int) (uint64, error) {
+	var m uint64
+	if err := ptrace(unix.PTRACE_GETSIGMASK, tid, 8, uintptr(unsafe.Pointer(&m))); err != nil {
+		return 0, fmt.Errorf("ptrace getsigmask %d: %w", tid, err)
+	}
+	return m, nil
+}
+
+// SetSigMask writes the blocked signal mask.
+func SetSigMask(tid int, m uint64) error {
+	if err := ptrace(unix.PTRACE_SETSIGMASK, tid, 8, uintptr(unsafe.Pointer(&m))); err != nil {
+		return fmt.Errorf("ptrace setsigmask %d: %w", tid, err)
+	}
+	return nil
+}
+
+// SigInfoSize is the size of a kernel siginfo.
+const SigInfoSize = 128
+
+// PeekSigInfo reads the queued signals of tid without dequeuing them:
+// the thread's own queue, or with shared the process-wide one.
+func PeekSigInfo(tid int, shared bool) ([][]byte, error) {
+	var out [][]byte
+	buf := make([]byte, 32*SigInfoSize)
+	for off := uint64(0); ; {
+		args := struct {
+			Off   uint64
+			Flags uint32
+			Nr    int32
+		}{Off: off, Nr: 32}
+		if shared {
+			args.Flags = unix.PTRACE_PEEKSIGINFO_SHARED
+		}
+		n, err := ptraceRet(unix.PTRACE_PEEKSIGINFO, tid, uintptr(unsafe.Pointer(&args)), uintptr(unsafe.Pointer(&buf[0])))
+		if err != nil {
+			return nil, fmt.Errorf("ptrace peeksiginfo %d: %w", tid, err)
+		}
+		for i := 0; i < int(n); i++ {
+			out = append(out, append([]byte(nil), buf[i*SigInfoSize:(i+1)*SigInfoSize]...))
+		}
+		if n < 32 {
+			return out, nil
+		}
+		off += uint64(n)
+	}
+}
+
+// GetSigInfo reads the siginfo of the signal a task is stopped by.
+func GetSigInfo(tid int) ([]byte, error) {
+	buf := make([]byte, SigInfoSize)
+	if err := ptrace(unix.PTRACE_GETSIGINFO, tid, 0, uintptr(unsafe.Pointer(&buf[0]))); err != nil {
+		return nil, fmt.Errorf("ptrace getsiginfo %d: %w", tid, err)
+	}
+	return buf, nil
+}
+
+// RseqConfig is the result of PTRACE_GET_RSEQ_CONFIGURATION.
+type RseqConfig struct {
+	Ptr   uint64
+	Size  uint32
+	Sig   uint32
+	Flags uint32
+	_     uint32
+}
+
+// GetRseq reads a thread's rseq registration.
+func GetRseq(tid int) (RseqConfig, error) {
+	var c RseqConfig
+	if err := ptrace(unix.PTRACE_GET_RSEQ_CONFIGURATION, tid, unsafe.Sizeof(c), uintptr(unsafe.Pointer(&c))); err != nil {
+		return c, fmt.Errorf("ptrace get rseq %d: %w", tid, err)
+	}
+	return c, nil
+}
+
+// GetSeccompFilters reads the task's seccomp filters, oldest last (index 0
+// is the most recently installed one), as raw sock_filter arrays.
+func GetSeccompFilters(tid int) ([][]byte, error) {
+	var out [][]byte
+	for i := 0; ; i++ {
+		n, err := ptraceRet(unix.PTRACE_SECCOMP_GET_FILTER, tid, uintptr(i), 0)
+		if err == unix.ENOENT {
+			return out, nil
+		}
+		if err == unix.EINVAL && i == 0 {
+			return nil, nil // no filter
+		}
+		if err != nil {
+			return nil, fmt.Errorf("ptrace seccomp get filter %d of %d: %w", i, tid, err)
+		}
+		buf := make([]byte, 8*n)
+		if _, err := ptraceRet(unix.PTRACE_SECCOMP_GET_FILTER, tid, uintptr(i), uintptr(unsafe.Pointer(&buf[0]))); err != nil {
+			return nil, fmt.Errorf("ptrace seccomp get filter %d of %d: %w", i, tid, err)
+		}
+		out = append(out, buf)
+	}
+}
+
+// GetEventMsg returns the message of the last ptrace event (e.g. the PID
+// of a new child).
+func GetEventMsg(tid int) (uint64, error) {
+	var m uint64
+	if err := ptrace(unix.PTRACE_GETEVENTMSG, tid, 0, uintptr(unsafe.Pointer(&m))); err != nil {
+		return 0, fmt.Errorf("ptrace geteventmsg %d: %w", tid, err)
+	}
+	return m, nil
+}
+
+// Errno converts a raw syscall return value into an error, or nil.
+func Errno(ret uint64) error {
+	if r := int64(ret); r < 0 && r > -4096 {
+		return syscall.Errno(-r)
+	}
+	return nil
+}

@@ -1,0 +1,733 @@
+package restore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"time"
+	"unsafe"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"github.com/ckpt/ckpt/pkg/ptrace"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	gadgetSize = 16 * image.PageSize
+	// taskSize is the top of the 47-bit user address space.
+	taskSize       = 0x7ffffffff000
+	archMapVDSO64  = 0x2003
+	cloneArgsSize  = 88
+	prctlMMMapSize = 104
+	scratchOff     = image.PageSize // scratch memory starts one page into the gadget area
+	scratchAuxvOff = scratchOff + 0x400
+	scratchPathOff = scratchOff + 0x1000
+	scratchLimit   = gadgetSize
+	restartSys     = 512
+	restartNoIntr  = 513
+	restartNoHand  = 514
+	restartBlock   = 516
+	ssOnStack      = 1
+	ssDisable      = 2
+	sigevThreadID  = 4
+	prSetMM        = 35
+	prSetMMMap     = 14
+)
+
+// builder builds one process.
+type builder struct {
+	img  *imageMeta
+	p    *image.Process
+	opts *Options
+
+	passBase int
+	passed   []*os.File
+	owned    []*os.File
+	fileFD   map[int]int // image File ID -> fd in the new process before dup3
+	mapFD    map[int]int // index of Process.Mapped -> fd
+	exeFD    int
+	override map[int]int // target fd -> passed fd (--inherit-fd)
+
+	target int // pid of the process being built, 0 once handed over
+	tasks  []int
+	in     ptrace.Injector
+	gadget uint64
+
+	pages, bytes int64
+	memTime      time.Duration
+	warnings     []string
+}
+
+func (b *builder) warnf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	b.warnings = append(b.warnings, msg)
+	b.opts.logf("warning: %s", msg)
+}
+
+func (b *builder) cleanup() {
+	for _, f := range b.owned {
+		f.Close()
+	}
+	b.owned = nil
+}
+
+func (b *builder) killTarget() {
+	if b.target != 0 {
+		unix.Kill(b.target, unix.SIGKILL)
+		for _, t := range b.tasks {
+			ptrace.Detach(t, 0)
+		}
+		b.target = 0
+	}
+}
+
+// create forks the new process from the helper with clone3 set_tid, so it
+// has its old PID, and then lets the helper die: the process's parent
+// becomes init or the nearest child subreaper.
+func (b *builder) create() error {
+	files := make([]*os.File, b.passBase, b.passBase+len(b.passed))
+	files = append(files, b.passed...)
+	h, err := startHelper(files)
+	if err != nil {
+		return err
+	}
+	defer h.kill()
+	if err := checkXState(&b.img.hdr, h.pid); err != nil {
+		return err
+	}
+	var args [cloneArgsSize]byte
+	le := binary.LittleEndian
+	le.PutUint64(args[32:], uint64(unix.SIGCHLD))        // exit_signal
+	le.PutUint64(args[64:], helperScratch+cloneArgsSize) // set_tid
+	le.PutUint64(args[72:], 1)                           // set_tid_size
+	tid := make([]byte, 4)
+	le.PutUint32(tid, uint32(b.p.PID))
+	if err := ptrace.WriteMem(h.pid, helperScratch, append(args[:], tid...)); err != nil {
+		return fmt.Errorf("write clone args: %w", err)
+	}
+	ret, err := h.in.Syscall(unix.SYS_CLONE3, helperScratch, cloneArgsSize)
+	if err != nil {
+		return err
+	}
+	if e := ptrace.Errno(ret); e != nil {
+		if e == unix.EEXIST {
+			return fmt.Errorf("clone3 with pid %d: %w (%v)", b.p.PID, ErrPIDInUse, checkPID(b.p.PID, b.p.Comm))
+		}
+		return fmt.Errorf("clone3 with pid %d: %w", b.p.PID, e)
+	}
+	if int(ret) != b.p.PID {
+		unix.Kill(int(ret), unix.SIGKILL)
+		return fmt.Errorf("clone3 gave pid %d, not %d", ret, b.p.PID)
+	}
+	b.target = b.p.PID
+	b.tasks = []int{b.p.PID}
+	for {
+		st, err := ptrace.Wait(b.target)
+		if err != nil {
+			return err
+		}
+		if st.Exited() {
+			return fmt.Errorf("new process %s", st)
+		}
+		if st.IsEventStop() {
+			break
+		}
+		ptrace.Cont(b.target, 0)
+	}
+	b.in = ptrace.Injector{TID: b.target, Gadget: helperGadget}
+	return nil
+}
+
+// call runs a syscall in the new process and names it in errors.
+func (b *builder) call(name string, nr uint64, args ...uint64) (uint64, error) {
+	return b.in.Call(name, nr, args...)
+}
+
+func (b *builder) write(off uint64, data []byte) error {
+	if off+uint64(len(data)) > scratchLimit {
+		return fmt.Errorf("scratch overflow: %d bytes at %#x", len(data), off)
+	}
+	return ptrace.WriteMem(b.target, b.gadget+off, data)
+}
+
+func (b *builder) build(ir *image.Reader) error {
+	if err := b.addressSpace(); err != nil {
+		return fmt.Errorf("address space: %w", err)
+	}
+	if err := b.mapVMAs(); err != nil {
+		return fmt.Errorf("map: %w", err)
+	}
+	b.opts.fault(PhaseMemory)
+	if err := b.writePages(ir); err != nil {
+		return fmt.Errorf("pages: %w", err)
+	}
+	if err := b.protect(); err != nil {
+		return err
+	}
+	if err := b.mm(); err != nil {
+		return fmt.Errorf("mm: %w", err)
+	}
+	if err := b.rlimits(); err != nil {
+		return fmt.Errorf("rlimits: %w", err)
+	}
+	if err := b.fds(); err != nil {
+		return fmt.Errorf("fds: %w", err)
+	}
+	if err := b.misc(); err != nil {
+		return err
+	}
+	if err := b.signals(); err != nil {
+		return fmt.Errorf("signals: %w", err)
+	}
+	if err := b.creds(); err != nil {
+		return fmt.Errorf("credentials: %w", err)
+	}
+	return b.finish()
+}
+
+// addressSpace maps the gadget area where the image leaves room, removes
+// everything else the helper had, and maps the vDSO at its old address.
+func (b *builder) addressSpace() error {
+	cur, err := proc.ReadSmaps(b.target)
+	if err != nil {
+		return err
+	}
+	free := func(a uint64) bool {
+		end := a + gadgetSize
+		for _, v := range b.p.VMAs {
+			if a < v.End && v.Start < end {
+				return false
+			}
+		}
+		for _, m := range cur {
+			if a < m.End && m.Start < end {
+				return false
+			}
+		}
+		return true
+	}
+	var g uint64
+	for _, c := range []uint64{0x5f0000000000, 0x3f0000000000, 0x1f0000000000, 0x0ff000000000, 0x7f000000, 0x40000000} {
+		for a := c; a < c+0x100000000; a += 0x10000000 {
+			if free(a) {
+				g = a
+				break
+			}
+		}
+		if g != 0 {
+			break
+		}
+	}
+	if g == 0 {
+		return fmt.Errorf("no room for the restorer's gadget page")
+	}
+	ret, err := b.call("mmap gadget", unix.SYS_MMAP, g, gadgetSize, unix.PROT_READ|unix.PROT_WRITE|unix.PROT_EXEC,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE, ^uint64(0), 0)
+	if err != nil {
+		return err
+	}
+	if ret != g {
+		return fmt.Errorf("gadget mapped at %#x, not %#x", ret, g)
+	}
+	b.gadget = g
+	if err := ptrace.WriteMem(b.target, g, []byte{0x0f, 0x05, 0xcc}); err != nil {
+		return err
+	}
+	b.in.Gadget = g
+	if _, err := b.call("munmap below gadget", unix.SYS_MUNMAP, 0, g); err != nil {
+		return err
+	}
+	if _, err := b.call("munmap above gadget", unix.SYS_MUNMAP, g+gadgetSize, taskSize-(g+gadgetSize)); err != nil {
+		return err
+	}
+	var lo, vdso uint64
+	for _, v := range b.p.VMAs {
+		if v.Kind == image.VMAVvar || v.Kind == image.VMAVDSO {
+			if lo == 0 || v.Start < lo {
+				lo = v.Start
+			}
+			if v.Kind == image.VMAVDSO {
+				vdso = v.Start
+			}
+		}
+	}
+	if vdso == 0 {
+		return nil
+	}
+	if _, err := b.call("arch_prctl(ARCH_MAP_VDSO_64)", unix.SYS_ARCH_PRCTL, archMapVDSO64, lo); err != nil {
+		return err
+	}
+	now, err := proc.ReadSmaps(b.target)
+	if err != nil {
+		return err
+	}
+	for _, m := range now {
+		if m.Path == "[vdso]" {
+			if m.Start != vdso {
+				return fmt.Errorf("vdso landed at %#x, the image has it at %#x: %w", m.Start, vdso, ErrIncompatible)
+			}
+			return nil
+		}
+	}
+	return fmt.Errorf("vdso not mapped")
+}
+
+// mapProt is the protection a VMA is mapped with while it is filled.
+func mapProt(v *image.VMA) int {
+	if v.Pages > 0 {
+		return v.Prot | unix.PROT_READ | unix.PROT_WRITE
+	}
+	return v.Prot
+}
+
+func (b *builder) mapVMAs() error {
+	for i := range b.p.VMAs {
+		v := &b.p.VMAs[i]
+		if v.Start < b.gadget+gadgetSize && b.gadget < v.End {
+			return fmt.Errorf("vma %#x-%#x overlaps the gadget", v.Start, v.End)
+		}
+		flags := unix.MAP_FIXED | unix.MAP_PRIVATE
+		if v.Shared {
+			flags = unix.MAP_FIXED | unix.MAP_SHARED
+		}
+		fd, off := ^uint64(0), uint64(0)
+		switch v.Kind {
+		case image.VMAVDSO, image.VMAVvar, image.VMAVsyscall:
+			continue
+		case image.VMAFile:
+			fd, off = uint64(b.mapFD[v.File]), v.Offset
+		default:
+			flags |= unix.MAP_ANONYMOUS
+		}
+		if v.GrowsDown {
+			flags |= unix.MAP_GROWSDOWN
+		}
+		ret, err := b.call(fmt.Sprintf("mmap %#x-%#x %s", v.Start, v.End, v.Name), unix.SYS_MMAP,
+			v.Start, v.Len(), uint64(mapProt(v)), uint64(flags), fd, off)
+		if err != nil {
+			return err
+		}
+		if ret != v.Start {
+			return fmt.Errorf("mmap %#x-%#x landed at %#x", v.Start, v.End, ret)
+		}
+	}
+	return nil
+}
+
+func (b *builder) protect() error {
+	for i := range b.p.VMAs {
+		v := &b.p.VMAs[i]
+		switch v.Kind {
+		case image.VMAVDSO, image.VMAVvar, image.VMAVsyscall:
+			continue
+		}
+		if mapProt(v) == v.Prot {
+			continue
+		}
+		if _, err := b.call("mprotect", unix.SYS_MPROTECT, v.Start, v.Len(), uint64(v.Prot)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// mm sets the mm fields, auxv and exe link with PR_SET_MM_MAP.
+func (b *builder) mm() error {
+	m := b.p.MM
+	auxv := make([]byte, 8*len(b.p.Auxv))
+	for i, a := range b.p.Auxv {
+		binary.LittleEndian.PutUint64(auxv[8*i:], a)
+	}
+	if len(auxv) > scratchPathOff-scratchAuxvOff {
+		return fmt.Errorf("auxv of %d bytes too large", len(auxv))
+	}
+	exe := uint32(0xffffffff)
+	if b.exeFD >= 0 {
+		exe = uint32(b.exeFD)
+	}
+	s := struct {
+		StartCode, EndCode, StartData, EndData, StartBrk, Brk, StartStack uint64
+		ArgStart, ArgEnd, EnvStart, EnvEnd                                uint64
+		Auxv                                                              uint64
+		AuxvSize, ExeFD                                                   uint32
+	}{m.StartCode, m.EndCode, m.StartData, m.EndData, m.StartBrk, m.Brk, m.StartStack,
+		m.ArgStart, m.ArgEnd, m.EnvStart, m.EnvEnd, b.gadget + scratchAuxvOff, uint32(len(auxv)), exe}
+	if unsafe.Sizeof(s) != prctlMMMapSize {
+		panic("prctl_mm_map size")
+	}
+	if err := b.write(scratchOff, ptrace.Bytes(&s)); err != nil {
+		return err
+	}
+	if err := b.write(scratchAuxvOff, auxv); err != nil {
+		return err
+	}
+	_, err := b.call("prctl(PR_SET_MM_MAP)", unix.SYS_PRCTL, prSetMM, prSetMMMap, b.gadget+scratchOff, prctlMMMapSize)
+	return err
+}
+
+func (b *builder) rlimits() error {
+	for _, l := range b.p.Rlimits {
+		lim := [2]uint64{l.Cur, l.Max}
+		if err := b.write(scratchOff, ptrace.Bytes(&lim)); err != nil {
+			return err
+		}
+		ret, err := b.in.Syscall(unix.SYS_PRLIMIT64, 0, uint64(l.Resource), b.gadget+scratchOff, 0)
+		if err != nil {
+			return err
+		}
+		if ptrace.Errno(ret) == unix.EPERM {
+			// Raising a hard limit needs CAP_SYS_RESOURCE.
+			if _, err := b.call("prlimit64 get", unix.SYS_PRLIMIT64, 0, uint64(l.Resource), 0, b.gadget+scratchOff+16); err != nil {
+				return err
+			}
+			var cur [16]byte
+			if err := ptrace.ReadMem(b.target, b.gadget+scratchOff+16, cur[:]); err != nil {
+				return err
+			}
+			hard := binary.LittleEndian.Uint64(cur[8:])
+			b.warnf("rlimit %d: hard limit %d cannot be raised back from %d without CAP_SYS_RESOURCE; kept %d", l.Resource, l.Max, hard, hard)
+			lim = [2]uint64{min(l.Cur, hard), hard}
+			if err := b.write(scratchOff, ptrace.Bytes(&lim)); err != nil {
+				return err
+			}
+			ret, err = b.in.Syscall(unix.SYS_PRLIMIT64, 0, uint64(l.Resource), b.gadget+scratchOff, 0)
+			if err != nil {
+				return err
+			}
+		}
+		if e := ptrace.Errno(ret); e != nil {
+			return fmt.Errorf("prlimit64 resource %d: %w", l.Resource, e)
+		}
+	}
+	return nil
+}
+
+// fds puts every file at its fd number and closes the helper's copies.
+func (b *builder) fds() error {
+	for _, e := range b.p.FDs {
+		src, ok := b.override[e.FD]
+		if !ok {
+			src = b.fileFD[e.File]
+		}
+		flags := uint64(0)
+		if e.CloExec {
+			flags = unix.O_CLOEXEC
+		}
+		if _, err := b.call(fmt.Sprintf("dup3 fd %d", e.FD), unix.SYS_DUP3, uint64(src), uint64(e.FD), flags); err != nil {
+			return err
+		}
+	}
+	for i := range b.passed {
+		if _, err := b.call("close", unix.SYS_CLOSE, uint64(b.passBase+i)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *builder) writeString(off uint64, s string) error {
+	return b.write(off, append([]byte(s), 0))
+}
+
+func (b *builder) misc() error {
+	p := b.p
+	if _, err := b.call("umask", unix.SYS_UMASK, uint64(p.Misc.Umask)); err != nil {
+		return err
+	}
+	if err := b.writeString(scratchPathOff, p.Misc.Cwd); err != nil {
+		return err
+	}
+	if _, err := b.call("chdir "+p.Misc.Cwd, unix.SYS_CHDIR, b.gadget+scratchPathOff); err != nil {
+		return err
+	}
+	if _, err := b.call("personality", unix.SYS_PERSONALITY, p.Misc.Personality); err != nil {
+		return err
+	}
+	th := &p.Threads[0]
+	if err := b.writeString(scratchPathOff, th.Comm); err != nil {
+		return err
+	}
+	if _, err := b.call("prctl(PR_SET_NAME)", unix.SYS_PRCTL, unix.PR_SET_NAME, b.gadget+scratchPathOff); err != nil {
+		return err
+	}
+	if th.Rseq.Ptr != 0 {
+		if _, err := b.call("rseq", unix.SYS_RSEQ, th.Rseq.Ptr, uint64(th.Rseq.Size), 0, uint64(th.Rseq.Sig)); err != nil {
+			return err
+		}
+	}
+	if th.Robust.Head != 0 {
+		if _, err := b.call("set_robust_list", unix.SYS_SET_ROBUST_LIST, th.Robust.Head, th.Robust.Len); err != nil {
+			return err
+		}
+	}
+	if _, err := b.call("set_tid_address", unix.SYS_SET_TID_ADDRESS, th.ClearTID); err != nil {
+		return err
+	}
+	switch {
+	case p.SID == p.PID:
+		if _, err := b.call("setsid", unix.SYS_SETSID); err != nil {
+			return err
+		}
+	case p.PGID == p.PID:
+		if _, err := b.call("setpgid", unix.SYS_SETPGID, 0, 0); err != nil {
+			return err
+		}
+	default:
+		if st, err := proc.ReadStat(b.target, 0); err == nil && (st.PGRP != p.PGID || st.Session != p.SID) {
+			b.warnf("process group %d and session %d are not restored (they belong to processes outside the dump); now %d and %d",
+				p.PGID, p.SID, st.PGRP, st.Session)
+		}
+	}
+	if p.Misc.PdeathSig != 0 {
+		if _, err := b.call("prctl(PR_SET_PDEATHSIG)", unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uint64(p.Misc.PdeathSig)); err != nil {
+			return err
+		}
+	}
+	if p.Misc.Dumpable != 1 {
+		if _, err := b.call("prctl(PR_SET_DUMPABLE)", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, uint64(p.Misc.Dumpable)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *builder) signals() error {
+	p := b.p
+	// Block everything while signals are queued, so none is delivered
+	// during the remaining injections; the real mask is set last.
+	if err := ptrace.SetSigMask(b.target, ^uint64(0)); err != nil {
+		return err
+	}
+	for i, a := range p.Signals.Actions {
+		sig := i + 1
+		if a == (image.Sigaction{}) || sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) {
+			continue
+		}
+		if err := b.write(scratchOff, ptrace.Bytes(&a)); err != nil {
+			return err
+		}
+		if _, err := b.call(fmt.Sprintf("rt_sigaction %d", sig), unix.SYS_RT_SIGACTION, uint64(sig), b.gadget+scratchOff, 0, 8); err != nil {
+			return err
+		}
+	}
+	th := &p.Threads[0]
+	if th.AltStack.Flags&ssDisable == 0 && th.AltStack.Size != 0 {
+		ss := struct {
+			SP    uint64
+			Flags int32
+			_     int32
+			Size  uint64
+		}{SP: th.AltStack.SP, Flags: th.AltStack.Flags &^ ssOnStack, Size: th.AltStack.Size}
+		if err := b.write(scratchOff, ptrace.Bytes(&ss)); err != nil {
+			return err
+		}
+		if _, err := b.call("sigaltstack", unix.SYS_SIGALTSTACK, b.gadget+scratchOff, 0); err != nil {
+			return err
+		}
+	}
+	for which, it := range []image.ITimer{p.Timers.Real, p.Timers.Virtual, p.Timers.Prof} {
+		if it.ValueUs == 0 && it.IntervalUs == 0 {
+			continue
+		}
+		v := [4]int64{it.IntervalUs / 1e6, it.IntervalUs % 1e6, it.ValueUs / 1e6, it.ValueUs % 1e6}
+		if err := b.write(scratchOff, ptrace.Bytes(&v)); err != nil {
+			return err
+		}
+		if _, err := b.call("setitimer", unix.SYS_SETITIMER, uint64(which), b.gadget+scratchOff, 0); err != nil {
+			return err
+		}
+	}
+	if err := b.posixTimers(); err != nil {
+		return err
+	}
+	for _, si := range p.Signals.Pending {
+		if err := b.queue(si, 0); err != nil {
+			return err
+		}
+	}
+	for _, si := range th.Pending {
+		if err := b.queue(si, th.TID); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// posixTimers re-creates timer_create timers with their IDs: the kernel
+// hands out IDs in order from 0, so holes are filled with timers that are
+// deleted afterwards.
+func (b *builder) posixTimers() error {
+	ts := b.p.Timers.Posix
+	if len(ts) == 0 {
+		return nil
+	}
+	want := map[int]image.PosixTimer{}
+	maxID := 0
+	for _, t := range ts {
+		want[t.ID] = t
+		maxID = max(maxID, t.ID)
+	}
+	if maxID > 4096 {
+		return fmt.Errorf("posix timer id %d: too large to recreate", maxID)
+	}
+	var filler []int
+	for id := 0; id <= maxID; id++ {
+		t, ok := want[id]
+		// struct sigevent: sigval (8), signo (4), notify (4), tid (4) ...
+		var ev [64]byte
+		clock := 1 // CLOCK_MONOTONIC for fillers
+		if ok {
+			binary.LittleEndian.PutUint64(ev[0:], t.SigValue)
+			binary.LittleEndian.PutUint32(ev[8:], uint32(t.Signal))
+			binary.LittleEndian.PutUint32(ev[12:], uint32(t.Notify))
+			if t.Notify&sigevThreadID != 0 {
+				binary.LittleEndian.PutUint32(ev[16:], uint32(t.NotifyTID))
+			}
+			clock = t.Clock
+		} else {
+			binary.LittleEndian.PutUint32(ev[12:], 1) // SIGEV_NONE
+		}
+		if err := b.write(scratchOff, ev[:]); err != nil {
+			return err
+		}
+		if _, err := b.call("timer_create", unix.SYS_TIMER_CREATE, uint64(clock), b.gadget+scratchOff, b.gadget+scratchOff+64); err != nil {
+			return err
+		}
+		var got [4]byte
+		if err := ptrace.ReadMem(b.target, b.gadget+scratchOff+64, got[:]); err != nil {
+			return err
+		}
+		if gid := int(binary.LittleEndian.Uint32(got[:])); gid != id {
+			return fmt.Errorf("timer_create gave id %d, want %d", gid, id)
+		}
+		if !ok {
+			filler = append(filler, id)
+			continue
+		}
+		spec := [4]int64{t.IntervalNs / 1e9, t.IntervalNs % 1e9, t.ValueNs / 1e9, t.ValueNs % 1e9}
+		if t.ValueNs == 0 && t.IntervalNs == 0 {
+			continue
+		}
+		if err := b.write(scratchOff, ptrace.Bytes(&spec)); err != nil {
+			return err
+		}
+		if _, err := b.call("timer_settime", unix.SYS_TIMER_SETTIME, uint64(id), 0, b.gadget+scratchOff, 0); err != nil {
+			return err
+		}
+	}
+	for _, id := range filler {
+		if _, err := b.call("timer_delete", unix.SYS_TIMER_DELETE, uint64(id)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// queue puts a pending signal back, with its siginfo: to the process, or
+// to thread tid. Sent by the process to itself, any si_code is accepted.
+func (b *builder) queue(si image.SigInfo, tid int) error {
+	if len(si) != ptrace.SigInfoSize {
+		return fmt.Errorf("siginfo of %d bytes: %w", len(si), image.ErrCorrupt)
+	}
+	sig := uint64(binary.LittleEndian.Uint32(si))
+	if err := b.write(scratchOff, si); err != nil {
+		return err
+	}
+	if tid == 0 {
+		_, err := b.call(fmt.Sprintf("rt_sigqueueinfo %d", sig), unix.SYS_RT_SIGQUEUEINFO, uint64(b.target), sig, b.gadget+scratchOff)
+		return err
+	}
+	_, err := b.call(fmt.Sprintf("rt_tgsigqueueinfo %d", sig), unix.SYS_RT_TGSIGQUEUEINFO, uint64(b.target), uint64(tid), sig, b.gadget+scratchOff)
+	return err
+}
+
+// creds restores credentials, last: the calls before needed privilege.
+func (b *builder) creds() error {
+	c := b.p.Creds
+	if c.Seccomp == 2 && len(c.Filters) > 0 {
+		b.warnf("seccomp filters (%d) are not restored yet", len(c.Filters))
+	}
+	if c.UID == [4]int{} && c.GID == [4]int{} {
+		return nil
+	}
+	groups := make([]byte, 4*len(c.Groups))
+	for i, g := range c.Groups {
+		binary.LittleEndian.PutUint32(groups[4*i:], uint32(g))
+	}
+	if err := b.write(scratchOff, groups); err != nil {
+		return err
+	}
+	if _, err := b.call("setgroups", unix.SYS_SETGROUPS, uint64(len(c.Groups)), b.gadget+scratchOff); err != nil {
+		return err
+	}
+	if _, err := b.call("setresgid", unix.SYS_SETRESGID, uint64(c.GID[0]), uint64(c.GID[1]), uint64(c.GID[2])); err != nil {
+		return err
+	}
+	if _, err := b.call("setfsgid", unix.SYS_SETFSGID, uint64(c.GID[3])); err != nil {
+		return err
+	}
+	if _, err := b.call("setresuid", unix.SYS_SETRESUID, uint64(c.UID[0]), uint64(c.UID[1]), uint64(c.UID[2])); err != nil {
+		return err
+	}
+	if _, err := b.call("setfsuid", unix.SYS_SETFSUID, uint64(c.UID[3])); err != nil {
+		return err
+	}
+	return nil
+}
+
+// finish removes the gadget area and gives the thread its registers back.
+func (b *builder) finish() error {
+	// The gadget cannot unmap itself and return to its int3: use a
+	// syscall instruction of the restored vDSO, single-stepping over it.
+	for _, v := range b.p.VMAs {
+		if v.Kind != image.VMAVDSO {
+			continue
+		}
+		buf := make([]byte, v.Len())
+		if err := ptrace.ReadMem(b.target, v.Start, buf); err != nil {
+			return err
+		}
+		if i := bytes.Index(buf, []byte{0x0f, 0x05}); i >= 0 {
+			b.in.Gadget, b.in.Step = v.Start+uint64(i), true
+		}
+	}
+	if b.in.Step {
+		if _, err := b.call("munmap gadget", unix.SYS_MUNMAP, b.gadget, gadgetSize); err != nil {
+			return err
+		}
+	} else {
+		b.warnf("no vdso in the image: the restorer's gadget area stays mapped at %#x", b.gadget)
+	}
+	if len(b.in.Signals) > 0 {
+		return fmt.Errorf("unexpected signals during restore: %v", b.in.Signals)
+	}
+	th := &b.p.Threads[0]
+	regs := resumeRegs(th.Regs)
+	if err := ptrace.SetRegs(b.target, (*unix.PtraceRegs)(unsafe.Pointer(&regs))); err != nil {
+		return err
+	}
+	if err := ptrace.SetXState(b.target, th.XState); err != nil {
+		return err
+	}
+	return ptrace.SetSigMask(b.target, th.SigMask)
+}
+
+// resumeRegs adjusts the registers of a thread that was stopped inside a
+// system call, as the kernel does on the way back from a signal with no
+// handler (see the package doc).
+func resumeRegs(r image.Regs) image.Regs {
+	if int64(r.OrigRax) < 0 {
+		return r
+	}
+	switch -int64(r.Rax) {
+	case restartSys, restartNoIntr, restartNoHand:
+		r.Rax = r.OrigRax
+		r.Rip -= 2
+	case restartBlock:
+		r.Rax = uint64(^uint64(unix.EINTR) + 1)
+	}
+	r.OrigRax = ^uint64(0)
+	return r
+}

@@ -1,0 +1,264 @@
+package restore
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"syscall"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
+)
+
+// openFlagsKept are the status flags reopened files get back.
+const openFlagsKept = unix.O_ACCMODE | unix.O_APPEND | unix.O_NONBLOCK | unix.O_DSYNC | unix.O_SYNC |
+	unix.O_DIRECT | unix.O_NOATIME | unix.O_LARGEFILE | unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW
+
+// pass adds a file to the helper's fd table and returns its fd number there.
+func (b *builder) pass(f *os.File, owned bool) int {
+	if owned {
+		b.owned = append(b.owned, f)
+	}
+	b.passed = append(b.passed, f)
+	return b.passBase + len(b.passed) - 1
+}
+
+// prepareFiles opens, in ckpt-redo, every file the process will have: its
+// open file descriptions (with their flags and offsets), the files behind
+// its mappings, and its executable. They reach the new process through the
+// helper's fd table.
+func (b *builder) prepareFiles() error {
+	p := b.p
+	maxFD := 2
+	for _, e := range p.FDs {
+		maxFD = max(maxFD, e.FD)
+	}
+	b.passBase = maxFD + 1
+	b.fileFD = map[int]int{}
+	b.mapFD = map[int]int{}
+	byTarget := map[int]int{} // file ID -> a target fd using it
+	for _, e := range p.FDs {
+		if _, ok := byTarget[e.File]; !ok {
+			byTarget[e.File] = e.FD
+		}
+	}
+	pipes := map[uint64][2]*os.File{}
+	for _, e := range p.FDs {
+		if f, ok := b.opts.Inherit[e.FD]; ok {
+			b.fdOverride(e.FD, b.pass(f, false))
+		}
+	}
+	for i := range p.Files {
+		f := &p.Files[i]
+		tfd, used := byTarget[f.ID]
+		if !used {
+			continue
+		}
+		if _, ok := b.opts.Inherit[tfd]; ok {
+			continue
+		}
+		of, err := b.openFile(f, tfd, pipes)
+		if err != nil {
+			return fmt.Errorf("fd %d: %w", tfd, err)
+		}
+		b.fileFD[f.ID] = b.pass(of, true)
+	}
+	for i, ref := range p.Mapped {
+		write := false
+		for _, v := range p.VMAs {
+			if v.File == i && v.Shared && v.Prot&unix.PROT_WRITE != 0 {
+				write = true
+			}
+		}
+		f, err := b.openRef(&ref, write, true)
+		if err != nil {
+			return fmt.Errorf("mapped file %s: %w", ref.Path, err)
+		}
+		b.mapFD[i] = b.pass(f, true)
+		if ref.Path == p.Exe && !ref.Deleted {
+			b.exeFD = b.mapFD[i]
+		}
+	}
+	if b.exeFD == 0 {
+		f, err := os.Open(p.Exe)
+		if err != nil {
+			b.warnf("executable %s: %v; /proc/%d/exe will not point to it", p.Exe, err, p.PID)
+			b.exeFD = -1
+		} else {
+			b.exeFD = b.pass(f, true)
+		}
+	}
+	return nil
+}
+
+// fdOverride records that target fd tfd takes the passed fd pfd whatever
+// the image says.
+func (b *builder) fdOverride(tfd, pfd int) {
+	if b.override == nil {
+		b.override = map[int]int{}
+	}
+	b.override[tfd] = pfd
+}
+
+func (b *builder) openFile(f *image.File, tfd int, pipes map[uint64][2]*os.File) (*os.File, error) {
+	switch f.Kind {
+	case image.FileRegular, image.FileDir, image.FileChar:
+		of, err := b.openRef(&f.Ref, false, false, f.Flags)
+		if err != nil {
+			return nil, err
+		}
+		if f.Kind == image.FileRegular && f.Pos != 0 {
+			if _, err := of.Seek(f.Pos, 0); err != nil {
+				of.Close()
+				return nil, fmt.Errorf("%s: seek to %d: %w", f.Ref.Path, f.Pos, err)
+			}
+		}
+		return of, nil
+	case image.FileTTY:
+		if b.opts.ShellJob {
+			for _, our := range []*os.File{os.Stdin, os.Stdout, os.Stderr} {
+				if _, err := unix.IoctlGetTermios(int(our.Fd()), unix.TCGETS); err == nil {
+					return dupFile(our)
+				}
+			}
+			return nil, fmt.Errorf("terminal %s: --shell-job given but ckpt-redo runs on no terminal: %w", f.Ref.Path, ErrExternal)
+		}
+		if b.opts.Stdio != "" && tfd <= 2 {
+			return b.openStdio()
+		}
+		return nil, fmt.Errorf("terminal %s: the process ran on a terminal; pass --shell-job to attach it to this one, "+
+			"or --stdio FILE to replace its standard fds: %w", f.Ref.Path, ErrExternal)
+	case image.FilePipe:
+		if f.Pipe.External {
+			if b.opts.Stdio != "" && tfd <= 2 {
+				return b.openStdio()
+			}
+			return nil, fmt.Errorf("pipe:[%d] whose other end is outside the dump; pass --inherit-fd %d to give it this "+
+				"ckpt-redo's fd %d, or --stdio FILE: %w", f.Pipe.Ino, tfd, tfd, ErrExternal)
+		}
+		ends, ok := pipes[f.Pipe.Ino]
+		if !ok {
+			var err error
+			if ends, err = b.makePipe(f.Pipe); err != nil {
+				return nil, fmt.Errorf("pipe:[%d]: %w", f.Pipe.Ino, err)
+			}
+			pipes[f.Pipe.Ino] = ends
+		}
+		end := ends[0]
+		if f.Pipe.Write {
+			end = ends[1]
+		}
+		// Each end is one open file description; give it its flags.
+		if _, err := unix.FcntlInt(end.Fd(), unix.F_SETFL, f.Flags&(unix.O_NONBLOCK|unix.O_APPEND|unix.O_DIRECT)); err != nil {
+			return nil, fmt.Errorf("pipe:[%d]: set flags: %w", f.Pipe.Ino, err)
+		}
+		return dupFile(end)
+	}
+	return nil, fmt.Errorf("file kind %q: not supported", f.Kind)
+}
+
+func (b *builder) openStdio() (*os.File, error) {
+	f, err := os.OpenFile(b.opts.Stdio, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("--stdio: %w", err)
+	}
+	return f, nil
+}
+
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// makePipe creates a pipe of the old capacity holding the old buffered data.
+func (b *builder) makePipe(pp *image.Pipe) ([2]*os.File, error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		return [2]*os.File{}, err
+	}
+	ends := [2]*os.File{os.NewFile(uintptr(fds[0]), "pipe-r"), os.NewFile(uintptr(fds[1]), "pipe-w")}
+	b.owned = append(b.owned, ends[0], ends[1])
+	if pp.Size > 0 {
+		if _, err := unix.FcntlInt(uintptr(fds[1]), unix.F_SETPIPE_SZ, pp.Size); err != nil {
+			return ends, fmt.Errorf("set capacity %d: %w", pp.Size, err)
+		}
+	}
+	if pp.DataID != 0 {
+		data, ok := b.img.data[pp.DataID]
+		if !ok {
+			return ends, fmt.Errorf("buffered data record %d missing: %w", pp.DataID, image.ErrCorrupt)
+		}
+		if _, err := ends[1].Write(data); err != nil {
+			return ends, fmt.Errorf("refill %d bytes: %w", len(data), err)
+		}
+	}
+	return ends, nil
+}
+
+// openRef opens a file as the image describes it. Files whose content is
+// in the image (deleted at dump time) are recreated as unnamed files.
+// strict (for mapped files) refuses a file that changed since the dump.
+func (b *builder) openRef(ref *image.FileRef, write, strict bool, flags ...int) (*os.File, error) {
+	fl := unix.O_RDONLY
+	if write {
+		fl = unix.O_RDWR
+	}
+	if len(flags) > 0 {
+		fl = flags[0] & openFlagsKept
+	}
+	if ref.Deleted {
+		return b.ghost(ref, fl)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(ref.Path, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", ref.Path, err)
+	}
+	if st.Mode&syscall.S_IFMT != ref.Mode&syscall.S_IFMT {
+		return nil, fmt.Errorf("%s: was mode %#o, now %#o: %w", ref.Path, ref.Mode, st.Mode, ErrFileChanged)
+	}
+	if strict && st.Mode&syscall.S_IFMT == syscall.S_IFREG {
+		mtime := st.Mtim.Sec*1e9 + st.Mtim.Nsec
+		if st.Size != ref.Size || mtime != ref.MtimeNs {
+			return nil, fmt.Errorf("%s: was %d bytes modified at %d, now %d bytes modified at %d (replaced or rewritten): %w",
+				ref.Path, ref.Size, ref.MtimeNs, st.Size, mtime, ErrFileChanged)
+		}
+	}
+	f, err := os.OpenFile(ref.Path, fl|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// ghost recreates a deleted file from the image: an O_TMPFILE file in the
+// directory it was in (or /tmp), which has no name, as before.
+func (b *builder) ghost(ref *image.FileRef, flags int) (*os.File, error) {
+	data, ok := b.img.data[ref.DataID]
+	if !ok {
+		return nil, fmt.Errorf("%s: content record %d missing: %w", ref.Path, ref.DataID, image.ErrCorrupt)
+	}
+	var tmp *os.File
+	for _, dir := range []string{filepath.Dir(ref.Path), os.TempDir()} {
+		fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, ref.Mode&0o7777)
+		if err == nil {
+			tmp = os.NewFile(uintptr(fd), ref.Path)
+			break
+		}
+	}
+	if tmp == nil {
+		return nil, fmt.Errorf("%s: cannot create an unnamed file for the deleted file's content", ref.Path)
+	}
+	defer tmp.Close()
+	if _, err := tmp.Write(data); err != nil {
+		return nil, fmt.Errorf("%s: write content: %w", ref.Path, err)
+	}
+	// A fresh open file description with the original flags.
+	f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", tmp.Fd()), flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: reopen: %w", ref.Path, err)
+	}
+	return f, nil
+}

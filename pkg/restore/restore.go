@@ -1,0 +1,340 @@
+// Package restore brings a checkpointed process back from its image.
+//
+// The Go runtime cannot unmap itself, so the process is built from outside.
+// ckpt-redo starts a tiny single-threaded helper program (see helper.go),
+// seizes it with ptrace, and through system calls injected into it:
+//
+//  1. forks the new process with clone3 set_tid, so it gets its old PID;
+//  2. in that process, maps a small gadget page (`syscall; int3` and scratch
+//     memory) at an address the image leaves free, and unmaps everything else;
+//  3. maps the vDSO at its old address (arch_prctl ARCH_MAP_VDSO_64) and every
+//     VMA at its original address, file-backed ones from files opened by
+//     ckpt-redo and inherited through the helper;
+//  4. writes the pages with process_vm_writev in large batches while the
+//     next batch is read from the image, then sets the final protections;
+//  5. restores the mm (PR_SET_MM_MAP, with exe and auxv), file descriptors
+//     (dup3 of the inherited files), signal handlers, sigaltstack, timers,
+//     rlimits, umask, cwd, rseq, robust list, pending signals, session and
+//     process group, and credentials last;
+//  6. unmaps the gadget page and sets the registers and full xstate.
+//
+// The process is then held stopped (Built) until Release lets it run. While
+// it is being built it is traced with PTRACE_O_EXITKILL: if anything fails,
+// or ckpt-redo dies, it is killed, and nothing half-restored is left.
+//
+// A thread stopped inside a system call at dump time resumes as after a
+// signal with no handler: calls the kernel restarts transparently (read,
+// write, wait4, pause, accept, futex without timeout...: -ERESTARTSYS,
+// -ERESTARTNOINTR, -ERESTARTNOHAND) are restarted; calls that can only be
+// resumed through the kernel's restart block (nanosleep, clock_nanosleep,
+// poll, epoll_wait, futex with a timeout: -ERESTART_RESTARTBLOCK) return
+// EINTR.
+package restore
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"github.com/ckpt/ckpt/pkg/ptrace"
+	"golang.org/x/sys/unix"
+)
+
+// Errors callers can branch on.
+var (
+	// ErrPIDInUse means the PID the image needs is taken.
+	ErrPIDInUse = errors.New("pid in use")
+	// ErrIncompatible means the image was taken on a machine this one
+	// cannot stand in for (CPU features, kernel vDSO, architecture).
+	ErrIncompatible = errors.New("image is incompatible with this machine")
+	// ErrFileChanged means a file the process uses changed since the dump.
+	ErrFileChanged = errors.New("file changed since the dump")
+	// ErrExternal means the process had a resource shared with something
+	// outside the dump, and no option says how to replace it.
+	ErrExternal = errors.New("external resource")
+)
+
+// Options tune a restore.
+type Options struct {
+	// ShellJob attaches terminal fds to ckpt-redo's own terminal.
+	ShellJob bool
+	// Inherit gives target fd N one of ckpt-redo's files, replacing what
+	// the image says.
+	Inherit map[int]*os.File
+	// Stdio replaces fds 0-2 that cannot be restored otherwise (a pipe
+	// or terminal outside the dump) with this file, e.g. /dev/null.
+	Stdio string
+	// Progress, if set, is called as pages are written.
+	Progress func(done, total int64)
+	// Fault, if set, is called at the start of each phase with its name.
+	Fault func(phase string)
+	// Log receives warnings; nil discards them.
+	Log func(format string, args ...any)
+}
+
+func (o *Options) logf(format string, args ...any) {
+	if o.Log != nil {
+		o.Log(format, args...)
+	}
+}
+
+func (o *Options) fault(phase string) {
+	if o.Fault != nil {
+		o.Fault(phase)
+	}
+}
+
+// Phases named to Options.Fault.
+const (
+	PhaseChecked = "checked"
+	PhaseCreated = "created"
+	PhaseMemory  = "memory"
+	PhaseBuilt   = "built"
+)
+
+// Result tells what a restore did.
+type Result struct {
+	PID        int           `json:"pid"`
+	Threads    int           `json:"threads"`
+	Pages      int64         `json:"pages"`
+	Bytes      int64         `json:"bytes"`
+	Build      time.Duration `json:"build_ns"` // until the process was complete
+	MemoryRate float64       `json:"memory_mb_per_s"`
+	Warnings   []string      `json:"warnings,omitempty"`
+}
+
+// Restored is a process rebuilt from an image and held stopped.
+type Restored struct {
+	Result
+	proc    *image.Process
+	tasks   []int
+	stopped bool
+	done    bool
+}
+
+// Release lets the restored process run, detached from ckpt-redo. It must
+// be called from the goroutine (locked OS thread) that called Build.
+func (r *Restored) Release() error {
+	if r.done {
+		return nil
+	}
+	r.done = true
+	var sig unix.Signal
+	if r.stopped {
+		sig = unix.SIGSTOP
+	}
+	for i := len(r.tasks) - 1; i >= 0; i-- {
+		if err := ptrace.Detach(r.tasks[i], sig); err != nil {
+			unix.Kill(r.PID, unix.SIGKILL)
+			return fmt.Errorf("release %d: %w", r.PID, err)
+		}
+	}
+	return nil
+}
+
+// Kill discards the restored process.
+func (r *Restored) Kill() {
+	if r.done {
+		return
+	}
+	r.done = true
+	unix.Kill(r.PID, unix.SIGKILL)
+	for _, t := range r.tasks {
+		ptrace.Detach(t, 0)
+	}
+}
+
+// Restore builds the process from the image stream and releases it. The
+// calling goroutine is locked to its OS thread for the duration.
+func Restore(rd io.Reader, opts Options) (*Result, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	r, err := Build(rd, opts)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Release(); err != nil {
+		return nil, err
+	}
+	return &r.Result, nil
+}
+
+// Build rebuilds the process from the image stream and holds it stopped.
+// The caller must have locked its goroutine to its OS thread and keep it
+// locked until Release or Kill.
+func Build(rd io.Reader, opts Options) (*Restored, error) {
+	start := time.Now()
+	ir, err := image.NewReader(rd)
+	if err != nil {
+		return nil, err
+	}
+	img, err := readMeta(ir)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkMachine(&img.hdr); err != nil {
+		return nil, err
+	}
+	p := img.procs[0]
+	if err := checkPID(p.PID, p.Comm); err != nil {
+		return nil, err
+	}
+	opts.fault(PhaseChecked)
+	b := &builder{img: img, p: p, opts: &opts}
+	defer b.cleanup()
+	if err := b.prepareFiles(); err != nil {
+		return nil, fmt.Errorf("restore %d: %w", p.PID, err)
+	}
+	if err := b.create(); err != nil {
+		return nil, fmt.Errorf("restore %d: %w", p.PID, err)
+	}
+	opts.fault(PhaseCreated)
+	if err := b.build(ir); err != nil {
+		b.killTarget()
+		return nil, fmt.Errorf("restore %d: %w", p.PID, err)
+	}
+	opts.fault(PhaseBuilt)
+	r := &Restored{proc: p, tasks: b.tasks, stopped: p.Misc.Stopped}
+	r.PID = p.PID
+	r.Threads = len(p.Threads)
+	r.Pages, r.Bytes = b.pages, b.bytes
+	r.Build = time.Since(start)
+	if s := b.memTime.Seconds(); s > 0 {
+		r.MemoryRate = float64(b.bytes) / s / 1e6
+	}
+	r.Warnings = b.warnings
+	b.target = 0 // owned by r now
+	return r, nil
+}
+
+// imageMeta is what an image says before its pages.
+type imageMeta struct {
+	hdr   image.Header
+	procs []*image.Process
+	data  map[int][]byte
+	// next is the first record after the metadata (pages or nil at end).
+	next *image.Record
+}
+
+func readMeta(ir *image.Reader) (*imageMeta, error) {
+	m := &imageMeta{data: map[int][]byte{}}
+	rec, err := ir.Next()
+	if err == io.EOF {
+		return nil, fmt.Errorf("image has no header: %w", image.ErrCorrupt)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if rec.Type != image.TypeHeader {
+		return nil, fmt.Errorf("%s: want a header first: %w", rec, image.ErrCorrupt)
+	}
+	if err := rec.Decode(&m.hdr); err != nil {
+		return nil, err
+	}
+	for {
+		rec, err := ir.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		switch rec.Type {
+		case image.TypeProcess:
+			p := new(image.Process)
+			if err := rec.Decode(p); err != nil {
+				return nil, err
+			}
+			m.procs = append(m.procs, p)
+			continue
+		case image.TypeFileData:
+			var fd image.FileData
+			if err := rec.Decode(&fd); err != nil {
+				return nil, err
+			}
+			if fd.Size > rec.DataLen || fd.Size < 0 {
+				return nil, fmt.Errorf("%s: size %d over its data: %w", rec, fd.Size, image.ErrCorrupt)
+			}
+			buf := make([]byte, rec.DataLen)
+			if _, err := ir.ReadData(buf); err != nil {
+				return nil, err
+			}
+			m.data[fd.ID] = buf[:fd.Size]
+			continue
+		}
+		m.next = rec
+		break
+	}
+	if len(m.procs) == 0 {
+		return nil, fmt.Errorf("image holds no process: %w", image.ErrCorrupt)
+	}
+	if len(m.procs) > 1 {
+		return nil, fmt.Errorf("image holds %d processes; restoring process trees is not supported yet", len(m.procs))
+	}
+	if err := validate(m.procs[0]); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// validate checks the invariants restore relies on, so that a corrupt but
+// well-checksummed image is refused instead of misbehaving.
+func validate(p *image.Process) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("process %d: "+format+": %w", append([]any{p.PID}, append(args, image.ErrCorrupt)...)...)
+	}
+	if p.PID <= 0 || p.PID > 1<<22 {
+		return bad("pid out of range")
+	}
+	if len(p.Threads) == 0 || p.Threads[0].TID != p.PID {
+		return bad("no leader thread")
+	}
+	if len(p.Threads) > 1 {
+		return fmt.Errorf("process %d has %d threads; restoring multi-threaded processes is not supported yet", p.PID, len(p.Threads))
+	}
+	var prevEnd uint64
+	for i, v := range p.VMAs {
+		if v.Start%image.PageSize != 0 || v.End%image.PageSize != 0 || v.End <= v.Start || v.Start < prevEnd {
+			return bad("vma %d %#x-%#x malformed", i, v.Start, v.End)
+		}
+		if v.Kind == image.VMAFile && (v.File < 0 || v.File >= len(p.Mapped)) {
+			return bad("vma %d names file %d of %d", i, v.File, len(p.Mapped))
+		}
+		prevEnd = v.End
+	}
+	for _, fd := range p.FDs {
+		if fd.FD < 0 || fd.FD > 1<<20 || fd.File < 0 || fd.File >= len(p.Files) {
+			return bad("fd %d malformed", fd.FD)
+		}
+	}
+	if len(p.Signals.Actions) != 0 && len(p.Signals.Actions) != 64 {
+		return bad("%d signal actions", len(p.Signals.Actions))
+	}
+	return nil
+}
+
+// checkPID makes sure the PID is free, and says what holds it if not.
+func checkPID(pid int, comm string) error {
+	st, err := proc.ReadStat(pid, 0)
+	if err != nil {
+		return nil
+	}
+	if st.State == 'Z' {
+		if st.Comm == comm {
+			return fmt.Errorf("pid %d is held by the zombie of the dumped process (%s): its parent %d has not reaped it; "+
+				"make the parent reap it (or kill the parent), then retry: %w", pid, comm, st.PPID, ErrPIDInUse)
+		}
+		return fmt.Errorf("pid %d is held by a zombie (%s) whose parent %d has not reaped it: %w", pid, st.Comm, st.PPID, ErrPIDInUse)
+	}
+	if st.Comm == comm {
+		return fmt.Errorf("pid %d is in use by a running %s — is the dumped process still running (dumped with --leave-running)? "+
+			"kill it first, then retry: %w", pid, comm, ErrPIDInUse)
+	}
+	return fmt.Errorf("pid %d is in use by %s (parent %d); the process must get its old PID back: stop that process, then retry: %w",
+		pid, st.Comm, st.PPID, ErrPIDInUse)
+}
