@@ -28,11 +28,16 @@
 //
 //	bytes node i sends = ceil(size_i / BlockSize) · BlockSize  (Layout.PaddedSize)
 //
-// exactly, whatever N is, and with equal sizes every node stores
-// 1/(N-1) of its image size as parity (to within one block). With unequal
-// sizes, the nodes whose images are exhausted first store the parity of the
-// remaining full-width stripes, and the tail of an image longer than all
-// others is mirrored (a one-block stripe's parity is a copy).
+// exactly, whatever N is, and with equal sizes every node stores 1/(N-1)
+// of its image size as parity (to within one block). With unequal sizes the
+// node with the least data left takes the parity of the next stripe, so all
+// nodes stay in the ring as long as possible and image+parity per node is
+// levelled; for sizes within about 20% of each other the total parity is
+// still the minimum, ceil(Σ blocks/(N-1)) blocks. The price of the
+// invariant shows with very unequal images: once a node has no data left it
+// cannot relay, the ring breaks into shorter chains, and the tail of an
+// image longer than all others is mirrored (a one-block stripe's parity is
+// a copy of it).
 //
 // # Recovery
 //

@@ -62,7 +62,7 @@ type CorruptError struct {
 	Kind   BlockKind // image or parity block
 	Block  int       // index of the block among the node's blocks of that kind
 	Stripe int       // stripe the block belongs to
-	Offset int64     // byte offset of the block in its file (image or share)
+	Offset int64     // byte offset of the block in its file (image, or share file including its header)
 	Length int       // bytes of the block on disk
 	Want   uint32    // crc32c recorded at encode time
 	Got    uint32    // crc32c of the bytes read

@@ -40,7 +40,7 @@ type Options struct {
 	NoSync bool
 }
 
-func (o Options) withDefaults() Options {
+func (o Options) withDefaults() (Options, error) {
 	if o.BlockSize == 0 {
 		o.BlockSize = DefaultBlockSize
 	}
@@ -50,7 +50,10 @@ func (o Options) withDefaults() Options {
 	if o.ParityName == "" {
 		o.ParityName = DefaultParityName
 	}
-	return o
+	if o.ImageName == o.ParityName || filepath.Base(o.ImageName) != o.ImageName || filepath.Base(o.ParityName) != o.ParityName {
+		return o, fmt.Errorf("%w: image name %q and parity name %q must be distinct plain file names", ErrInvalid, o.ImageName, o.ParityName)
+	}
+	return o, nil
 }
 
 // NodeReport is one node's part of a Report.
@@ -104,7 +107,10 @@ func nodeReport(i int, dir string, size int64, st NodeStats) NodeReport {
 // io.Pipe, so the data path is exactly the one agents use over TCP.
 func EncodeDirs(ctx context.Context, dirs []string, opts Options) (Report, error) {
 	start := time.Now()
-	opts = opts.withDefaults()
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return Report{}, err
+	}
 	n := len(dirs)
 	if n < MinNodes {
 		return Report{}, fmt.Errorf("%w: parity needs at least %d node directories, got %d", ErrInvalid, MinNodes, n)
@@ -210,7 +216,10 @@ func EncodeDirs(ctx context.Context, dirs []string, opts Options) (Report, error
 // node's ring position, linked by io.Pipe.
 func RecoverDir(ctx context.Context, lost string, survivors []string, opts Options) (Report, error) {
 	start := time.Now()
-	opts = opts.withDefaults()
+	opts, err := opts.withDefaults()
+	if err != nil {
+		return Report{}, err
+	}
 	if len(survivors) == 0 {
 		return Report{}, fmt.Errorf("%w: no surviving node directories given", ErrInvalid)
 	}

@@ -136,6 +136,7 @@ func RunSurvivor(ctx context.Context, cfg RecoverConfig, left io.Reader, right i
 	e := &engine{
 		cfg: cfg.NodeConfig, lost: cfg.Lost, left: left, right: right,
 		data: data, parity: share.payload, wantData: h.DataCRC, wantParity: h.ParityCRC,
+		parityBase: h.PayloadOffset(),
 	}
 	return e.run(ctx)
 }
@@ -207,6 +208,7 @@ type engine struct {
 	parity      io.ReaderAt // own parity payload (recovery survivor)
 	wantData    []uint32    // survivor: recorded crc32c of own image blocks
 	wantParity  []uint32    // survivor: recorded crc32c of own parity blocks
+	parityBase  int64       // survivor: file offset of the parity payload, for error reports
 	hashOwn     bool        // encode: hash and checksum own image blocks
 	dataOut     io.Writer   // replacement: rebuilt image
 	parityOut   io.Writer   // encode, replacement: parity payload
@@ -416,9 +418,9 @@ func (e *engine) loader(ctx context.Context, p *pool, out chan<- item) error {
 		e.ownBytes += int64(n)
 		clear(buf[ref.len:])
 		crc := crc32.Checksum(buf[:ref.len], tab)
-		want := e.wantData
+		want, fileOff := e.wantData, ref.off
 		if ref.kind == kindParity {
-			want = e.wantParity
+			want, fileOff = e.wantParity, e.parityBase+ref.off
 		}
 		switch {
 		case e.hashOwn:
@@ -426,7 +428,7 @@ func (e *engine) loader(ctx context.Context, p *pool, out chan<- item) error {
 			e.dataCRC = append(e.dataCRC, crc)
 		case want[ref.index] != crc:
 			return &CorruptError{Node: e.cfg.Index, Kind: what, Block: ref.index, Stripe: st.stripe,
-				Offset: ref.off, Length: ref.len, Want: want[ref.index], Got: crc}
+				Offset: fileOff, Length: ref.len, Want: want[ref.index], Got: crc}
 		}
 		if err := send(ctx, out, item{buf: buf, pool: p, st: st}); err != nil {
 			return err

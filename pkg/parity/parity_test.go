@@ -397,8 +397,8 @@ func TestRecoverCorruptBlock(t *testing.T) {
 		if !errors.As(err, &ce) || !errors.Is(err, ErrCorrupt) {
 			t.Fatalf("recover with corrupt parity block: %v, want *CorruptError", err)
 		}
-		if ce.Node != pnode || ce.Kind != KindParity || ce.Block != pblock || ce.Stripe != stripe || ce.Offset != pboff {
-			t.Fatalf("corrupt block reported as %+v, want node %d parity block %d stripe %d offset %d", ce, pnode, pblock, stripe, pboff)
+		if ce.Node != pnode || ce.Kind != KindParity || ce.Block != pblock || ce.Stripe != stripe || ce.Offset != h.PayloadOffset()+pboff {
+			t.Fatalf("corrupt block reported as %+v, want node %d parity block %d stripe %d offset %d", ce, pnode, pblock, stripe, h.PayloadOffset()+pboff)
 		}
 		t.Log(err)
 		if ents, _ := os.ReadDir(dirs[x]); len(ents) != 0 {

@@ -1,0 +1,40 @@
+# ckpt: checkpoint/restore for Linux processes.
+GO      ?= go
+BIN     := bin
+GOFLAGS ?=
+TESTTIMEOUT ?= 15m
+
+.PHONY: all build test demo deps vet fuzz bench clean
+
+all: build
+
+build:
+	$(GO) build $(GOFLAGS) -o $(BIN)/ ./cmd/...
+
+# Everything the tests need on a fresh machine (run as root).
+deps:
+	@command -v gcc >/dev/null && command -v python3 >/dev/null || \
+		(apt-get update && apt-get install -y gcc libc6-dev python3)
+	@test -e /usr/lib/x86_64-linux-gnu/libc.a || (apt-get update && apt-get install -y libc6-dev)
+
+vet:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
+	$(GO) vet ./...
+
+test: deps build vet
+	$(GO) test -count=1 -timeout $(TESTTIMEOUT) ./...
+
+demo: build
+	$(BIN)/ckpt-reaper exec -- bash scripts/demo.sh
+
+# Short fuzz runs of every parser.
+fuzz:
+	$(GO) test ./pkg/image -run '^$$' -fuzz FuzzReader -fuzztime 30s
+	$(GO) test ./pkg/rewrite -run '^$$' -fuzz FuzzParse -fuzztime 30s
+	$(GO) test ./pkg/parity -run '^$$' -fuzz FuzzDecodeHeader -fuzztime 30s
+
+bench: build
+	$(GO) test ./test/bench -run '^$$' -bench . -benchtime 1x -timeout 30m
+
+clean:
+	rm -rf $(BIN)
