@@ -214,6 +214,11 @@ func main() {
 	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); e != 0 {
 		fatalf("prctl(PR_SET_CHILD_SUBREAPER): %v", e)
 	}
+	// Children get stdin, stdout and stderr only: an fd leaked into the
+	// reaper by whatever started it (a pipe to some other process) must not
+	// end up in the programs it runs, which tests checkpoint.
+	const closeRangeCloexec = 1 << 2
+	syscall.RawSyscall(436 /* close_range */, 3, ^uintptr(0), closeRangeCloexec)
 	// Ask for SIGCHLD before any child exists. SIGPIPE is caught (not
 	// ignored, which children would inherit) so that writing to a closed
 	// stdout gives EPIPE instead of killing the reaper.

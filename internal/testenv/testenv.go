@@ -142,6 +142,7 @@ var victims = map[string]victimSpec{
 	"filemap":         {"filemap.c", []string{"-O1", "-g"}},
 	"vector":          {"vector.c", []string{"-O2", "-g", "-mavx2", "-ffp-contract=off"}},
 	"pyheap":          {"pyheap.py", nil},
+	"memhog":          {"memhog.c", []string{"-O2"}},
 }
 
 // victimHeaders are included by the C victims and so part of the cache key.

@@ -161,7 +161,16 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 		}
 	}
 	opts.fault(PhaseMemory)
-	ms, err := dumpMemory(pid, plan, sink, opts.Progress)
+	// With --leave-running the process is let go as soon as its pages
+	// are all read, while they are still being written.
+	var early func()
+	if opts.LeaveRunning {
+		early = func() {
+			fz.release()
+			res.Frozen = time.Since(frozenAt)
+		}
+	}
+	ms, err := dumpMemory(pid, plan, sink, opts.Progress, early)
 	if err != nil {
 		return nil, fmt.Errorf("memory: %w", err)
 	}
@@ -176,14 +185,16 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 	}
 	opts.fault(PhaseCommitted)
 	if opts.LeaveRunning {
-		fz.release()
+		fz.release() // no-op if already released
 	} else {
 		if err := fz.kill(); err != nil {
 			return nil, err
 		}
 		res.Killed = true
 	}
-	res.Frozen = time.Since(frozenAt)
+	if res.Frozen == 0 {
+		res.Frozen = time.Since(frozenAt)
+	}
 	res.Total = time.Since(start)
 	return res, nil
 }

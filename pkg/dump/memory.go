@@ -116,24 +116,36 @@ type batch struct {
 
 // dumpMemory reads the planned pages with process_vm_readv in large
 // batches and writes them as pages records, reading the next batch while
-// the previous one is written.
-func dumpMemory(pid int, plan *memPlan, sink Sink, progress func(done, total int64)) (memStats, error) {
+// the previous one is written. If readDone is set, reading runs ahead of
+// writing into as many buffers as memory allows (see bufferLimit), and
+// readDone is called — on this goroutine, which owns the ptrace session —
+// as soon as the last page has been read.
+func dumpMemory(pid int, plan *memPlan, sink Sink, progress func(done, total int64), readDone func()) (memStats, error) {
 	start := time.Now()
 	var st memStats
-	free := make(chan []byte, 3)
-	for i := 0; i < cap(free); i++ {
-		free <- make([]byte, batchBytes)
+	batches := splitBatches(plan.runs)
+	nbuf := 3
+	if readDone != nil {
+		nbuf = max(nbuf, int(bufferLimit(plan.pages*pageSize)/batchBytes))
 	}
-	full := make(chan batch, cap(free))
+	free := make(chan []byte, nbuf)
+	for i := 0; i < nbuf; i++ {
+		free <- nil // allocated on first use
+	}
+	full := make(chan batch, nbuf)
 	stop := make(chan struct{})
+	allRead := make(chan struct{})
 	go func() {
 		defer close(full)
-		for _, b := range splitBatches(plan.runs) {
+		for _, b := range batches {
 			var buf []byte
 			select {
 			case buf = <-free:
 			case <-stop:
 				return
+			}
+			if buf == nil {
+				buf = make([]byte, batchBytes)
 			}
 			err := readBatch(pid, buf, b)
 			full <- batch{buf: buf, runs: b, err: err}
@@ -141,12 +153,29 @@ func dumpMemory(pid int, plan *memPlan, sink Sink, progress func(done, total int
 				return
 			}
 		}
+		close(allRead)
 	}()
 	defer close(stop)
 	total := plan.pages * pageSize
 	var done int64
 	zero := make([]byte, pageSize)
-	for b := range full {
+	ready := allRead
+	if readDone == nil {
+		ready = nil
+	}
+	for {
+		var b batch
+		var ok bool
+		select {
+		case <-ready:
+			readDone()
+			ready = nil
+			continue
+		case b, ok = <-full:
+		}
+		if !ok {
+			break
+		}
 		if b.err != nil {
 			return st, b.err
 		}
@@ -165,8 +194,23 @@ func dumpMemory(pid int, plan *memPlan, sink Sink, progress func(done, total int
 		}
 		free <- b.buf
 	}
+	if ready != nil {
+		readDone()
+	}
 	st.elapsed = time.Since(start)
 	return st, nil
+}
+
+// bufferLimit is how much memory a --leave-running dump may hold in
+// buffers to shorten the freeze: all of it if half the available memory
+// allows.
+func bufferLimit(want int64) int64 {
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return 0
+	}
+	avail := int64(si.Freeram+si.Bufferram) * int64(si.Unit) / 2
+	return min(want+batchBytes, avail)
 }
 
 // splitBatches cuts runs into batches of at most batchBytes and maxIov runs.

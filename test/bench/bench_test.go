@@ -1,0 +1,226 @@
+// Package bench measures dump and restore throughput against ceilings
+// measured in the same run on the same paths:
+//
+//   - dump ceiling: process_vm_readv of the same memory, plus writing the same
+//     number of bytes to a file on the same tmpfs;
+//   - restore ceiling: reading that file, plus copying it into freshly
+//     mmap'd anonymous memory (first-touch included, as a restore pays it).
+//
+// Memory on these VMs is much slower cold than warm, so every round runs
+// the ceilings, the dump and the restore interleaved, after the same
+// warm-up, and the medians are reported.
+//
+//	go test ./test/bench -run '^$' -bench . -benchtime 1x
+//	CKPT_BENCH_SIZES=64,1024 CKPT_BENCH_ROUNDS=3 go test ./test/bench ...
+package bench
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckpt/ckpt/internal/testenv"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"golang.org/x/sys/unix"
+)
+
+const chunk = 16 << 20
+
+func sizes() []int {
+	s := os.Getenv("CKPT_BENCH_SIZES")
+	if s == "" {
+		s = "64,1024,4096"
+	}
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		if n, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func rounds() int {
+	if n, err := strconv.Atoi(os.Getenv("CKPT_BENCH_ROUNDS")); err == nil && n > 0 {
+		return n
+	}
+	return 3
+}
+
+func median(v []float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[len(s)/2]
+}
+
+// bigVMA finds the victim's largest anonymous mapping.
+func bigVMA(t testing.TB, pid int) (uint64, uint64) {
+	maps, err := proc.ReadSmaps(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lo, hi uint64
+	for _, m := range maps {
+		if m.Inode == 0 && m.End-m.Start > hi-lo {
+			lo, hi = m.Start, m.End
+		}
+	}
+	return lo, hi
+}
+
+// dumpCeiling reads the victim's memory with process_vm_readv and writes as
+// many bytes to a file in dir; it returns MB/s for the two in sequence.
+func dumpCeiling(t testing.TB, pid int, dir string, size int64) (float64, string) {
+	lo, _ := bigVMA(t, pid)
+	buf := make([]byte, chunk)
+	start := time.Now()
+	for off := int64(0); off < size; off += chunk {
+		l := []unix.Iovec{{Base: &buf[0], Len: chunk}}
+		r := []unix.RemoteIovec{{Base: uintptr(lo + uint64(off)), Len: chunk}}
+		if _, err := unix.ProcessVMReadv(pid, l, r, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr := time.Since(start)
+	f, err := os.Create(filepath.Join(dir, "ceiling"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	for off := int64(0); off < size; off += chunk {
+		if _, err := f.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.Close()
+	tw := time.Since(start)
+	return float64(size) / (tr + tw).Seconds() / 1e6,
+		fmt.Sprintf("readv %.0f MB/s, write %.0f MB/s", float64(size)/tr.Seconds()/1e6, float64(size)/tw.Seconds()/1e6)
+}
+
+// restoreCeiling reads the ceiling file and copies it into fresh anonymous
+// memory.
+func restoreCeiling(t testing.TB, dir string, size int64) (float64, string) {
+	f, err := os.Open(filepath.Join(dir, "ceiling"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	defer os.Remove(f.Name())
+	buf := make([]byte, chunk)
+	mem, err := unix.Mmap(-1, 0, int(size), unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	var tr, tc time.Duration
+	for off := int64(0); off < size; off += chunk {
+		s := time.Now()
+		if _, err := f.ReadAt(buf, off); err != nil {
+			t.Fatal(err)
+		}
+		m := time.Now()
+		copy(mem[off:off+chunk], buf)
+		tr += m.Sub(s)
+		tc += time.Since(m)
+	}
+	return float64(size) / (tr + tc).Seconds() / 1e6,
+		fmt.Sprintf("read %.0f MB/s, copy into fresh memory %.0f MB/s", float64(size)/tr.Seconds()/1e6, float64(size)/tc.Seconds()/1e6)
+}
+
+type dumpResult struct {
+	Bytes  int64         `json:"bytes"`
+	Frozen time.Duration `json:"frozen_ns"`
+	Total  time.Duration `json:"total_ns"`
+}
+
+type restoreResult struct {
+	PID   int           `json:"pid"`
+	Bytes int64         `json:"bytes"`
+	Build time.Duration `json:"build_ns"`
+}
+
+func BenchmarkDumpRestore(b *testing.B) {
+	testenv.RequireRoot(b)
+	bin := testenv.BuildBinaries(b)
+	hog := testenv.BuildVictim(b, "memhog")
+	for _, mib := range sizes() {
+		b.Run(fmt.Sprintf("%dMiB", mib), func(b *testing.B) {
+			size := int64(mib) << 20
+			dir, err := os.MkdirTemp("/dev/shm", "ckpt-bench-")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer os.RemoveAll(dir)
+			r := testenv.StartReaper(b)
+			log := filepath.Join(dir, "log")
+			pid := r.Run(b, testenv.RunOpts{}, hog, log, strconv.Itoa(mib))
+			testenv.WaitForLine(b, log, func(l string) bool { return strings.HasPrefix(l, "ready") }, 5*time.Minute)
+			img := filepath.Join(dir, "img")
+			var dumpMB, dumpCeil, restMB, restCeil, frozen []float64
+			var dumpNote, restNote string
+			// Round -1 warms memory (tmpfs pages, fresh anonymous memory)
+			// the same way for everything measured; it is not recorded.
+			for i := -1; i < rounds(); i++ {
+				dc, dn := dumpCeiling(b, pid, dir, size)
+				rc, rn := restoreCeiling(b, dir, size)
+
+				// A --leave-running dump: its rate and the frozen time.
+				out, err := exec.Command(filepath.Join(bin, "ckpt"), "dump", "--json", "--leave-running", "--dir", img, strconv.Itoa(pid)).Output()
+				if err != nil {
+					b.Fatalf("dump: %v", err)
+				}
+				var dr dumpResult
+				if err := json.Unmarshal(out, &dr); err != nil {
+					b.Fatal(err)
+				}
+				if i >= 0 {
+					dumpCeil, restCeil = append(dumpCeil, dc), append(restCeil, rc)
+					dumpNote, restNote = dn, rn
+					dumpMB = append(dumpMB, float64(dr.Bytes)/dr.Total.Seconds()/1e6)
+					frozen = append(frozen, float64(dr.Frozen.Microseconds())/1e3)
+				}
+
+				// Kill the original, restore it, until every page is resident.
+				unix.Kill(pid, unix.SIGKILL)
+				r.WaitExit(b, pid, time.Minute)
+				jf := filepath.Join(dir, "restore.json")
+				redo := r.Run(b, testenv.RunOpts{Stdout: jf, Stderr: filepath.Join(dir, "redo.err")}, filepath.Join(bin, "ckpt-redo"), "--json", img)
+				if st := r.WaitExit(b, redo, 5*time.Minute); st.Code != 0 {
+					msg, _ := os.ReadFile(filepath.Join(dir, "redo.err"))
+					b.Fatalf("ckpt-redo: %v: %s", st, msg)
+				}
+				data, _ := os.ReadFile(jf)
+				os.Remove(jf)
+				var rr restoreResult
+				if err := json.Unmarshal(data, &rr); err != nil {
+					b.Fatalf("ckpt-redo output %q: %v", data, err)
+				}
+				if i >= 0 {
+					restMB = append(restMB, float64(rr.Bytes)/rr.Build.Seconds()/1e6)
+				}
+			}
+			// The restored process must hold the right memory.
+			unix.Kill(pid, unix.SIGUSR1)
+			line := testenv.WaitForLine(b, log, func(l string) bool { return strings.HasPrefix(l, "check") }, 5*time.Minute)
+			if line != "check ok" {
+				b.Fatalf("restored memhog: %s", line)
+			}
+			b.ReportMetric(median(dumpMB), "dump-MB/s")
+			b.ReportMetric(median(dumpCeil), "dump-ceiling-MB/s")
+			b.ReportMetric(100*median(dumpMB)/median(dumpCeil), "dump-%-of-ceiling")
+			b.ReportMetric(median(restMB), "restore-MB/s")
+			b.ReportMetric(median(restCeil), "restore-ceiling-MB/s")
+			b.ReportMetric(100*median(restMB)/median(restCeil), "restore-%-of-ceiling")
+			b.ReportMetric(median(frozen), "frozen-ms")
+			b.Logf("dump ceiling: %s; restore ceiling: %s", dumpNote, restNote)
+		})
+	}
+}
