@@ -53,6 +53,9 @@ type builder struct {
 	target int // pid of the process being built, 0 once handed over
 	tasks  []int
 	in     ptrace.Injector
+	// ins runs calls in each thread, in the order of Process.Threads
+	// (ins[0] is &in, the leader).
+	ins    []*ptrace.Injector
 	gadget uint64
 
 	pages, bytes int64
@@ -168,6 +171,9 @@ func (b *builder) build(ir *image.Reader) error {
 	}
 	if err := b.mm(); err != nil {
 		return fmt.Errorf("mm: %w", err)
+	}
+	if err := b.createThreads(); err != nil {
+		return fmt.Errorf("threads: %w", err)
 	}
 	if err := b.rlimits(); err != nil {
 		return fmt.Errorf("rlimits: %w", err)
@@ -445,25 +451,10 @@ func (b *builder) misc() error {
 	if _, err := b.call("personality", unix.SYS_PERSONALITY, p.Misc.Personality); err != nil {
 		return err
 	}
-	th := &p.Threads[0]
-	if err := b.writeString(scratchPathOff, th.Comm); err != nil {
-		return err
-	}
-	if _, err := b.call("prctl(PR_SET_NAME)", unix.SYS_PRCTL, unix.PR_SET_NAME, b.gadget+scratchPathOff); err != nil {
-		return err
-	}
-	if th.Rseq.Ptr != 0 {
-		if _, err := b.call("rseq", unix.SYS_RSEQ, th.Rseq.Ptr, uint64(th.Rseq.Size), 0, uint64(th.Rseq.Sig)); err != nil {
-			return err
+	for i := range p.Threads {
+		if err := b.threadMisc(i); err != nil {
+			return fmt.Errorf("thread %d: %w", p.Threads[i].TID, err)
 		}
-	}
-	if th.Robust.Head != 0 {
-		if _, err := b.call("set_robust_list", unix.SYS_SET_ROBUST_LIST, th.Robust.Head, th.Robust.Len); err != nil {
-			return err
-		}
-	}
-	if _, err := b.call("set_tid_address", unix.SYS_SET_TID_ADDRESS, th.ClearTID); err != nil {
-		return err
 	}
 	switch {
 	case p.SID == p.PID:
@@ -493,26 +484,28 @@ func (b *builder) misc() error {
 	return nil
 }
 
-func (b *builder) signals() error {
-	p := b.p
-	// Block everything while signals are queued, so none is delivered
-	// during the remaining injections; the real mask is set last.
-	if err := ptrace.SetSigMask(b.target, ^uint64(0)); err != nil {
+// threadMisc restores what each thread has of its own.
+func (b *builder) threadMisc(i int) error {
+	th, in := &b.p.Threads[i], b.ins[i]
+	if err := b.writeString(scratchPathOff, th.Comm); err != nil {
 		return err
 	}
-	for i, a := range p.Signals.Actions {
-		sig := i + 1
-		if a == (image.Sigaction{}) || sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) {
-			continue
-		}
-		if err := b.write(scratchOff, ptrace.Bytes(&a)); err != nil {
-			return err
-		}
-		if _, err := b.call(fmt.Sprintf("rt_sigaction %d", sig), unix.SYS_RT_SIGACTION, uint64(sig), b.gadget+scratchOff, 0, 8); err != nil {
+	if _, err := in.Call("prctl(PR_SET_NAME)", unix.SYS_PRCTL, unix.PR_SET_NAME, b.gadget+scratchPathOff); err != nil {
+		return err
+	}
+	if th.Rseq.Ptr != 0 {
+		if _, err := in.Call("rseq", unix.SYS_RSEQ, th.Rseq.Ptr, uint64(th.Rseq.Size), 0, uint64(th.Rseq.Sig)); err != nil {
 			return err
 		}
 	}
-	th := &p.Threads[0]
+	if th.Robust.Head != 0 {
+		if _, err := in.Call("set_robust_list", unix.SYS_SET_ROBUST_LIST, th.Robust.Head, th.Robust.Len); err != nil {
+			return err
+		}
+	}
+	if _, err := in.Call("set_tid_address", unix.SYS_SET_TID_ADDRESS, th.ClearTID); err != nil {
+		return err
+	}
 	if th.AltStack.Flags&ssDisable == 0 && th.AltStack.Size != 0 {
 		ss := struct {
 			SP    uint64
@@ -523,7 +516,88 @@ func (b *builder) signals() error {
 		if err := b.write(scratchOff, ptrace.Bytes(&ss)); err != nil {
 			return err
 		}
-		if _, err := b.call("sigaltstack", unix.SYS_SIGALTSTACK, b.gadget+scratchOff, 0); err != nil {
+		if _, err := in.Call("sigaltstack", unix.SYS_SIGALTSTACK, b.gadget+scratchOff, 0); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// createThreads clones every thread but the leader with its old TID. Each
+// starts as a copy of the leader stopped at the gadget; its own registers
+// are set at the end.
+func (b *builder) createThreads() error {
+	b.ins = []*ptrace.Injector{&b.in}
+	const flags = unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND | unix.CLONE_THREAD | unix.CLONE_SYSVSEM
+	for _, th := range b.p.Threads[1:] {
+		var args [cloneArgsSize + 8]byte
+		le := binary.LittleEndian
+		le.PutUint64(args[0:], flags)
+		le.PutUint64(args[64:], b.gadget+scratchOff+cloneArgsSize) // set_tid
+		le.PutUint64(args[72:], 1)
+		le.PutUint32(args[cloneArgsSize:], uint32(th.TID))
+		if err := b.write(scratchOff, args[:]); err != nil {
+			return err
+		}
+		ret, err := b.in.Syscall(unix.SYS_CLONE3, b.gadget+scratchOff, cloneArgsSize)
+		if err != nil {
+			return err
+		}
+		if e := ptrace.Errno(ret); e != nil {
+			if e == unix.EEXIST {
+				return fmt.Errorf("clone3 thread with tid %d: %w", th.TID, ErrPIDInUse)
+			}
+			return fmt.Errorf("clone3 thread with tid %d: %w", th.TID, e)
+		}
+		if int(ret) != th.TID {
+			return fmt.Errorf("clone3 gave tid %d, not %d", ret, th.TID)
+		}
+		b.tasks = append(b.tasks, th.TID)
+		if err := waitNewTask(th.TID); err != nil {
+			return err
+		}
+		b.ins = append(b.ins, &ptrace.Injector{TID: th.TID, Gadget: b.gadget})
+	}
+	return nil
+}
+
+// waitNewTask waits for the first stop of a task made by an injected clone.
+func waitNewTask(tid int) error {
+	for {
+		st, err := ptrace.Wait(tid)
+		if err != nil {
+			return err
+		}
+		if st.Exited() {
+			return fmt.Errorf("new task %d %s", tid, st)
+		}
+		if st.IsEventStop() {
+			return nil
+		}
+		if err := ptrace.Cont(tid, 0); err != nil {
+			return err
+		}
+	}
+}
+
+func (b *builder) signals() error {
+	p := b.p
+	// Block everything while signals are queued, so none is delivered
+	// during the remaining injections; the real mask is set last.
+	for _, t := range b.tasks {
+		if err := ptrace.SetSigMask(t, ^uint64(0)); err != nil {
+			return err
+		}
+	}
+	for i, a := range p.Signals.Actions {
+		sig := i + 1
+		if a == (image.Sigaction{}) || sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) {
+			continue
+		}
+		if err := b.write(scratchOff, ptrace.Bytes(&a)); err != nil {
+			return err
+		}
+		if _, err := b.call(fmt.Sprintf("rt_sigaction %d", sig), unix.SYS_RT_SIGACTION, uint64(sig), b.gadget+scratchOff, 0, 8); err != nil {
 			return err
 		}
 	}
@@ -547,9 +621,11 @@ func (b *builder) signals() error {
 			return err
 		}
 	}
-	for _, si := range th.Pending {
-		if err := b.queue(si, th.TID); err != nil {
-			return err
+	for _, th := range p.Threads {
+		for _, si := range th.Pending {
+			if err := b.queue(si, th.TID); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -649,7 +725,7 @@ func (b *builder) creds() error {
 	if c.Seccomp == 2 && len(c.Filters) > 0 {
 		b.warnf("seccomp filters (%d) are not restored yet", len(c.Filters))
 	}
-	if c.UID == [4]int{} && c.GID == [4]int{} {
+	if c.UID == [4]int{} && c.GID == [4]int{} && len(c.Groups) == 0 {
 		return nil
 	}
 	groups := make([]byte, 4*len(c.Groups))
@@ -659,20 +735,29 @@ func (b *builder) creds() error {
 	if err := b.write(scratchOff, groups); err != nil {
 		return err
 	}
-	if _, err := b.call("setgroups", unix.SYS_SETGROUPS, uint64(len(c.Groups)), b.gadget+scratchOff); err != nil {
-		return err
-	}
-	if _, err := b.call("setresgid", unix.SYS_SETRESGID, uint64(c.GID[0]), uint64(c.GID[1]), uint64(c.GID[2])); err != nil {
-		return err
-	}
-	if _, err := b.call("setfsgid", unix.SYS_SETFSGID, uint64(c.GID[3])); err != nil {
-		return err
-	}
-	if _, err := b.call("setresuid", unix.SYS_SETRESUID, uint64(c.UID[0]), uint64(c.UID[1]), uint64(c.UID[2])); err != nil {
-		return err
-	}
-	if _, err := b.call("setfsuid", unix.SYS_SETFSUID, uint64(c.UID[3])); err != nil {
-		return err
+	// The raw system calls change only the calling thread's credentials.
+	for _, in := range b.ins {
+		calls := []struct {
+			name string
+			nr   uint64
+			args []uint64
+		}{
+			{"setgroups", unix.SYS_SETGROUPS, []uint64{uint64(len(c.Groups)), b.gadget + scratchOff}},
+			{"setresgid", unix.SYS_SETRESGID, []uint64{uint64(c.GID[0]), uint64(c.GID[1]), uint64(c.GID[2])}},
+			{"setfsgid", unix.SYS_SETFSGID, []uint64{uint64(c.GID[3])}},
+			{"setresuid", unix.SYS_SETRESUID, []uint64{uint64(c.UID[0]), uint64(c.UID[1]), uint64(c.UID[2])}},
+			{"setfsuid", unix.SYS_SETFSUID, []uint64{uint64(c.UID[3])}},
+		}
+		for _, call := range calls {
+			ret, err := in.Syscall(call.nr, call.args...)
+			if err != nil {
+				return err
+			}
+			// setfsuid/setfsgid return the previous id, not an error.
+			if e := ptrace.Errno(ret); e != nil && call.nr != unix.SYS_SETFSUID && call.nr != unix.SYS_SETFSGID {
+				return fmt.Errorf("%s in %d: %w", call.name, in.TID, e)
+			}
+		}
 	}
 	return nil
 }
@@ -700,18 +785,23 @@ func (b *builder) finish() error {
 	} else {
 		b.warnf("no vdso in the image: the restorer's gadget area stays mapped at %#x", b.gadget)
 	}
-	if len(b.in.Signals) > 0 {
-		return fmt.Errorf("unexpected signals during restore: %v", b.in.Signals)
+	for i, in := range b.ins {
+		if len(in.Signals) > 0 {
+			return fmt.Errorf("unexpected signals during restore: %v", in.Signals)
+		}
+		th := &b.p.Threads[i]
+		regs := resumeRegs(th.Regs)
+		if err := ptrace.SetRegs(th.TID, (*unix.PtraceRegs)(unsafe.Pointer(&regs))); err != nil {
+			return err
+		}
+		if err := ptrace.SetXState(th.TID, th.XState); err != nil {
+			return err
+		}
+		if err := ptrace.SetSigMask(th.TID, th.SigMask); err != nil {
+			return err
+		}
 	}
-	th := &b.p.Threads[0]
-	regs := resumeRegs(th.Regs)
-	if err := ptrace.SetRegs(b.target, (*unix.PtraceRegs)(unsafe.Pointer(&regs))); err != nil {
-		return err
-	}
-	if err := ptrace.SetXState(b.target, th.XState); err != nil {
-		return err
-	}
-	return ptrace.SetSigMask(b.target, th.SigMask)
+	return nil
 }
 
 // resumeRegs adjusts the registers of a thread that was stopped inside a

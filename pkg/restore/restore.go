@@ -294,8 +294,12 @@ func validate(p *image.Process) error {
 	if len(p.Threads) == 0 || p.Threads[0].TID != p.PID {
 		return bad("no leader thread")
 	}
-	if len(p.Threads) > 1 {
-		return fmt.Errorf("process %d has %d threads; restoring multi-threaded processes is not supported yet", p.PID, len(p.Threads))
+	tids := map[int]bool{}
+	for _, t := range p.Threads {
+		if t.TID <= 0 || t.TID > 1<<22 || tids[t.TID] {
+			return bad("thread id %d malformed or repeated", t.TID)
+		}
+		tids[t.TID] = true
 	}
 	var prevEnd uint64
 	for i, v := range p.VMAs {

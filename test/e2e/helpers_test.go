@@ -195,6 +195,37 @@ func (e *env) bye(t *testing.T, v *victim) []string {
 	return lines
 }
 
+// expectAlive checks that the victim goes on: three new ticks, and no
+// exit reported by the reaper meanwhile.
+func (e *env) expectAlive(t *testing.T, v *victim, why string) {
+	t.Helper()
+	from := len(v.lines())
+	deadline := time.Now().Add(wait)
+	for {
+		if es, ok := e.r.Poll(v.pid); ok {
+			t.Fatalf("%s: the victim %s (%v); its log ends with:\n%s", why, v.name, es, tail(v.lines(), 5))
+		}
+		lines := v.lines()
+		got := 0
+		for _, l := range lines[min(from, len(lines)):] {
+			if strings.Contains(l, "FAIL") {
+				t.Fatalf("%s: %s (pid %d): %s", why, v.name, v.pid, l)
+			}
+			if _, ok := tickOf(l); ok {
+				got++
+			}
+		}
+		if got >= 3 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s (pid %d): %d new tick lines in %v, want 3; process state %q, TracerPid %q; log ends with:\n%s",
+				why, v.name, v.pid, got, wait, procState(v.pid), statusField(v.pid, "TracerPid"), tail(lines, 5))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // killAndReap SIGKILLs the victim and takes the reaper's report of it.
 func (e *env) killAndReap(t *testing.T, v *victim) {
 	t.Helper()
