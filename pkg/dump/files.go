@@ -72,6 +72,9 @@ func (d *dumper) collectFiles(p *image.Process) error {
 			pipes[f.Pipe.Ino] = append(pipes[f.Pipe.Ino], &p.Files[f.ID])
 		}
 	}
+	if err := linkEpollItems(d.pid, p); err != nil {
+		return err
+	}
 	// A pipe is internal when both of its ends are in the dump; only
 	// then is its content saved and can it be rebuilt.
 	for ino := range pipes {
@@ -113,6 +116,9 @@ func (d *dumper) collectFiles(p *image.Process) error {
 }
 
 func (d *dumper) describeFile(fd int, link string, st *syscall.Stat_t, info *proc.FDInfo) (*image.File, error) {
+	if strings.HasPrefix(link, "anon_inode:") {
+		return d.describeAnon(fd, link, info)
+	}
 	f := &image.File{Flags: info.Flags &^ unix.O_CLOEXEC, Pos: info.Pos}
 	fdPath := proc.Path(d.pid, "fd", strconv.Itoa(fd))
 	switch st.Mode & syscall.S_IFMT {

@@ -134,7 +134,39 @@ const (
 	FileTTY     FileKind = "tty"
 	FilePipe    FileKind = "pipe"
 	FileFIFO    FileKind = "fifo"
+	FileEventfd FileKind = "eventfd"
+	FileTimerfd FileKind = "timerfd"
+	FileSigfd   FileKind = "signalfd"
+	FileEpoll   FileKind = "epoll"
+	FilePidfd   FileKind = "pidfd"
 )
+
+// EventFile is the state of an event file: eventfd, timerfd, signalfd,
+// epoll or pidfd; the fields that apply to its kind are set.
+type EventFile struct {
+	Count     uint64 `json:"count,omitempty"` // eventfd counter
+	Semaphore bool   `json:"semaphore,omitempty"`
+	// timerfd
+	Clock        int    `json:"clock,omitempty"`
+	Ticks        uint64 `json:"ticks,omitempty"` // expirations not read yet
+	SettimeFlags int    `json:"settime_flags,omitempty"`
+	IntervalNs   int64  `json:"interval_ns,omitempty"`
+	ValueNs      int64  `json:"value_ns,omitempty"` // remaining until the next expiry
+	// signalfd
+	SigMask uint64 `json:"sigmask,omitempty"`
+	// epoll
+	Items []EpollItem `json:"items,omitempty"`
+	// pidfd
+	PID int `json:"pid,omitempty"`
+}
+
+// EpollItem is one file registered in an epoll set.
+type EpollItem struct {
+	FD     int    `json:"fd"`   // the fd number it was registered under
+	File   int    `json:"file"` // File.ID of the registered file
+	Events uint32 `json:"events"`
+	Data   uint64 `json:"data"`
+}
 
 // File is one open file description. Several fds (and later several
 // processes) can share it.
@@ -148,6 +180,8 @@ type File struct {
 	Rdev uint64 `json:"rdev,omitempty"`
 	// Pipe is set for pipes: the pipe's inode, and which end this is.
 	Pipe *Pipe `json:"pipe,omitempty"`
+	// Event is set for event files.
+	Event *EventFile `json:"event,omitempty"`
 }
 
 // Pipe describes one end of a pipe.

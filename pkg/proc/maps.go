@@ -153,6 +153,7 @@ type FDInfo struct {
 	MntID int
 	Ino   uint64
 	Extra map[string]string // everything else, e.g. eventfd-count
+	Lines []string          // every line, for repeated keys (epoll tfd)
 }
 
 // ReadFDInfo parses /proc/PID/fdinfo/FD.
@@ -162,7 +163,8 @@ func ReadFDInfo(pid, fd int) (*FDInfo, error) {
 		return nil, err
 	}
 	fi := &FDInfo{Extra: map[string]string{}}
-	for _, line := range strings.Split(string(b), "\n") {
+	fi.Lines = strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	for _, line := range fi.Lines {
 		k, v, ok := strings.Cut(line, ":")
 		if !ok {
 			continue

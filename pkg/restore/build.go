@@ -425,6 +425,9 @@ func (b *builder) fds() error {
 			return err
 		}
 	}
+	if err := b.epollItems(); err != nil {
+		return err
+	}
 	for i := range b.passed {
 		if _, err := b.call("close", unix.SYS_CLOSE, uint64(b.passBase+i)); err != nil {
 			return err

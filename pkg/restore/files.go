@@ -154,7 +154,7 @@ func (b *builder) openFile(f *image.File, tfd int, pipes map[uint64][2]*os.File)
 		}
 		return dupFile(end)
 	}
-	return nil, fmt.Errorf("file kind %q: not supported", f.Kind)
+	return openEvent(f)
 }
 
 func (b *builder) openStdio() (*os.File, error) {

@@ -339,6 +339,7 @@ func TestRestoreBadImage(t *testing.T) {
 				t.Errorf("ckpt-redo of an image %s: stderr %q, want it to say %q", tc.name, res.stderr, tc.want)
 			}
 			e.expectGone(t, v.pid, "after a failed restore")
+			e.waitNoChildren(t, "after a failed restore")
 			if h := fileHash(t, filepath.Join(bad, "image.ckpt")); h != badHash {
 				t.Errorf("the failed restore changed the image")
 			}
@@ -458,6 +459,11 @@ func TestDumpFault(t *testing.T) {
 				}
 			} else {
 				noImage(t, img)
+				// What the dead dump left is not taken for an image.
+				res := e.runRedo(t, nil, img)
+				if res.code <= 0 || !strings.Contains(res.stderr, "partial image") {
+					t.Errorf("ckpt-redo of the dump that died at %s: %v, want a failure saying it is a partial image", phase, res)
+				}
 			}
 			v.check(t)
 			// The process holds nothing from the dump that died: a new dump
@@ -474,13 +480,14 @@ func TestDumpFault(t *testing.T) {
 }
 
 // TestRestoreFault kills ckpt-redo (CKPT_FAULT) at every restore phase: no
-// process may be left with the victim's PID, the image must be unchanged,
-// and a retry without the fault restores the victim.
+// process may be left with the victim's PID (nor any other process of the
+// restore), the image must be unchanged, and a retry without the fault
+// restores the victim. The phases run one after the other, so that the
+// reaper has no other child.
 func TestRestoreFault(t *testing.T) {
 	e := setup(t)
 	for _, phase := range []string{"checked", "created", "memory", "built"} {
 		t.Run(phase, func(t *testing.T) {
-			t.Parallel()
 			v := e.startVictim(t, "static_counter")
 			v.waitTick(t, 3)
 			img := filepath.Join(t.TempDir(), "img")
@@ -491,6 +498,7 @@ func TestRestoreFault(t *testing.T) {
 				t.Fatalf("ckpt-redo with CKPT_FAULT=%s: %v, want killed by SIGKILL", phase, res)
 			}
 			e.expectGone(t, v.pid, "after ckpt-redo died at "+phase)
+			e.waitNoChildren(t, "after ckpt-redo died at "+phase)
 			if got := fileHash(t, filepath.Join(img, "image.ckpt")); got != h {
 				t.Errorf("the image changed")
 			}

@@ -123,6 +123,10 @@ func (v *victim) waitNewTicks(t *testing.T, n int) {
 		if got >= n {
 			return
 		}
+		if st := procState(v.pid); st == "gone" || st == "Z" {
+			t.Fatalf("%s (pid %d): the process is %s after %d new tick lines (want %d); log ends with:\n%s",
+				v.name, v.pid, map[string]string{"gone": "gone", "Z": "a zombie"}[st], got, n, tail(v.lines(), 8))
+		}
 		if time.Now().After(deadline) {
 			t.Fatalf("%s (pid %d): %d new tick lines in %v, want %d; process state %q; log ends with:\n%s",
 				v.name, v.pid, got, wait, n, procState(v.pid), tail(lines, 8))
@@ -399,6 +403,32 @@ func (e *env) expectGone(t *testing.T, pid int, why string) {
 		if _, ok := e.r.Poll(pid); !ok {
 			return
 		}
+	}
+}
+
+// waitNoChildren waits (up to a second) until the reaper has no child
+// left: nothing a failed restore started (helper, half-built process)
+// may survive it.
+func (e *env) waitNoChildren(t *testing.T, why string) {
+	t.Helper()
+	deadline := time.Now().Add(time.Second)
+	for {
+		var kids []string
+		ents, _ := os.ReadDir("/proc")
+		for _, ent := range ents {
+			pid, err := strconv.Atoi(ent.Name())
+			if err == nil && ppid(pid) == e.r.Pid() {
+				kids = append(kids, fmt.Sprintf("%d (%s, state %s)", pid, comm(pid), procState(pid)))
+			}
+		}
+		if len(kids) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("%s: processes left under the reaper: %s", why, strings.Join(kids, ", "))
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
