@@ -26,6 +26,7 @@ type dumper struct {
 	opts     *Options
 	fileData []fileData
 	nextData int
+	ghosts   map[[2]uint64]int // dev, ino of a deleted file -> its data ID
 }
 
 func (d *dumper) addData(b []byte) int {

@@ -158,11 +158,11 @@ func (d *dumper) describeFile(fd int, link string, st *syscall.Stat_t, info *pro
 		f.Ref = statRef(strings.TrimSuffix(link, " (deleted)"), st)
 		if deleted {
 			f.Ref.Deleted = true
-			data, err := d.readGhost(fdPath, st.Size)
+			id, err := d.ghost(fdPath, st)
 			if err != nil {
 				return nil, err
 			}
-			f.Ref.DataID = d.addData(data)
+			f.Ref.DataID = id
 		}
 		return f, nil
 	}

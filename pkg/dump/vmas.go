@@ -85,24 +85,35 @@ func (d *dumper) mappedFile(m proc.Mapping) (image.FileRef, error) {
 	ref := statRef(m.File(), &st)
 	if m.Deleted() || strings.HasPrefix(m.Path, "/memfd:") {
 		ref.Deleted = true
-		data, err := d.readGhost(mf, st.Size)
+		id, err := d.ghost(mf, &st)
 		if err != nil {
 			return ref, err
 		}
-		ref.DataID = d.addData(data)
+		ref.DataID = id
 	}
 	return ref, nil
 }
 
-func (d *dumper) readGhost(path string, size int64) ([]byte, error) {
-	if size > d.opts.GhostLimit {
-		return nil, fmt.Errorf("deleted file is %d bytes, over the limit of %d (raise it with --ghost-limit): %w", size, d.opts.GhostLimit, ErrUnsupported)
+// ghost saves the content of a deleted file once, however many fds and
+// mappings use it, and returns its data ID.
+func (d *dumper) ghost(path string, st *syscall.Stat_t) (int, error) {
+	key := [2]uint64{st.Dev, st.Ino}
+	if id, ok := d.ghosts[key]; ok {
+		return id, nil
+	}
+	if st.Size > d.opts.GhostLimit {
+		return 0, fmt.Errorf("deleted file is %d bytes, over the limit of %d (raise it with --ghost-limit): %w", st.Size, d.opts.GhostLimit, ErrUnsupported)
 	}
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("read deleted file content: %w", err)
+		return 0, fmt.Errorf("read deleted file content: %w", err)
 	}
-	return data, nil
+	if d.ghosts == nil {
+		d.ghosts = map[[2]uint64]int{}
+	}
+	id := d.addData(data)
+	d.ghosts[key] = id
+	return id, nil
 }
 
 func statRef(path string, st *syscall.Stat_t) image.FileRef {

@@ -157,7 +157,7 @@ type Reader struct {
 
 // NewReader reads and checks the file header.
 func NewReader(r io.Reader) (*Reader, error) {
-	ir := &Reader{r: bufio.NewReaderSize(r, 1<<20)}
+	ir := &Reader{r: bufio.NewReaderSize(r, 256<<10)}
 	var h [fileHeaderSize]byte
 	if _, err := io.ReadFull(ir.r, h[:]); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {

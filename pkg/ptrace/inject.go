@@ -24,6 +24,10 @@ type Injector struct {
 	// found in the vDSO). Without it the gadget must be `syscall; int3`
 	// and the task runs until the trap.
 	Step bool
+	// Park leaves the task in an interrupt stop after each call instead
+	// of the SIGTRAP stop that ends it: if the tracer dies then, the task
+	// goes on as if never traced, instead of getting a SIGTRAP.
+	Park bool
 	// Signals that arrived while a call ran, with their siginfo. They were
 	// taken off the queue: the caller re-delivers or saves them.
 	Signals []Signal
@@ -101,7 +105,43 @@ func (in *Injector) Syscall(nr uint64, args ...uint64) (uint64, error) {
 	if err := SetRegs(in.TID, &saved); err != nil {
 		return 0, err
 	}
+	if in.Park {
+		if err := in.park(); err != nil {
+			return 0, err
+		}
+	}
 	return got.Rax, nil
+}
+
+// park moves the task from its SIGTRAP stop to an interrupt stop: the
+// interrupt is queued, the trap is suppressed, and the task stops again
+// before it runs a single instruction.
+func (in *Injector) park() error {
+	if err := Interrupt(in.TID); err != nil {
+		return err
+	}
+	if err := Cont(in.TID, 0); err != nil {
+		return err
+	}
+	for {
+		st, err := Wait(in.TID)
+		if err != nil {
+			return err
+		}
+		if st.Exited() {
+			return fmt.Errorf("park %d: %s: %w", in.TID, st, ErrExited)
+		}
+		if st.IsEventStop() {
+			return nil
+		}
+		if st.Event == 0 {
+			info, _ := GetSigInfo(in.TID)
+			in.Signals = append(in.Signals, Signal{Sig: st.Sig(), Info: info})
+		}
+		if err := Cont(in.TID, 0); err != nil {
+			return err
+		}
+	}
 }
 
 // Call runs a system call and converts a failure into an error naming it.

@@ -48,7 +48,8 @@ type builder struct {
 	fileFD   map[int]int // image File ID -> fd in the new process before dup3
 	mapFD    map[int]int // index of Process.Mapped -> fd
 	exeFD    int
-	override map[int]int // target fd -> passed fd (--inherit-fd)
+	override map[int]int      // target fd -> passed fd (--inherit-fd)
+	ghosts   map[int]*os.File // data ID -> unnamed file with a deleted file's content
 
 	target int // pid of the process being built, 0 once handed over
 	tasks  []int
@@ -725,8 +726,8 @@ func (b *builder) queue(si image.SigInfo, tid int) error {
 // creds restores credentials, last: the calls before needed privilege.
 func (b *builder) creds() error {
 	c := b.p.Creds
-	if c.Seccomp == 2 && len(c.Filters) > 0 {
-		b.warnf("seccomp filters (%d) are not restored yet", len(c.Filters))
+	if err := b.seccomp(); err != nil {
+		return fmt.Errorf("seccomp: %w", err)
 	}
 	if c.UID == [4]int{} && c.GID == [4]int{} && len(c.Groups) == 0 {
 		return nil
@@ -759,6 +760,41 @@ func (b *builder) creds() error {
 			// setfsuid/setfsgid return the previous id, not an error.
 			if e := ptrace.Errno(ret); e != nil && call.nr != unix.SYS_SETFSUID && call.nr != unix.SYS_SETFSGID {
 				return fmt.Errorf("%s in %d: %w", call.name, in.TID, e)
+			}
+		}
+	}
+	return nil
+}
+
+// seccomp sets no_new_privs and installs the seccomp filters in every
+// thread, oldest first. ckpt-redo traces with PTRACE_O_SUSPEND_SECCOMP, so
+// the filters do not apply to the calls it still injects.
+func (b *builder) seccomp() error {
+	c := b.p.Creds
+	for _, in := range b.ins {
+		if c.NoNewPrivs {
+			if _, err := in.Call("prctl(PR_SET_NO_NEW_PRIVS)", unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+				return err
+			}
+		}
+		for i := len(c.Filters) - 1; i >= 0; i-- {
+			f := c.Filters[i]
+			if len(f) == 0 || len(f)%8 != 0 || len(f) > 4096*8 {
+				return fmt.Errorf("filter %d is %d bytes: %w", i, len(f), image.ErrCorrupt)
+			}
+			if err := b.write(scratchOff+16, f); err != nil {
+				return err
+			}
+			prog := struct {
+				Len    uint16
+				_      [6]byte
+				Filter uint64
+			}{Len: uint16(len(f) / 8), Filter: b.gadget + scratchOff + 16}
+			if err := b.write(scratchOff, ptrace.Bytes(&prog)); err != nil {
+				return err
+			}
+			if _, err := in.Call("seccomp(SECCOMP_SET_MODE_FILTER)", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, b.gadget+scratchOff); err != nil {
+				return err
 			}
 		}
 	}

@@ -236,6 +236,24 @@ func (b *builder) openRef(ref *image.FileRef, write, strict bool, flags ...int) 
 // ghost recreates a deleted file from the image: an O_TMPFILE file in the
 // directory it was in (or /tmp), which has no name, as before.
 func (b *builder) ghost(ref *image.FileRef, flags int) (*os.File, error) {
+	tmp, ok := b.ghosts[ref.DataID]
+	if !ok {
+		var err error
+		if tmp, err = b.makeGhost(ref); err != nil {
+			return nil, err
+		}
+	}
+	// A fresh open file description with the original flags.
+	f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", tmp.Fd()), flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: reopen: %w", ref.Path, err)
+	}
+	return f, nil
+}
+
+// makeGhost creates the unnamed file of a deleted file, once per data ID:
+// every fd and mapping of it shares it, as they shared the original.
+func (b *builder) makeGhost(ref *image.FileRef) (*os.File, error) {
 	data, ok := b.img.data[ref.DataID]
 	if !ok {
 		return nil, fmt.Errorf("%s: content record %d missing: %w", ref.Path, ref.DataID, image.ErrCorrupt)
@@ -251,14 +269,13 @@ func (b *builder) ghost(ref *image.FileRef, flags int) (*os.File, error) {
 	if tmp == nil {
 		return nil, fmt.Errorf("%s: cannot create an unnamed file for the deleted file's content", ref.Path)
 	}
-	defer tmp.Close()
+	b.owned = append(b.owned, tmp)
 	if _, err := tmp.Write(data); err != nil {
 		return nil, fmt.Errorf("%s: write content: %w", ref.Path, err)
 	}
-	// A fresh open file description with the original flags.
-	f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", tmp.Fd()), flags|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%s: reopen: %w", ref.Path, err)
+	if b.ghosts == nil {
+		b.ghosts = map[int]*os.File{}
 	}
-	return f, nil
+	b.ghosts[ref.DataID] = tmp
+	return tmp, nil
 }

@@ -89,7 +89,7 @@ func startHelper(files []*os.File) (*helper, error) {
 		return nil, fmt.Errorf("start restore helper: %w", err)
 	}
 	h := &helper{pid: pid, in: ptrace.Injector{TID: pid, Gadget: helperGadget}}
-	if err := ptrace.Seize(pid, ptrace.OptTraceFork|ptrace.OptTraceClone|ptrace.OptExitKill); err != nil {
+	if err := ptrace.Seize(pid, ptrace.OptTraceFork|ptrace.OptTraceClone|ptrace.OptExitKill|ptrace.OptSuspendSeccomp); err != nil {
 		h.kill()
 		return nil, err
 	}
