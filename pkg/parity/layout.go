@@ -318,7 +318,7 @@ func (l *Layout) plan(node, lost int) iter.Seq[step] {
 				if node == x {
 					st.role, st.out = roleSink, mine
 				} else {
-					start := (x + 2) % n
+					start := (x + 1) % n
 					if x == p {
 						start = first
 					}

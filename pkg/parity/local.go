@@ -428,6 +428,17 @@ func runRing(ctx context.Context, l *Layout, lost int, run nodeFunc) ([]NodeStat
 		wg.Go(func() {
 			st, err := run(ctx, i, left, right)
 			stats[i] = st
+			if err == nil {
+				// Done: a neighbour that still expects blocks from this
+				// node, or still sends some, is out of step; closing the
+				// links makes it fail instead of waiting forever.
+				if w := ws[i]; w != nil {
+					w.Close()
+				}
+				if r := rs[(i+n-1)%n]; r != nil {
+					r.Close()
+				}
+			}
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)

@@ -1,6 +1,7 @@
 package parity
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"crypto/subtle"
@@ -88,8 +89,10 @@ type NodeStats struct {
 //
 // If ctx is cancelled or the node fails, RunNode unblocks its pending link
 // I/O by closing left and right (CloseWithError(ErrAborted) if they have it,
-// else Close if they are io.Closers), which also tells the neighbours; on
-// success it leaves both open.
+// else Close if they are io.Closers), which also tells the neighbours. On
+// success it leaves both open; the caller should then close them, so that a
+// neighbour that is out of step (still expecting or sending blocks) fails
+// instead of waiting forever.
 //
 // The returned stats carry the image SHA-256 and the crc32c of every image
 // and parity block: what the caller needs to write the share header.
@@ -303,8 +306,7 @@ func (e *engine) run(parent context.Context) (NodeStats, error) {
 	ctx, cancel := context.WithCancelCause(parent)
 	defer cancel(nil)
 
-	var firstErr error
-	errc := make(chan error, 5)
+	errc := make(chan error, 5) // one per stage
 	fail := func(err error) {
 		errc <- err
 		cancel(err)
@@ -318,6 +320,12 @@ func (e *engine) run(parent context.Context) (NodeStats, error) {
 		}
 	})
 
+	if e.hashOwn {
+		e.ownHash = sha256.New()
+	}
+	if e.dataOut != nil {
+		e.outHash = sha256.New()
+	}
 	ownPool, recvPool := newPool(depth+1, bs), newPool(depth+1, bs)
 	ownQ := make(chan item, depth)
 	recvQ := make(chan item, depth)
@@ -343,14 +351,11 @@ func (e *engine) run(parent context.Context) (NodeStats, error) {
 	for range stages {
 		<-done
 	}
-	interrupted := !stop()
+	stop()
 	close(errc)
-	firstErr = <-errc
+	firstErr := <-errc
 	if firstErr == nil && parent.Err() != nil {
 		firstErr = context.Cause(parent)
-	}
-	if firstErr == nil && interrupted {
-		firstErr = context.Cause(ctx)
 	}
 	st := NodeStats{
 		Index:          e.cfg.Index,
@@ -392,7 +397,6 @@ func (e *engine) plan() func(func(step) bool) {
 func (e *engine) loader(ctx context.Context, p *pool, out chan<- item) error {
 	tab := castagnoli()
 	if e.hashOwn {
-		e.ownHash = sha256.New()
 		e.dataCRC = make([]uint32, 0, e.cfg.Layout.DataBlocks(e.cfg.Index))
 	}
 	for st := range e.plan() {
@@ -434,6 +438,7 @@ func (e *engine) loader(ctx context.Context, p *pool, out chan<- item) error {
 			return err
 		}
 	}
+	close(out) // only on success: on failure the cancelled context stops main
 	return nil
 }
 
@@ -473,6 +478,7 @@ func (e *engine) reader(ctx context.Context, p *pool, out chan<- item) error {
 			return err
 		}
 	}
+	close(out) // only on success: on failure the cancelled context stops main
 	return nil
 }
 
@@ -483,20 +489,29 @@ func (e *engine) rightIndex() int { return (e.cfg.Index + 1) % e.cfg.Layout.N() 
 func (e *engine) main(ctx context.Context, ownQ, recvQ <-chan item, sendQ, storeQ chan<- item) error {
 	defer close(sendQ)
 	defer close(storeQ)
+	// A closed input channel means a producer finished its plan while main
+	// still expects a block: the stages disagree, which is a bug.
+	ended := func(what string, st step) error {
+		return fmt.Errorf("internal error: stripe %d: no %s block left for role %d", st.stripe, what, st.role)
+	}
 	for st := range e.plan() {
 		var it item
+		var ok bool
 		var err error
 		if st.role == roleStart {
-			if it, _, err = recv(ctx, ownQ); err != nil {
-				return err
+			if st.own.kind == kindNone {
+				return fmt.Errorf("internal error: stripe %d: chain starts at a node without a block", st.stripe)
+			}
+			if it, ok, err = recv(ctx, ownQ); err != nil || !ok {
+				return cmp.Or(err, ended("own", st))
 			}
 			if err := send(ctx, sendQ, it); err != nil {
 				return err
 			}
 			continue
 		}
-		if it, _, err = recv(ctx, recvQ); err != nil {
-			return err
+		if it, ok, err = recv(ctx, recvQ); err != nil || !ok {
+			return cmp.Or(err, ended("received", st))
 		}
 		if st.role == roleSink {
 			if err := send(ctx, storeQ, it); err != nil {
@@ -505,9 +520,9 @@ func (e *engine) main(ctx context.Context, ownQ, recvQ <-chan item, sendQ, store
 			continue
 		}
 		if st.own.kind != kindNone {
-			own, _, err := recv(ctx, ownQ)
-			if err != nil {
-				return err
+			own, ok, err := recv(ctx, ownQ)
+			if err != nil || !ok {
+				return cmp.Or(err, ended("own", st))
 			}
 			n := st.own.len
 			subtle.XORBytes(it.buf[:n], it.buf[:n], own.buf[:n])
@@ -554,9 +569,6 @@ func (e *engine) writer(ctx context.Context, in <-chan item) error {
 func (e *engine) store(ctx context.Context, in <-chan item) error {
 	tab := castagnoli()
 	var parOff, dataOff int64
-	if e.dataOut != nil {
-		e.outHash = sha256.New()
-	}
 	for {
 		it, ok, err := recv(ctx, in)
 		if err != nil || !ok {
