@@ -2,7 +2,7 @@
 GO      ?= go
 BIN     := bin
 GOFLAGS ?=
-TESTTIMEOUT ?= 15m
+TESTTIMEOUT ?= 10m
 
 .PHONY: all build test demo deps vet fuzz bench clean
 
