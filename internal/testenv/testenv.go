@@ -143,6 +143,8 @@ var victims = map[string]victimSpec{
 	"vector":          {"vector.c", []string{"-O2", "-g", "-mavx2", "-ffp-contract=off"}},
 	"pyheap":          {"pyheap.py", nil},
 	"memhog":          {"memhog.c", []string{"-O2"}},
+	"mthreads":        {"mthreads.c", []string{"-O1", "-g", "-pthread"}},
+	"evloop":          {"evloop.c", []string{"-O1", "-g"}},
 }
 
 // victimHeaders are included by the C victims and so part of the cache key.

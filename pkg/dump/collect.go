@@ -19,21 +19,15 @@ type fileData struct {
 	data []byte
 }
 
-// dumper collects the state of one frozen process.
+// dumper collects the state of one frozen process of a tree.
 type dumper struct {
-	pid      int
-	fz       *frozen
-	opts     *Options
-	fileData []fileData
-	nextData int
-	ghosts   map[[2]uint64]int // dev, ino of a deleted file -> its data ID
+	pid  int
+	fz   *frozen
+	opts *Options
+	t    *tree
 }
 
-func (d *dumper) addData(b []byte) int {
-	d.nextData++
-	d.fileData = append(d.fileData, fileData{id: d.nextData, data: b})
-	return d.nextData
-}
+func (d *dumper) addData(b []byte) int { return d.t.addData(b) }
 
 func (d *dumper) collect() (*image.Process, error) {
 	pid := d.pid

@@ -25,7 +25,6 @@ import (
 	"time"
 
 	"github.com/ckpt/ckpt/pkg/image"
-	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
 )
 
@@ -70,6 +69,7 @@ const (
 // Result tells what a dump did.
 type Result struct {
 	PID        int           `json:"pid"`
+	Processes  int           `json:"processes"`
 	Threads    int           `json:"threads"`
 	VMAs       int           `json:"vmas"`
 	FDs        int           `json:"fds"`
@@ -94,9 +94,9 @@ func (o *Options) fault(phase string) {
 	}
 }
 
-// Run dumps process pid into sink. On success the sink is committed and the
-// process killed (unless opts.LeaveRunning); on failure the sink is aborted
-// and the process resumes untouched.
+// Run dumps process pid and all its descendants into sink. On success the
+// sink is committed and the processes killed (unless opts.LeaveRunning); on
+// failure the sink is aborted and every process resumes untouched.
 func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 	start := time.Now()
 	if opts.GhostLimit == 0 {
@@ -107,89 +107,124 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 		sink.Abort()
 		return nil, err
 	}
-	if kids, _ := proc.Children(pid); len(kids) > 0 {
-		sink.Abort()
-		return nil, fmt.Errorf("dump %d (%s): it has child processes %v; process trees are not supported yet: %w", pid, st.Comm, kids, ErrUnsupported)
-	}
 
 	// ptrace requests must all come from the thread that seized.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 
-	fz, err := freeze(pid)
-	if err != nil {
+	t := &tree{opts: &opts, ghosts: map[[2]uint64]int{}}
+	if err := t.freeze(pid); err != nil {
 		sink.Abort()
-		return nil, err
+		return nil, fmt.Errorf("dump %d (%s): %w", pid, st.Comm, err)
 	}
 	frozenAt := time.Now()
-	res = &Result{PID: pid}
+	res = &Result{PID: pid, Processes: len(t.members)}
 	defer func() {
 		if err != nil {
 			sink.Abort()
-			fz.release()
+			t.release()
 			err = fmt.Errorf("dump %d (%s): %w", pid, st.Comm, err)
-			return
 		}
-		res.Total = time.Since(start)
 	}()
 	opts.fault(PhaseFrozen)
 
-	d := &dumper{pid: pid, fz: fz, opts: &opts}
-	p, err := d.collect()
-	if err != nil {
+	for _, m := range t.members {
+		if m.p != nil { // a zombie, described when frozen
+			continue
+		}
+		d := &dumper{pid: m.pid, fz: m.fz, opts: &opts, t: t}
+		if m.p, err = d.collect(); err != nil {
+			return nil, fmt.Errorf("process %d (%s): %w", m.pid, m.comm, err)
+		}
+	}
+	if err := t.linkPipes(); err != nil {
 		return nil, err
 	}
-	plan, err := planMemory(pid, p.VMAs)
-	if err != nil {
-		return nil, err
+	shm := map[shmRange]bool{}
+	var total int64
+	for _, m := range t.members {
+		if m.p.Zombie {
+			continue
+		}
+		if m.plan, err = planMemory(m.pid, m.p.VMAs, shm); err != nil {
+			return nil, fmt.Errorf("process %d: %w", m.pid, err)
+		}
+		total += m.plan.pages * pageSize
 	}
 	opts.fault(PhaseCollected)
-	hdr, err := header(pid, p)
+	root := t.members[0].p
+	hdr, err := header(pid, root)
 	if err != nil {
 		return nil, err
 	}
 	hdr.LeaveRunning = opts.LeaveRunning
+	hdr.Processes = len(t.members)
 	if err := sink.WriteRecord(image.TypeHeader, hdr); err != nil {
 		return nil, err
 	}
-	if err := sink.WriteRecord(image.TypeProcess, p); err != nil {
-		return nil, err
+	for _, m := range t.members {
+		if err := sink.WriteRecord(image.TypeProcess, m.p); err != nil {
+			return nil, err
+		}
+		if !m.p.Zombie {
+			res.Threads += len(m.p.Threads)
+			res.VMAs += len(m.p.VMAs)
+			res.FDs += len(m.p.FDs)
+		}
 	}
-	for _, fd := range d.fileData {
+	for _, fd := range t.fileData {
 		if err := writeFileData(sink, fd.id, fd.data); err != nil {
 			return nil, err
 		}
 	}
 	opts.fault(PhaseMemory)
-	// With --leave-running the process is let go as soon as its pages
-	// are all read, while they are still being written.
-	var early func()
-	if opts.LeaveRunning {
-		early = func() {
-			fz.release()
-			res.Frozen = time.Since(frozenAt)
+	// With --leave-running the processes are let go as soon as their
+	// pages are all read, while they are still being written.
+	last := -1
+	for i, m := range t.members {
+		if !m.p.Zombie {
+			last = i
 		}
 	}
-	ms, err := dumpMemory(pid, plan, sink, opts.Progress, early)
-	if err != nil {
-		return nil, fmt.Errorf("memory: %w", err)
+	var base int64
+	memStart := time.Now()
+	for i, m := range t.members {
+		if m.p.Zombie {
+			continue
+		}
+		var early func()
+		if opts.LeaveRunning && i == last {
+			early = func() {
+				t.release()
+				res.Frozen = time.Since(frozenAt)
+			}
+		}
+		progress := opts.Progress
+		if progress != nil {
+			b := base
+			progress = func(done, _ int64) { opts.Progress(b+done, total) }
+		}
+		ms, err := dumpMemory(m.pid, m.plan, sink, progress, early)
+		if err != nil {
+			return nil, fmt.Errorf("process %d: memory: %w", m.pid, err)
+		}
+		base += m.plan.pages * pageSize
+		res.Pages += ms.pages
+		res.ZeroPages += ms.zero
+		res.Bytes += ms.bytes
 	}
-	res.Pages, res.ZeroPages, res.Bytes = ms.pages, ms.zero, ms.bytes
-	if secs := ms.elapsed.Seconds(); secs > 0 {
-		res.MemoryRate = float64(ms.bytes) / secs / 1e6
+	if secs := time.Since(memStart).Seconds(); secs > 0 {
+		res.MemoryRate = float64(res.Bytes) / secs / 1e6
 	}
-	res.Threads, res.VMAs, res.FDs = len(p.Threads), len(p.VMAs), len(p.FDs)
 	opts.fault(PhaseWritten)
 	if err := sink.Commit(); err != nil {
 		return nil, err
 	}
 	opts.fault(PhaseCommitted)
 	if opts.LeaveRunning {
-		fz.release() // no-op if already released
+		t.release() // no-op if already released
 	} else {
-		if err := fz.kill(); err != nil {
-			return nil, err
-		}
+		t.kill()
 		res.Killed = true
 	}
 	if res.Frozen == 0 {

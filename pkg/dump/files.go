@@ -14,16 +14,19 @@ import (
 
 const kcmpFile = 0
 
-// sameFile reports whether two fds of pid share one open file description.
-func sameFile(pid, fd1, fd2 int) bool {
-	r, _, e := unix.Syscall6(unix.SYS_KCMP, uintptr(pid), uintptr(pid), kcmpFile, uintptr(fd1), uintptr(fd2), 0)
+// sameFile reports whether fd1 of pid1 and fd2 of pid2 share one open file
+// description.
+func sameFile(pid1, fd1, pid2, fd2 int) bool {
+	r, _, e := unix.Syscall6(unix.SYS_KCMP, uintptr(pid1), uintptr(pid2), kcmpFile, uintptr(fd1), uintptr(fd2), 0)
 	return e == 0 && r == 0
 }
 
+// openFile is an open file description already in the image, and one fd
+// of one process that refers to it.
 type openFile struct {
-	fd  int // an fd of the process that refers to it
-	dev uint64
-	ino uint64
+	pid, fd  int
+	dev, ino uint64
+	id       int // File.ID
 }
 
 func (d *dumper) collectFiles(p *image.Process) error {
@@ -31,8 +34,6 @@ func (d *dumper) collectFiles(p *image.Process) error {
 	if err != nil {
 		return fmt.Errorf("list fds: %w", err)
 	}
-	var seen []openFile
-	pipes := map[uint64][]*image.File{}
 	for _, fd := range fds {
 		link, err := os.Readlink(proc.Path(d.pid, "fd", strconv.Itoa(fd)))
 		if err != nil {
@@ -48,9 +49,9 @@ func (d *dumper) collectFiles(p *image.Process) error {
 		}
 		entry := image.FD{FD: fd, CloExec: info.Flags&unix.O_CLOEXEC != 0}
 		shared := -1
-		for i, o := range seen {
-			if o.dev == st.Dev && o.ino == st.Ino && sameFile(d.pid, o.fd, fd) {
-				shared = i
+		for _, o := range d.t.files {
+			if o.dev == st.Dev && o.ino == st.Ino && sameFile(o.pid, o.fd, d.pid, fd) {
+				shared = o.id
 				break
 			}
 		}
@@ -63,56 +64,72 @@ func (d *dumper) collectFiles(p *image.Process) error {
 		if err != nil {
 			return fmt.Errorf("fd %d (%s): %w", fd, link, err)
 		}
-		f.ID = len(p.Files)
+		f.ID = len(d.t.files)
 		entry.File = f.ID
 		p.Files = append(p.Files, *f)
-		seen = append(seen, openFile{fd: fd, dev: st.Dev, ino: st.Ino})
+		d.t.files = append(d.t.files, openFile{pid: d.pid, fd: fd, dev: st.Dev, ino: st.Ino, id: f.ID})
 		p.FDs = append(p.FDs, entry)
-		if f.Pipe != nil {
-			pipes[f.Pipe.Ino] = append(pipes[f.Pipe.Ino], &p.Files[f.ID])
+	}
+	return linkEpollItems(d.pid, p)
+}
+
+// linkPipes decides, for every pipe, whether both of its ends are in the
+// dump (it is rebuilt, with the bytes buffered in it) or not (external).
+func (t *tree) linkPipes() error {
+	files := map[int]*image.File{}
+	ends := map[uint64][2]bool{} // ino -> read end seen, write end seen
+	for _, m := range t.members {
+		if m.p == nil {
+			continue
 		}
-	}
-	if err := linkEpollItems(d.pid, p); err != nil {
-		return err
-	}
-	// A pipe is internal when both of its ends are in the dump; only
-	// then is its content saved and can it be rebuilt.
-	for ino := range pipes {
-		var r, w bool
-		var readFD int
-		for _, f := range p.Files {
-			if f.Pipe != nil && f.Pipe.Ino == ino {
-				if f.Pipe.Write {
-					w = true
-				} else {
-					r = true
-				}
+		for i := range m.p.Files {
+			f := &m.p.Files[i]
+			files[f.ID] = f
+			if f.Pipe != nil {
+				e := ends[f.Pipe.Ino]
+				e[btoi(f.Pipe.Write)] = true
+				ends[f.Pipe.Ino] = e
 			}
 		}
-		for _, e := range p.FDs {
-			if pf := p.Files[e.File].Pipe; pf != nil && pf.Ino == ino && !pf.Write {
-				readFD = e.FD
-				break
-			}
+	}
+	data := map[uint64]int{}
+	for _, m := range t.members {
+		if m.p == nil {
+			continue
 		}
-		var dataID int
-		if r && w {
-			data, err := peekPipe(d.pid, readFD)
+		for _, e := range m.p.FDs {
+			pf := files[e.File].Pipe
+			if pf == nil || pf.Write {
+				continue
+			}
+			ino := pf.Ino
+			if _, done := data[ino]; done || !(ends[ino][0] && ends[ino][1]) {
+				continue
+			}
+			buf, err := peekPipe(m.pid, e.FD)
 			if err != nil {
-				return fmt.Errorf("fd %d (pipe:[%d]): read buffered data: %w", readFD, ino, err)
+				return fmt.Errorf("process %d fd %d (pipe:[%d]): read buffered data: %w", m.pid, e.FD, ino, err)
 			}
-			if len(data) > 0 {
-				dataID = d.addData(data)
+			data[ino] = 0
+			if len(buf) > 0 {
+				data[ino] = t.addData(buf)
 			}
 		}
-		for i := range p.Files {
-			if pf := p.Files[i].Pipe; pf != nil && pf.Ino == ino {
-				pf.External = !(r && w)
-				pf.DataID = dataID
-			}
+	}
+	for _, f := range files {
+		if pf := f.Pipe; pf != nil {
+			pf.External = !(ends[pf.Ino][0] && ends[pf.Ino][1])
+			pf.DataID = data[pf.Ino]
 		}
 	}
 	return nil
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func (d *dumper) describeFile(fd int, link string, st *syscall.Stat_t, info *proc.FDInfo) (*image.File, error) {

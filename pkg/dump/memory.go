@@ -56,9 +56,15 @@ func wantPages(v *image.VMA) (want bool, onlyAnon bool) {
 	return true, false
 }
 
+// shmRange is a range of a shared memory object.
+type shmRange struct {
+	id, off, len uint64
+}
+
 // planMemory reads pagemap and picks the pages to store, counting them in
-// each VMA.
-func planMemory(pid int, vmas []image.VMA) (*memPlan, error) {
+// each VMA. A range of shared memory already planned for another process
+// of the tree (in shm) is stored only once.
+func planMemory(pid int, vmas []image.VMA, shm map[shmRange]bool) (*memPlan, error) {
 	pm, err := os.Open(proc.Path(pid, "pagemap"))
 	if err != nil {
 		return nil, fmt.Errorf("open pagemap: %w", err)
@@ -72,6 +78,13 @@ func planMemory(pid int, vmas []image.VMA) (*memPlan, error) {
 		want, onlyAnon := wantPages(v)
 		if !want {
 			continue
+		}
+		if v.Kind == image.VMAShmAnon {
+			r := shmRange{v.ShmID, v.Offset, v.Len()}
+			if shm[r] {
+				continue
+			}
+			shm[r] = true
 		}
 		force := v.Prot&unix.PROT_READ == 0
 		first := len(plan.runs) // runs never span two VMAs

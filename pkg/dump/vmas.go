@@ -68,6 +68,17 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 		default:
 			return fmt.Errorf("mapping %#x-%#x %q: unknown kind: %w", m.Start, m.End, m.Path, ErrUnsupported)
 		}
+		if v.Kind == image.VMAShmAnon {
+			// The shared memory object: processes of the tree that map
+			// the same one share it again after restore.
+			var st syscall.Stat_t
+			mf := proc.Path(d.pid, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End))
+			if err := syscall.Stat(mf, &st); err != nil {
+				return fmt.Errorf("mapping %#x-%#x: stat shared memory: %w", m.Start, m.End, err)
+			}
+			v.ShmID = st.Ino
+			v.ShmSize = st.Size
+		}
 		p.VMAs = append(p.VMAs, v)
 	}
 	return nil
@@ -98,7 +109,7 @@ func (d *dumper) mappedFile(m proc.Mapping) (image.FileRef, error) {
 // mappings use it, and returns its data ID.
 func (d *dumper) ghost(path string, st *syscall.Stat_t) (int, error) {
 	key := [2]uint64{st.Dev, st.Ino}
-	if id, ok := d.ghosts[key]; ok {
+	if id, ok := d.t.ghosts[key]; ok {
 		return id, nil
 	}
 	if st.Size > d.opts.GhostLimit {
@@ -108,11 +119,8 @@ func (d *dumper) ghost(path string, st *syscall.Stat_t) (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("read deleted file content: %w", err)
 	}
-	if d.ghosts == nil {
-		d.ghosts = map[[2]uint64]int{}
-	}
 	id := d.addData(data)
-	d.ghosts[key] = id
+	d.t.ghosts[key] = id
 	return id, nil
 }
 

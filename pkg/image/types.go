@@ -43,11 +43,19 @@ type Process struct {
 	Exe     string `json:"exe"`
 	Cmdline string `json:"cmdline"` // for people; the real one is in memory
 
-	MM      MM        `json:"mm"`
-	Auxv    []uint64  `json:"auxv"`
-	VMAs    []VMA     `json:"vmas"`
-	Threads []Thread  `json:"threads"`
-	Files   []File    `json:"files"` // open file descriptions, indexed by File.ID
+	// Zombie marks a child that had exited and was not reaped yet: only
+	// the IDs above and ExitStatus (a wait status) are set.
+	Zombie     bool `json:"zombie,omitempty"`
+	ExitStatus int  `json:"exit_status,omitempty"`
+
+	MM      MM       `json:"mm"`
+	Auxv    []uint64 `json:"auxv"`
+	VMAs    []VMA    `json:"vmas"`
+	Threads []Thread `json:"threads"`
+	// Files are the open file descriptions this process is the first in
+	// the image to use. File IDs are unique in the image, and FDs of any
+	// process may refer to files listed by another one (shared).
+	Files   []File    `json:"files"`
 	FDs     []FD      `json:"fds"`
 	Signals Signals   `json:"signals"`
 	Timers  Timers    `json:"timers"`
@@ -100,9 +108,13 @@ type VMA struct {
 	File   int     `json:"file"` // index into Process.Mapped, -1 for none
 	// GrowsDown marks a stack that the kernel extends downwards.
 	GrowsDown bool `json:"grows_down,omitempty"`
-	// Pages and ZeroPages count the pages stored for this VMA.
-	Pages     int `json:"pages"`
-	ZeroPages int `json:"zero_pages"`
+	// Pages counts the pages stored for this VMA (zero pages included).
+	Pages int `json:"pages"`
+	// ShmID names the shared memory object behind a VMAShmAnon mapping;
+	// mappings with the same ShmID share it. Its pages are stored with the
+	// first mapping of each range. ShmSize is the object's size.
+	ShmID   uint64 `json:"shm_id,omitempty"`
+	ShmSize int64  `json:"shm_size,omitempty"`
 }
 
 // Len is the VMA's size in bytes.

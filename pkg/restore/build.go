@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
-	"os"
-	"time"
 	"unsafe"
 
 	"github.com/ckpt/ckpt/pkg/image"
@@ -36,20 +34,14 @@ const (
 	prSetMMMap     = 14
 )
 
-// builder builds one process.
+// builder builds one process of the tree.
 type builder struct {
-	img  *imageMeta
+	t    *tree
 	p    *image.Process
 	opts *Options
 
-	passBase int
-	passed   []*os.File
-	owned    []*os.File
-	fileFD   map[int]int // image File ID -> fd in the new process before dup3
-	mapFD    map[int]int // index of Process.Mapped -> fd
-	exeFD    int
-	override map[int]int      // target fd -> passed fd (--inherit-fd)
-	ghosts   map[int]*os.File // data ID -> unnamed file with a deleted file's content
+	mapFD map[int]int // index of Process.Mapped -> fd
+	exeFD int
 
 	target int // pid of the process being built, 0 once handed over
 	tasks  []int
@@ -58,89 +50,45 @@ type builder struct {
 	// (ins[0] is &in, the leader).
 	ins    []*ptrace.Injector
 	gadget uint64
-
-	pages, bytes int64
-	memTime      time.Duration
-	warnings     []string
+	pages  int64
+	bytes  int64
 }
 
-func (b *builder) warnf(format string, args ...any) {
-	msg := fmt.Sprintf(format, args...)
-	b.warnings = append(b.warnings, msg)
-	b.opts.logf("warning: %s", msg)
-}
+func (b *builder) warnf(format string, args ...any) { b.t.warnf(format, args...) }
 
-func (b *builder) cleanup() {
-	for _, f := range b.owned {
-		f.Close()
-	}
-	b.owned = nil
-}
-
-func (b *builder) killTarget() {
-	if b.target != 0 {
-		unix.Kill(b.target, unix.SIGKILL)
-		for _, t := range b.tasks {
-			ptrace.Detach(t, 0)
-		}
-		b.target = 0
-	}
-}
-
-// create forks the new process from the helper with clone3 set_tid, so it
-// has its old PID, and then lets the helper die: the process's parent
-// becomes init or the nearest child subreaper.
-func (b *builder) create() error {
-	files := make([]*os.File, b.passBase, b.passBase+len(b.passed))
-	files = append(files, b.passed...)
-	h, err := startHelper(files)
-	if err != nil {
-		return err
-	}
-	defer h.kill()
-	if err := checkXState(&b.img.hdr, h.pid); err != nil {
-		return err
-	}
-	var args [cloneArgsSize]byte
+// clone runs clone3 with set_tid in this process (a skeleton still holding
+// the helper's memory), creating a child process with the PID of c, and
+// waits for the child's first stop.
+func (b *builder) clone(c *builder) error {
+	var args [cloneArgsSize + 8]byte
 	le := binary.LittleEndian
-	le.PutUint64(args[32:], uint64(unix.SIGCHLD))        // exit_signal
+	le.PutUint64(args[32:], uint64(unix.SIGCHLD))         // exit_signal
 	le.PutUint64(args[64:], helperScratch+cloneArgsSize) // set_tid
 	le.PutUint64(args[72:], 1)                           // set_tid_size
-	tid := make([]byte, 4)
-	le.PutUint32(tid, uint32(b.p.PID))
-	if err := ptrace.WriteMem(h.pid, helperScratch, append(args[:], tid...)); err != nil {
+	le.PutUint32(args[cloneArgsSize:], uint32(c.p.PID))
+	if err := ptrace.WriteMem(b.in.TID, helperScratch, args[:]); err != nil {
 		return fmt.Errorf("write clone args: %w", err)
 	}
-	ret, err := h.in.Syscall(unix.SYS_CLONE3, helperScratch, cloneArgsSize)
+	ret, err := b.in.Syscall(unix.SYS_CLONE3, helperScratch, cloneArgsSize)
 	if err != nil {
 		return err
 	}
 	if e := ptrace.Errno(ret); e != nil {
 		if e == unix.EEXIST {
-			return fmt.Errorf("clone3 with pid %d: %w (%v)", b.p.PID, ErrPIDInUse, checkPID(b.p.PID, b.p.Comm))
+			return fmt.Errorf("clone3 with pid %d: %w (%v)", c.p.PID, ErrPIDInUse, checkPID(c.p.PID, c.p.Comm))
 		}
-		return fmt.Errorf("clone3 with pid %d: %w", b.p.PID, e)
+		return fmt.Errorf("clone3 with pid %d: %w", c.p.PID, e)
 	}
-	if int(ret) != b.p.PID {
+	if int(ret) != c.p.PID {
 		unix.Kill(int(ret), unix.SIGKILL)
-		return fmt.Errorf("clone3 gave pid %d, not %d", ret, b.p.PID)
+		return fmt.Errorf("clone3 gave pid %d, not %d", ret, c.p.PID)
 	}
-	b.target = b.p.PID
-	b.tasks = []int{b.p.PID}
-	for {
-		st, err := ptrace.Wait(b.target)
-		if err != nil {
-			return err
-		}
-		if st.Exited() {
-			return fmt.Errorf("new process %s", st)
-		}
-		if st.IsEventStop() {
-			break
-		}
-		ptrace.Cont(b.target, 0)
+	c.target = c.p.PID
+	c.tasks = []int{c.p.PID}
+	if err := waitNewTask(c.target); err != nil {
+		return err
 	}
-	b.in = ptrace.Injector{TID: b.target, Gadget: helperGadget}
+	c.in = ptrace.Injector{TID: c.target, Gadget: helperGadget}
 	return nil
 }
 
@@ -156,17 +104,20 @@ func (b *builder) write(off uint64, data []byte) error {
 	return ptrace.WriteMem(b.target, b.gadget+off, data)
 }
 
-func (b *builder) build(ir *image.Reader) error {
-	if err := b.addressSpace(); err != nil {
+// layout gives the process its address space: the gadget area at g,
+// the vDSO and every VMA, ready for the pages.
+func (b *builder) layout(g uint64) error {
+	if err := b.addressSpace(g); err != nil {
 		return fmt.Errorf("address space: %w", err)
 	}
 	if err := b.mapVMAs(); err != nil {
 		return fmt.Errorf("map: %w", err)
 	}
-	b.opts.fault(PhaseMemory)
-	if err := b.writePages(ir); err != nil {
-		return fmt.Errorf("pages: %w", err)
-	}
+	return nil
+}
+
+// build restores everything but the memory, which is in place.
+func (b *builder) build() error {
 	if err := b.protect(); err != nil {
 		return err
 	}
@@ -196,40 +147,7 @@ func (b *builder) build(ir *image.Reader) error {
 
 // addressSpace maps the gadget area where the image leaves room, removes
 // everything else the helper had, and maps the vDSO at its old address.
-func (b *builder) addressSpace() error {
-	cur, err := proc.ReadSmaps(b.target)
-	if err != nil {
-		return err
-	}
-	free := func(a uint64) bool {
-		end := a + gadgetSize
-		for _, v := range b.p.VMAs {
-			if a < v.End && v.Start < end {
-				return false
-			}
-		}
-		for _, m := range cur {
-			if a < m.End && m.Start < end {
-				return false
-			}
-		}
-		return true
-	}
-	var g uint64
-	for _, c := range []uint64{0x5f0000000000, 0x3f0000000000, 0x1f0000000000, 0x0ff000000000, 0x7f000000, 0x40000000} {
-		for a := c; a < c+0x100000000; a += 0x10000000 {
-			if free(a) {
-				g = a
-				break
-			}
-		}
-		if g != 0 {
-			break
-		}
-	}
-	if g == 0 {
-		return fmt.Errorf("no room for the restorer's gadget page")
-	}
+func (b *builder) addressSpace(g uint64) error {
 	ret, err := b.call("mmap gadget", unix.SYS_MMAP, g, gadgetSize, unix.PROT_READ|unix.PROT_WRITE|unix.PROT_EXEC,
 		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_FIXED_NOREPLACE, ^uint64(0), 0)
 	if err != nil {
@@ -305,6 +223,10 @@ func (b *builder) mapVMAs() error {
 			continue
 		case image.VMAFile:
 			fd, off = uint64(b.mapFD[v.File]), v.Offset
+		case image.VMAShmAnon:
+			// Shared anonymous memory comes back as a memfd that every
+			// process of the tree mapping the same object shares.
+			fd, off = uint64(b.t.shmFD[v.ShmID]), v.Offset
 		default:
 			flags |= unix.MAP_ANONYMOUS
 		}
@@ -414,10 +336,7 @@ func (b *builder) rlimits() error {
 // fds puts every file at its fd number and closes the helper's copies.
 func (b *builder) fds() error {
 	for _, e := range b.p.FDs {
-		src, ok := b.override[e.FD]
-		if !ok {
-			src = b.fileFD[e.File]
-		}
+		src := b.t.fileFD[e.File]
 		flags := uint64(0)
 		if e.CloExec {
 			flags = unix.O_CLOEXEC
@@ -429,10 +348,8 @@ func (b *builder) fds() error {
 	if err := b.epollItems(); err != nil {
 		return err
 	}
-	for i := range b.passed {
-		if _, err := b.call("close", unix.SYS_CLOSE, uint64(b.passBase+i)); err != nil {
-			return err
-		}
+	if _, err := b.call("close_range", unix.SYS_CLOSE_RANGE, uint64(b.t.passBase), ^uint64(0), 0); err != nil {
+		return err
 	}
 	return nil
 }
@@ -458,21 +375,6 @@ func (b *builder) misc() error {
 	for i := range p.Threads {
 		if err := b.threadMisc(i); err != nil {
 			return fmt.Errorf("thread %d: %w", p.Threads[i].TID, err)
-		}
-	}
-	switch {
-	case p.SID == p.PID:
-		if _, err := b.call("setsid", unix.SYS_SETSID); err != nil {
-			return err
-		}
-	case p.PGID == p.PID:
-		if _, err := b.call("setpgid", unix.SYS_SETPGID, 0, 0); err != nil {
-			return err
-		}
-	default:
-		if st, err := proc.ReadStat(b.target, 0); err == nil && (st.PGRP != p.PGID || st.Session != p.SID) {
-			b.warnf("process group %d and session %d are not restored (they belong to processes outside the dump); now %d and %d",
-				p.PGID, p.SID, st.PGRP, st.Session)
 		}
 	}
 	if p.Misc.PdeathSig != 0 {

@@ -110,7 +110,7 @@ func (b *builder) epollItems() error {
 			switch {
 			case used && cur == it.File:
 			case !used:
-				src, ok := b.fileFD[it.File]
+				src, ok := b.t.fileFD[it.File]
 				if !ok {
 					return fmt.Errorf("epoll fd %d: item %d names file %d: %w", efd, it.FD, it.File, image.ErrCorrupt)
 				}

@@ -3,6 +3,7 @@ package restore
 import (
 	"fmt"
 	"os"
+	"sort"
 	"path/filepath"
 	"syscall"
 
@@ -15,54 +16,78 @@ const openFlagsKept = unix.O_ACCMODE | unix.O_APPEND | unix.O_NONBLOCK | unix.O_
 	unix.O_DIRECT | unix.O_NOATIME | unix.O_LARGEFILE | unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW
 
 // pass adds a file to the helper's fd table and returns its fd number there.
-func (b *builder) pass(f *os.File, owned bool) int {
+func (t *tree) pass(f *os.File, owned bool) int {
 	if owned {
-		b.owned = append(b.owned, f)
+		t.owned = append(t.owned, f)
 	}
-	b.passed = append(b.passed, f)
-	return b.passBase + len(b.passed) - 1
+	t.passed = append(t.passed, f)
+	return t.passBase + len(t.passed) - 1
 }
 
-// prepareFiles opens, in ckpt-redo, every file the process will have: its
-// open file descriptions (with their flags and offsets), the files behind
-// its mappings, and its executable. They reach the new process through the
-// helper's fd table.
-func (b *builder) prepareFiles() error {
-	p := b.p
+// prepareFiles opens, in ckpt-redo, every file the processes will have:
+// their open file descriptions (with their flags and offsets), the files
+// behind their mappings, their executables and shared memory. They reach
+// the new processes through the helper's fd table, which every process of
+// the tree inherits.
+func (t *tree) prepareFiles() error {
 	maxFD := 2
-	for _, e := range p.FDs {
-		maxFD = max(maxFD, e.FD)
+	for _, b := range t.procs {
+		for _, e := range b.p.FDs {
+			maxFD = max(maxFD, e.FD)
+		}
 	}
-	b.passBase = maxFD + 1
-	b.fileFD = map[int]int{}
-	b.mapFD = map[int]int{}
-	byTarget := map[int]int{} // file ID -> a target fd using it
-	for _, e := range p.FDs {
-		if _, ok := byTarget[e.File]; !ok {
-			byTarget[e.File] = e.FD
+	t.passBase = maxFD + 1
+	t.fileFD = map[int]int{}
+	used := map[int]int{} // file ID -> a target fd using it, for messages
+	for _, b := range t.procs {
+		for _, e := range b.p.FDs {
+			if _, ok := used[e.File]; !ok {
+				used[e.File] = e.FD
+			}
+		}
+	}
+	// --inherit-fd N: the root's fd N, and every fd sharing its file.
+	root := t.procs[0].p
+	for _, e := range root.FDs {
+		if f, ok := t.opts.Inherit[e.FD]; ok {
+			t.fileFD[e.File] = t.pass(f, false)
 		}
 	}
 	pipes := map[uint64][2]*os.File{}
-	for _, e := range p.FDs {
-		if f, ok := b.opts.Inherit[e.FD]; ok {
-			b.fdOverride(e.FD, b.pass(f, false))
-		}
+	ids := make([]int, 0, len(t.files))
+	for id := range t.files {
+		ids = append(ids, id)
 	}
-	for i := range p.Files {
-		f := &p.Files[i]
-		tfd, used := byTarget[f.ID]
-		if !used {
+	sort.Ints(ids)
+	for _, id := range ids {
+		f := t.files[id]
+		tfd, isUsed := used[id]
+		if _, done := t.fileFD[id]; done || !isUsed {
 			continue
 		}
-		if _, ok := b.opts.Inherit[tfd]; ok {
-			continue
-		}
-		of, err := b.openFile(f, tfd, pipes)
+		of, err := t.openFile(f, tfd, pipes)
 		if err != nil {
 			return fmt.Errorf("fd %d: %w", tfd, err)
 		}
-		b.fileFD[f.ID] = b.pass(of, true)
+		t.fileFD[id] = t.pass(of, true)
 	}
+	t.shmFD = map[uint64]int{}
+	for _, b := range t.procs {
+		if b.p.Zombie {
+			continue
+		}
+		if err := b.prepareMapped(); err != nil {
+			return fmt.Errorf("process %d: %w", b.p.PID, err)
+		}
+	}
+	return nil
+}
+
+// prepareMapped opens the files behind a process's mappings, its
+// executable, and the memfds standing for its shared anonymous memory.
+func (b *builder) prepareMapped() error {
+	p, t := b.p, b.t
+	b.mapFD = map[int]int{}
 	for i, ref := range p.Mapped {
 		write := false
 		for _, v := range p.VMAs {
@@ -70,11 +95,11 @@ func (b *builder) prepareFiles() error {
 				write = true
 			}
 		}
-		f, err := b.openRef(&ref, write, true)
+		f, err := t.openRef(&ref, write, true)
 		if err != nil {
 			return fmt.Errorf("mapped file %s: %w", ref.Path, err)
 		}
-		b.mapFD[i] = b.pass(f, true)
+		b.mapFD[i] = t.pass(f, true)
 		if ref.Path == p.Exe && !ref.Deleted {
 			b.exeFD = b.mapFD[i]
 		}
@@ -85,25 +110,42 @@ func (b *builder) prepareFiles() error {
 			b.warnf("executable %s: %v; /proc/%d/exe will not point to it", p.Exe, err, p.PID)
 			b.exeFD = -1
 		} else {
-			b.exeFD = b.pass(f, true)
+			b.exeFD = t.pass(f, true)
 		}
+	}
+	for _, v := range p.VMAs {
+		if v.Kind != image.VMAShmAnon {
+			continue
+		}
+		if _, ok := t.shmFD[v.ShmID]; ok {
+			continue
+		}
+		fd, err := unix.MemfdCreate(fmt.Sprintf("ckpt-shm-%d", v.ShmID), unix.MFD_CLOEXEC)
+		if err != nil {
+			return fmt.Errorf("shared memory: memfd_create: %w", err)
+		}
+		f := os.NewFile(uintptr(fd), "shm")
+		size := v.ShmSize
+		for _, b2 := range t.procs {
+			for _, v2 := range b2.p.VMAs {
+				if v2.Kind == image.VMAShmAnon && v2.ShmID == v.ShmID {
+					size = max(size, int64(v2.Offset+v2.Len()))
+				}
+			}
+		}
+		if err := f.Truncate(size); err != nil {
+			f.Close()
+			return fmt.Errorf("shared memory: size %d: %w", size, err)
+		}
+		t.shmFD[v.ShmID] = t.pass(f, true)
 	}
 	return nil
 }
 
-// fdOverride records that target fd tfd takes the passed fd pfd whatever
-// the image says.
-func (b *builder) fdOverride(tfd, pfd int) {
-	if b.override == nil {
-		b.override = map[int]int{}
-	}
-	b.override[tfd] = pfd
-}
-
-func (b *builder) openFile(f *image.File, tfd int, pipes map[uint64][2]*os.File) (*os.File, error) {
+func (t *tree) openFile(f *image.File, tfd int, pipes map[uint64][2]*os.File) (*os.File, error) {
 	switch f.Kind {
 	case image.FileRegular, image.FileDir, image.FileChar:
-		of, err := b.openRef(&f.Ref, false, false, f.Flags)
+		of, err := t.openRef(&f.Ref, false, false, f.Flags)
 		if err != nil {
 			return nil, err
 		}
@@ -115,7 +157,7 @@ func (b *builder) openFile(f *image.File, tfd int, pipes map[uint64][2]*os.File)
 		}
 		return of, nil
 	case image.FileTTY:
-		if b.opts.ShellJob {
+		if t.opts.ShellJob {
 			for _, our := range []*os.File{os.Stdin, os.Stdout, os.Stderr} {
 				if _, err := unix.IoctlGetTermios(int(our.Fd()), unix.TCGETS); err == nil {
 					return dupFile(our)
@@ -123,15 +165,15 @@ func (b *builder) openFile(f *image.File, tfd int, pipes map[uint64][2]*os.File)
 			}
 			return nil, fmt.Errorf("terminal %s: --shell-job given but ckpt-redo runs on no terminal: %w", f.Ref.Path, ErrExternal)
 		}
-		if b.opts.Stdio != "" && tfd <= 2 {
-			return b.openStdio()
+		if t.opts.Stdio != "" && tfd <= 2 {
+			return t.openStdio()
 		}
 		return nil, fmt.Errorf("terminal %s: the process ran on a terminal; pass --shell-job to attach it to this one, "+
 			"or --stdio FILE to replace its standard fds: %w", f.Ref.Path, ErrExternal)
 	case image.FilePipe:
 		if f.Pipe.External {
-			if b.opts.Stdio != "" && tfd <= 2 {
-				return b.openStdio()
+			if t.opts.Stdio != "" && tfd <= 2 {
+				return t.openStdio()
 			}
 			return nil, fmt.Errorf("pipe:[%d] whose other end is outside the dump; pass --inherit-fd %d to give it this "+
 				"ckpt-redo's fd %d, or --stdio FILE: %w", f.Pipe.Ino, tfd, tfd, ErrExternal)
@@ -139,7 +181,7 @@ func (b *builder) openFile(f *image.File, tfd int, pipes map[uint64][2]*os.File)
 		ends, ok := pipes[f.Pipe.Ino]
 		if !ok {
 			var err error
-			if ends, err = b.makePipe(f.Pipe); err != nil {
+			if ends, err = t.makePipe(f.Pipe); err != nil {
 				return nil, fmt.Errorf("pipe:[%d]: %w", f.Pipe.Ino, err)
 			}
 			pipes[f.Pipe.Ino] = ends
@@ -157,8 +199,8 @@ func (b *builder) openFile(f *image.File, tfd int, pipes map[uint64][2]*os.File)
 	return openEvent(f)
 }
 
-func (b *builder) openStdio() (*os.File, error) {
-	f, err := os.OpenFile(b.opts.Stdio, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
+func (t *tree) openStdio() (*os.File, error) {
+	f, err := os.OpenFile(t.opts.Stdio, os.O_RDWR|os.O_APPEND|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("--stdio: %w", err)
 	}
@@ -174,20 +216,20 @@ func dupFile(f *os.File) (*os.File, error) {
 }
 
 // makePipe creates a pipe of the old capacity holding the old buffered data.
-func (b *builder) makePipe(pp *image.Pipe) ([2]*os.File, error) {
+func (t *tree) makePipe(pp *image.Pipe) ([2]*os.File, error) {
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
 		return [2]*os.File{}, err
 	}
 	ends := [2]*os.File{os.NewFile(uintptr(fds[0]), "pipe-r"), os.NewFile(uintptr(fds[1]), "pipe-w")}
-	b.owned = append(b.owned, ends[0], ends[1])
+	t.owned = append(t.owned, ends[0], ends[1])
 	if pp.Size > 0 {
 		if _, err := unix.FcntlInt(uintptr(fds[1]), unix.F_SETPIPE_SZ, pp.Size); err != nil {
 			return ends, fmt.Errorf("set capacity %d: %w", pp.Size, err)
 		}
 	}
 	if pp.DataID != 0 {
-		data, ok := b.img.data[pp.DataID]
+		data, ok := t.img.data[pp.DataID]
 		if !ok {
 			return ends, fmt.Errorf("buffered data record %d missing: %w", pp.DataID, image.ErrCorrupt)
 		}
@@ -201,7 +243,7 @@ func (b *builder) makePipe(pp *image.Pipe) ([2]*os.File, error) {
 // openRef opens a file as the image describes it. Files whose content is
 // in the image (deleted at dump time) are recreated as unnamed files.
 // strict (for mapped files) refuses a file that changed since the dump.
-func (b *builder) openRef(ref *image.FileRef, write, strict bool, flags ...int) (*os.File, error) {
+func (t *tree) openRef(ref *image.FileRef, write, strict bool, flags ...int) (*os.File, error) {
 	fl := unix.O_RDONLY
 	if write {
 		fl = unix.O_RDWR
@@ -210,7 +252,7 @@ func (b *builder) openRef(ref *image.FileRef, write, strict bool, flags ...int) 
 		fl = flags[0] & openFlagsKept
 	}
 	if ref.Deleted {
-		return b.ghost(ref, fl)
+		return t.ghost(ref, fl)
 	}
 	var st syscall.Stat_t
 	if err := syscall.Stat(ref.Path, &st); err != nil {
@@ -235,11 +277,11 @@ func (b *builder) openRef(ref *image.FileRef, write, strict bool, flags ...int) 
 
 // ghost recreates a deleted file from the image: an O_TMPFILE file in the
 // directory it was in (or /tmp), which has no name, as before.
-func (b *builder) ghost(ref *image.FileRef, flags int) (*os.File, error) {
-	tmp, ok := b.ghosts[ref.DataID]
+func (t *tree) ghost(ref *image.FileRef, flags int) (*os.File, error) {
+	tmp, ok := t.ghosts[ref.DataID]
 	if !ok {
 		var err error
-		if tmp, err = b.makeGhost(ref); err != nil {
+		if tmp, err = t.makeGhost(ref); err != nil {
 			return nil, err
 		}
 	}
@@ -253,8 +295,8 @@ func (b *builder) ghost(ref *image.FileRef, flags int) (*os.File, error) {
 
 // makeGhost creates the unnamed file of a deleted file, once per data ID:
 // every fd and mapping of it shares it, as they shared the original.
-func (b *builder) makeGhost(ref *image.FileRef) (*os.File, error) {
-	data, ok := b.img.data[ref.DataID]
+func (t *tree) makeGhost(ref *image.FileRef) (*os.File, error) {
+	data, ok := t.img.data[ref.DataID]
 	if !ok {
 		return nil, fmt.Errorf("%s: content record %d missing: %w", ref.Path, ref.DataID, image.ErrCorrupt)
 	}
@@ -269,13 +311,13 @@ func (b *builder) makeGhost(ref *image.FileRef) (*os.File, error) {
 	if tmp == nil {
 		return nil, fmt.Errorf("%s: cannot create an unnamed file for the deleted file's content", ref.Path)
 	}
-	b.owned = append(b.owned, tmp)
+	t.owned = append(t.owned, tmp)
 	if _, err := tmp.Write(data); err != nil {
 		return nil, fmt.Errorf("%s: write content: %w", ref.Path, err)
 	}
-	if b.ghosts == nil {
-		b.ghosts = map[int]*os.File{}
+	if t.ghosts == nil {
+		t.ghosts = map[int]*os.File{}
 	}
-	b.ghosts[ref.DataID] = tmp
+	t.ghosts[ref.DataID] = tmp
 	return tmp, nil
 }

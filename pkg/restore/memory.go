@@ -28,11 +28,13 @@ type pagesChunk struct {
 // reading the image and filling memory overlap. It reads up to the end
 // record, so a truncated or corrupt image fails here, before the process
 // could run.
-func (b *builder) writePages(ir *image.Reader) error {
+func (t *tree) writePages(ir *image.Reader) error {
 	start := time.Now()
 	var total int64
-	for _, v := range b.p.VMAs {
-		total += int64(v.Pages) * image.PageSize
+	for _, b := range t.procs {
+		for _, v := range b.p.VMAs {
+			total += int64(v.Pages) * image.PageSize
+		}
 	}
 	chunks := make(chan pagesChunk, 2)
 	free := make(chan []byte, 3)
@@ -42,7 +44,7 @@ func (b *builder) writePages(ir *image.Reader) error {
 	stop := make(chan struct{})
 	go func() {
 		defer close(chunks)
-		rec := b.img.next
+		rec := t.img.next
 		for {
 			if rec == nil {
 				return
@@ -103,17 +105,21 @@ func (b *builder) writePages(ir *image.Reader) error {
 		if c.err != nil {
 			return c.err
 		}
+		b, ok := t.byPID[c.meta.PID]
+		if !ok || b.p.Zombie {
+			return fmt.Errorf("pages for pid %d, which the image does not hold: %w", c.meta.PID, image.ErrCorrupt)
+		}
 		n, err := b.writeChunk(&c, zero)
 		if err != nil {
-			return err
+			return fmt.Errorf("process %d: %w", b.p.PID, err)
 		}
 		done += n
-		if b.opts.Progress != nil {
-			b.opts.Progress(done, total)
+		if t.opts.Progress != nil {
+			t.opts.Progress(done, total)
 		}
 		free <- c.buf
 	}
-	b.memTime = time.Since(start)
+	t.memTime = time.Since(start)
 	return nil
 }
 
@@ -129,9 +135,6 @@ func (b *builder) vmaAt(addr, n uint64) *image.VMA {
 
 // writeChunk writes one record's runs; it returns the bytes covered.
 func (b *builder) writeChunk(c *pagesChunk, zero []byte) (int64, error) {
-	if c.meta.PID != b.p.PID {
-		return 0, fmt.Errorf("pages for pid %d in the image of %d: %w", c.meta.PID, b.p.PID, image.ErrCorrupt)
-	}
 	var local []unix.Iovec
 	var remote []unix.RemoteIovec
 	var want int

@@ -100,6 +100,7 @@ const (
 // Result tells what a restore did.
 type Result struct {
 	PID        int           `json:"pid"`
+	Processes  int           `json:"processes"`
 	Threads    int           `json:"threads"`
 	Pages      int64         `json:"pages"`
 	Bytes      int64         `json:"bytes"`
@@ -108,49 +109,51 @@ type Result struct {
 	Warnings   []string      `json:"warnings,omitempty"`
 }
 
-// Restored is a process rebuilt from an image and held stopped.
+// Restored is a process tree rebuilt from an image and held stopped.
 type Restored struct {
 	Result
-	proc    *image.Process
 	tasks   []int
-	stopped bool
+	stopped map[int]bool // tasks to leave in group-stop
 	done    bool
 }
 
-// Release lets the restored process run, detached from ckpt-redo. It must
-// be called from the goroutine (locked OS thread) that called Build.
+// Release lets the restored processes run, detached from ckpt-redo. It
+// must be called from the goroutine (locked OS thread) that called Build.
 func (r *Restored) Release() error {
 	if r.done {
 		return nil
 	}
 	r.done = true
-	var sig unix.Signal
-	if r.stopped {
-		sig = unix.SIGSTOP
-	}
 	for i := len(r.tasks) - 1; i >= 0; i-- {
+		var sig unix.Signal
+		if r.stopped[r.tasks[i]] {
+			sig = unix.SIGSTOP
+		}
 		if err := ptrace.Detach(r.tasks[i], sig); err != nil {
-			unix.Kill(r.PID, unix.SIGKILL)
-			return fmt.Errorf("release %d: %w", r.PID, err)
+			r.done = false
+			r.Kill()
+			return fmt.Errorf("release %d: %w", r.tasks[i], err)
 		}
 	}
 	return nil
 }
 
-// Kill discards the restored process.
+// Kill discards the restored processes.
 func (r *Restored) Kill() {
 	if r.done {
 		return
 	}
 	r.done = true
-	unix.Kill(r.PID, unix.SIGKILL)
+	for _, t := range r.tasks {
+		unix.Kill(t, unix.SIGKILL)
+	}
 	for _, t := range r.tasks {
 		ptrace.Detach(t, 0)
 	}
 }
 
-// Restore builds the process from the image stream and releases it. The
-// calling goroutine is locked to its OS thread for the duration.
+// Restore builds the processes from the image stream and releases them.
+// The calling goroutine is locked to its OS thread for the duration.
 func Restore(rd io.Reader, opts Options) (*Result, error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -164,9 +167,9 @@ func Restore(rd io.Reader, opts Options) (*Result, error) {
 	return &r.Result, nil
 }
 
-// Build rebuilds the process from the image stream and holds it stopped.
-// The caller must have locked its goroutine to its OS thread and keep it
-// locked until Release or Kill.
+// Build rebuilds the process tree from the image stream and holds it
+// stopped. The caller must have locked its goroutine to its OS thread and
+// keep it locked until Release or Kill.
 func Build(rd io.Reader, opts Options) (*Restored, error) {
 	start := time.Now()
 	ir, err := image.NewReader(rd)
@@ -180,35 +183,53 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 	if err := checkMachine(&img.hdr); err != nil {
 		return nil, err
 	}
-	p := img.procs[0]
-	if err := checkPID(p.PID, p.Comm); err != nil {
+	t, err := newTree(img, &opts)
+	if err != nil {
 		return nil, err
 	}
+	root := t.procs[0].p
+	for _, b := range t.procs {
+		if err := checkPID(b.p.PID, b.p.Comm); err != nil {
+			return nil, err
+		}
+		for _, th := range b.p.Threads[min(1, len(b.p.Threads)):] {
+			if err := checkPID(th.TID, th.Comm); err != nil {
+				return nil, fmt.Errorf("thread %d of %d: %w", th.TID, b.p.PID, err)
+			}
+		}
+	}
 	opts.fault(PhaseChecked)
-	b := &builder{img: img, p: p, opts: &opts}
-	defer b.cleanup()
-	if err := b.prepareFiles(); err != nil {
-		return nil, fmt.Errorf("restore %d: %w", p.PID, err)
+	defer t.cleanup()
+	if err := t.prepareFiles(); err != nil {
+		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}
-	if err := b.create(); err != nil {
-		return nil, fmt.Errorf("restore %d: %w", p.PID, err)
-	}
-	opts.fault(PhaseCreated)
-	if err := b.build(ir); err != nil {
-		b.killTarget()
-		return nil, fmt.Errorf("restore %d: %w", p.PID, err)
+	if err := t.build(ir); err != nil {
+		t.kill()
+		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}
 	opts.fault(PhaseBuilt)
-	r := &Restored{proc: p, tasks: b.tasks, stopped: p.Misc.Stopped}
-	r.PID = p.PID
-	r.Threads = len(p.Threads)
-	r.Pages, r.Bytes = b.pages, b.bytes
-	r.Build = time.Since(start)
-	if s := b.memTime.Seconds(); s > 0 {
-		r.MemoryRate = float64(b.bytes) / s / 1e6
+	r := &Restored{stopped: map[int]bool{}}
+	r.PID = root.PID
+	for _, b := range t.procs {
+		r.Processes++
+		r.Threads += len(b.p.Threads)
+		r.Pages += b.pages
+		r.Bytes += b.bytes
+		for _, tid := range b.tasks {
+			r.tasks = append(r.tasks, tid)
+			if b.p.Misc.Stopped {
+				r.stopped[tid] = true
+			}
+		}
 	}
-	r.Warnings = b.warnings
-	b.target = 0 // owned by r now
+	r.Build = time.Since(start)
+	if s := t.memTime.Seconds(); s > 0 {
+		r.MemoryRate = float64(r.Bytes) / s / 1e6
+	}
+	r.Warnings = t.warnings
+	for _, b := range t.procs {
+		b.target = 0 // owned by r now
+	}
 	return r, nil
 }
 
@@ -273,11 +294,10 @@ func readMeta(ir *image.Reader) (*imageMeta, error) {
 	if len(m.procs) == 0 {
 		return nil, fmt.Errorf("image holds no process: %w", image.ErrCorrupt)
 	}
-	if len(m.procs) > 1 {
-		return nil, fmt.Errorf("image holds %d processes; restoring process trees is not supported yet", len(m.procs))
-	}
-	if err := validate(m.procs[0]); err != nil {
-		return nil, err
+	for _, p := range m.procs {
+		if err := validate(p); err != nil {
+			return nil, err
+		}
 	}
 	return m, nil
 }
@@ -290,6 +310,9 @@ func validate(p *image.Process) error {
 	}
 	if p.PID <= 0 || p.PID > 1<<22 {
 		return bad("pid out of range")
+	}
+	if p.Zombie {
+		return nil
 	}
 	if len(p.Threads) == 0 || p.Threads[0].TID != p.PID {
 		return bad("no leader thread")
@@ -312,7 +335,7 @@ func validate(p *image.Process) error {
 		prevEnd = v.End
 	}
 	for _, fd := range p.FDs {
-		if fd.FD < 0 || fd.FD > 1<<20 || fd.File < 0 || fd.File >= len(p.Files) {
+		if fd.FD < 0 || fd.FD > 1<<20 {
 			return bad("fd %d malformed", fd.FD)
 		}
 	}

@@ -231,7 +231,6 @@ func TestDumpErrors(t *testing.T) {
 		{"no such process", freePID(t), "no such process"},
 		{"kernel thread", 2, "kernel thread"},
 		{"zombie", zombie, "zombie"},
-		{"process with a child", parent, "child processes"},
 		{"pid 0", 0, "not a PID"},
 	}
 	for _, tc := range tests {

@@ -1,0 +1,276 @@
+package restore
+
+import (
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"github.com/ckpt/ckpt/pkg/ptrace"
+	"golang.org/x/sys/unix"
+)
+
+// tree builds every process of an image, and holds what they share: the
+// image-wide file table, the files passed through the helper, the gadget
+// address.
+type tree struct {
+	img   *imageMeta
+	opts  *Options
+	procs []*builder // image order: parents before children
+	byPID map[int]*builder
+	files map[int]*image.File
+
+	passBase int
+	passed   []*os.File
+	owned    []*os.File
+	fileFD   map[int]int      // File.ID -> fd in the new processes before dup3
+	shmFD    map[uint64]int   // shared memory object -> memfd
+	ghosts   map[int]*os.File // data ID -> unnamed file with a deleted file's content
+	gadget   uint64
+
+	memTime  time.Duration
+	warnings []string
+}
+
+func newTree(img *imageMeta, opts *Options) (*tree, error) {
+	t := &tree{img: img, opts: opts, byPID: map[int]*builder{}, files: map[int]*image.File{}}
+	for _, p := range img.procs {
+		b := &builder{t: t, p: p, opts: opts}
+		if _, dup := t.byPID[p.PID]; dup {
+			return nil, fmt.Errorf("pid %d twice in the image: %w", p.PID, image.ErrCorrupt)
+		}
+		t.byPID[p.PID] = b
+		t.procs = append(t.procs, b)
+		for i := range p.Files {
+			f := &p.Files[i]
+			if _, dup := t.files[f.ID]; dup {
+				return nil, fmt.Errorf("file %d twice in the image: %w", f.ID, image.ErrCorrupt)
+			}
+			t.files[f.ID] = f
+		}
+	}
+	for i, b := range t.procs {
+		if i > 0 {
+			parent, ok := t.byPID[b.p.PPID]
+			if !ok || parent.p.Zombie || indexOf(t.procs, parent) > i {
+				return nil, fmt.Errorf("process %d: parent %d not before it in the image: %w", b.p.PID, b.p.PPID, image.ErrCorrupt)
+			}
+		}
+		for _, e := range b.p.FDs {
+			if _, ok := t.files[e.File]; !ok {
+				return nil, fmt.Errorf("process %d fd %d: file %d not in the image: %w", b.p.PID, e.FD, e.File, image.ErrCorrupt)
+			}
+		}
+	}
+	if t.procs[0].p.Zombie {
+		return nil, fmt.Errorf("the root process is a zombie: %w", image.ErrCorrupt)
+	}
+	return t, nil
+}
+
+func indexOf(bs []*builder, b *builder) int {
+	for i, x := range bs {
+		if x == b {
+			return i
+		}
+	}
+	return -1
+}
+
+func (t *tree) warnf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	t.warnings = append(t.warnings, msg)
+	t.opts.logf("warning: %s", msg)
+}
+
+func (t *tree) cleanup() {
+	for _, f := range t.owned {
+		f.Close()
+	}
+	t.owned = nil
+	t.ghosts = nil
+}
+
+// kill kills every process built so far.
+func (t *tree) kill() {
+	for _, b := range t.procs {
+		if b.target != 0 {
+			unix.Kill(b.target, unix.SIGKILL)
+		}
+	}
+	for _, b := range t.procs {
+		for _, tid := range b.tasks {
+			ptrace.Detach(tid, 0)
+		}
+		b.target = 0
+	}
+}
+
+// create makes every process with its old PID: the root forked from the
+// helper, each child forked from its parent, all still skeletons holding
+// the helper's memory. Sessions are made as the tree is built (a child
+// inherits its parent's), then process groups; zombies then exit with
+// their old status. The helper dies at the end: the root's parent becomes
+// init or the nearest child subreaper.
+func (t *tree) create() error {
+	files := make([]*os.File, t.passBase, t.passBase+len(t.passed))
+	files = append(files, t.passed...)
+	h, err := startHelper(files)
+	if err != nil {
+		return err
+	}
+	defer h.kill()
+	if err := checkXState(&t.img.hdr, h.pid); err != nil {
+		return err
+	}
+	hb := &builder{t: t, in: h.in}
+	for i, b := range t.procs {
+		parent := hb
+		if i > 0 {
+			parent = t.byPID[b.p.PPID]
+		}
+		if err := parent.clone(b); err != nil {
+			return fmt.Errorf("process %d: %w", b.p.PID, err)
+		}
+		if b.p.SID == b.p.PID {
+			if _, err := b.call("setsid", unix.SYS_SETSID); err != nil {
+				return err
+			}
+		}
+	}
+	for pass := 0; pass < 2; pass++ { // group leaders first
+		for _, b := range t.procs {
+			if (pass == 0) != (b.p.PGID == b.p.PID) {
+				continue
+			}
+			st, err := proc.ReadStat(b.target, 0)
+			if err != nil {
+				return err
+			}
+			if st.PGRP == b.p.PGID {
+				continue
+			}
+			_, inTree := t.byPID[b.p.PGID]
+			if st.Session != b.p.SID || !inTree {
+				b.warnf("process %d: session %d and process group %d are not restored (they belong to processes outside the dump); now %d and %d",
+					b.p.PID, b.p.SID, b.p.PGID, st.Session, st.PGRP)
+				continue
+			}
+			if _, err := b.call("setpgid", unix.SYS_SETPGID, 0, uint64(b.p.PGID)); err != nil {
+				return fmt.Errorf("process %d: %w", b.p.PID, err)
+			}
+		}
+	}
+	for _, b := range t.procs {
+		if b.p.Zombie {
+			if err := b.becomeZombie(); err != nil {
+				return fmt.Errorf("process %d: %w", b.p.PID, err)
+			}
+		}
+	}
+	return nil
+}
+
+// becomeZombie makes a skeleton exit the way the dumped zombie had exited.
+// ckpt-redo, its tracer, reaps the trace notification; the zombie stays
+// for its real parent to wait for.
+func (b *builder) becomeZombie() error {
+	ws := unix.WaitStatus(b.p.ExitStatus)
+	switch {
+	case ws.Signaled():
+		if err := ptrace.Cont(b.target, ws.Signal()); err != nil {
+			return err
+		}
+	default:
+		if _, err := b.in.Syscall(unix.SYS_EXIT_GROUP, uint64(ws.ExitStatus())); err == nil {
+			return fmt.Errorf("exit_group returned")
+		}
+	}
+	for {
+		st, err := ptrace.Wait(b.target)
+		if err != nil {
+			return err
+		}
+		if st.Exited() {
+			break
+		}
+		if err := ptrace.Cont(b.target, 0); err != nil {
+			return err
+		}
+	}
+	b.tasks, b.target = nil, 0
+	return nil
+}
+
+// chooseGadget finds an address for the gadget area that no process of the
+// image uses and the skeletons do not use either.
+func (t *tree) chooseGadget() (uint64, error) {
+	cur, err := proc.ReadSmaps(t.procs[0].target)
+	if err != nil {
+		return 0, err
+	}
+	free := func(a uint64) bool {
+		end := a + gadgetSize
+		for _, b := range t.procs {
+			for _, v := range b.p.VMAs {
+				if a < v.End && v.Start < end {
+					return false
+				}
+			}
+		}
+		for _, m := range cur {
+			if a < m.End && m.Start < end {
+				return false
+			}
+		}
+		return true
+	}
+	for _, c := range []uint64{0x5f0000000000, 0x3f0000000000, 0x1f0000000000, 0x0ff000000000, 0x7f000000, 0x40000000} {
+		for a := c; a < c+0x100000000; a += 0x10000000 {
+			if free(a) {
+				return a, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("no room for the restorer's gadget page")
+}
+
+// build rebuilds the tree; on failure the caller kills it.
+func (t *tree) build(ir *image.Reader) error {
+	if err := t.create(); err != nil {
+		return err
+	}
+	t.opts.fault(PhaseCreated)
+	g, err := t.chooseGadget()
+	if err != nil {
+		return err
+	}
+	t.gadget = g
+	live := t.live()
+	for _, b := range live {
+		if err := b.layout(g); err != nil {
+			return fmt.Errorf("process %d: %w", b.p.PID, err)
+		}
+	}
+	t.opts.fault(PhaseMemory)
+	if err := t.writePages(ir); err != nil {
+		return fmt.Errorf("pages: %w", err)
+	}
+	for _, b := range live {
+		if err := b.build(); err != nil {
+			return fmt.Errorf("process %d: %w", b.p.PID, err)
+		}
+	}
+	return nil
+}
+
+func (t *tree) live() []*builder {
+	var out []*builder
+	for _, b := range t.procs {
+		if !b.p.Zombie {
+			out = append(out, b)
+		}
+	}
+	return out
+}
