@@ -62,7 +62,7 @@ func (b *builder) warnf(format string, args ...any) { b.t.warnf(format, args...)
 func (b *builder) clone(c *builder) error {
 	var args [cloneArgsSize + 8]byte
 	le := binary.LittleEndian
-	le.PutUint64(args[32:], uint64(unix.SIGCHLD))         // exit_signal
+	le.PutUint64(args[32:], uint64(unix.SIGCHLD))        // exit_signal
 	le.PutUint64(args[64:], helperScratch+cloneArgsSize) // set_tid
 	le.PutUint64(args[72:], 1)                           // set_tid_size
 	le.PutUint32(args[cloneArgsSize:], uint32(c.p.PID))

@@ -3,8 +3,8 @@ package restore
 import (
 	"fmt"
 	"os"
-	"sort"
 	"path/filepath"
+	"sort"
 	"syscall"
 
 	"github.com/ckpt/ckpt/pkg/image"
