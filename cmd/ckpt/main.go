@@ -13,12 +13,20 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/pprof"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 )
 
 func main() {
+	if f := os.Getenv("CKPT_CPUPROFILE"); f != "" {
+		out, err := os.Create(f)
+		if err == nil {
+			pprof.StartCPUProfile(out)
+			defer pprof.StopCPUProfile()
+		}
+	}
 	app := &cli.App{
 		Name:  "ckpt",
 		Usage: "checkpoint running Linux processes",
@@ -31,6 +39,7 @@ func main() {
 		HideHelpCommand: true,
 	}
 	if err := app.Run(os.Args); err != nil {
+		pprof.StopCPUProfile()
 		fmt.Fprintf(os.Stderr, "ckpt: %v\n", err)
 		var ec cli.ExitCoder
 		if errors.As(err, &ec) {

@@ -145,6 +145,7 @@ var victims = map[string]victimSpec{
 	"memhog":          {"memhog.c", []string{"-O2"}},
 	"mthreads":        {"mthreads.c", []string{"-O1", "-g", "-pthread"}},
 	"evloop":          {"evloop.c", []string{"-O1", "-g"}},
+	"tree":            {"tree.c", []string{"-O1", "-g"}},
 }
 
 // victimHeaders are included by the C victims and so part of the cache key.

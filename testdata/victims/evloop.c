@@ -13,12 +13,16 @@
  *    back on EPOLLIN (no gap, no repeat);
  *  - a signalfd for SIGUSR1 and SIGUSR2, which are blocked (besides SIGHUP,
  *    as in victim.h): this is how check and bye arrive;
+ *  - not in epoll, a second signalfd for SIGRTMIN+6, blocked too: the
+ *    sender queues exactly 3 of them (sigqueue, values 1, 2, 3, then 4, 5,
+ *    6, ...) before every SIGUSR1, and the check reads them from it;
  *  - with "closed": one more eventfd, registered in epoll under an fd
  *    number that is then closed (the file lives on through a dup); every
  *    7th tick writes to it through the dup and its event must come, with
  *    the item's data.
  * A 256 KiB heap region changes every tick (victim.h regions).
- * A check verifies the signal mask and handlers, the timerfd's interval,
+ * A check verifies the queued SIGRTMIN+6, the signal mask and handlers,
+ * the timerfd's interval,
  * the eventfd's pending count (fdinfo), the pipe's queued bytes, the epoll
  * items (fdinfo: fd numbers, event masks, data) and the region.
  */
@@ -35,7 +39,8 @@
 
 enum { D_TIMER = 0x71, D_EVENT = 0xe7, D_PIPE = 0x919e, D_SIG = 0x5197, D_GHOST = 0x9057 };
 
-static int ep, tfd, efd, pfd[2], sfd, ghost_fd = -1, ghost_dup = -1;
+static int ep, tfd, efd, pfd[2], sfd, qfd, ghost_fd = -1, ghost_dup = -1;
+static int q_last; /* value of the last SIGRTMIN+6 read */
 static uint64_t ev_pending;     /* written to efd, not read back */
 static unsigned long ev_armed;  /* tick of a write whose event has not come, 0 if none */
 static unsigned long ghost_armed;
@@ -109,13 +114,37 @@ static int check_epoll(char *why, size_t len)
 	return 0;
 }
 
+/* check_queue reads the 3 SIGRTMIN+6 queued before a check. */
+static int check_queue(char *why, size_t len)
+{
+	int n = 0;
+	for (;;) {
+		struct signalfd_siginfo si;
+		ssize_t r = read(qfd, &si, sizeof si);
+		if (r < 0 && errno == EAGAIN)
+			break;
+		if (r != sizeof si)
+			return snprintf(why, len, "queue signalfd read %zd: %s", r, strerror(errno)), -1;
+		if ((int)si.ssi_signo != SIGRTMIN + 6 || si.ssi_code != SI_QUEUE || si.ssi_int != q_last + 1)
+			return snprintf(why, len, "queued signal %u code %d value %d, want %d %d %d", si.ssi_signo,
+					si.ssi_code, si.ssi_int, SIGRTMIN + 6, SI_QUEUE, q_last + 1), -1;
+		q_last++;
+		n++;
+	}
+	if (n != 3)
+		return snprintf(why, len, "%d queued signals, want 3 (last value %d)", n, q_last), -1;
+	return 0;
+}
+
 static int check(char *why, size_t len)
 {
 	sigset_t cur;
+	if (check_queue(why, len) < 0)
+		return -1;
 	if (sigprocmask(SIG_BLOCK, NULL, &cur) < 0)
 		return snprintf(why, len, "sigprocmask query"), -1;
 	for (int s = 1; s <= SIGRTMAX; s++)
-		if (sigismember(&cur, s) != (s == SIGHUP || s == SIGUSR1 || s == SIGUSR2))
+		if (sigismember(&cur, s) != (s == SIGHUP || s == SIGUSR1 || s == SIGUSR2 || s == SIGRTMIN + 6))
 			return snprintf(why, len, "signal %d %sblocked", s, sigismember(&cur, s) ? "" : "not "), -1;
 	if (check_handler(SIGUSR1, on_usr1, SIGUSR2, why, len) < 0 ||
 	    check_handler(SIGUSR2, on_usr2, SIGUSR1, why, len) < 0)
@@ -246,9 +275,13 @@ int main(int argc, char **argv)
 	sigemptyset(&usr);
 	sigaddset(&usr, SIGUSR1);
 	sigaddset(&usr, SIGUSR2);
-	if (sigprocmask(SIG_BLOCK, &usr, NULL) < 0)
+	sigset_t q;
+	sigemptyset(&q);
+	sigaddset(&q, SIGRTMIN + 6);
+	if (sigprocmask(SIG_BLOCK, &usr, NULL) < 0 || sigprocmask(SIG_BLOCK, &q, NULL) < 0)
 		die("sigprocmask");
-	if ((sfd = signalfd(-1, &usr, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
+	if ((sfd = signalfd(-1, &usr, SFD_NONBLOCK | SFD_CLOEXEC)) < 0 ||
+	    (qfd = signalfd(-1, &q, SFD_NONBLOCK | SFD_CLOEXEC)) < 0)
 		die("signalfd");
 
 	reg = (struct region){malloc(256 << 10), (256 << 10) / 8};
