@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -59,12 +60,18 @@ func printJSON(v any) error {
 // faultHook returns a hook that kills ckpt with SIGKILL when it reaches the
 // phase named by $CKPT_FAULT: tests use it to prove that a dump or restore
 // that dies midway leaves nothing broken behind.
+//
+// With $CKPT_TIMING set, it prints when each phase starts.
 func faultHook() func(string) {
-	want := os.Getenv("CKPT_FAULT")
-	if want == "" {
+	want, timing := os.Getenv("CKPT_FAULT"), os.Getenv("CKPT_TIMING") != ""
+	if want == "" && !timing {
 		return nil
 	}
+	start := time.Now()
 	return func(phase string) {
+		if timing {
+			fmt.Fprintf(os.Stderr, "ckpt: %8.1f ms: %s\n", float64(time.Since(start).Microseconds())/1e3, phase)
+		}
 		if phase == want {
 			unix.Kill(os.Getpid(), unix.SIGKILL)
 		}

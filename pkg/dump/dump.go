@@ -141,7 +141,6 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 		return nil, err
 	}
 	shm := map[shmRange]bool{}
-	var total int64
 	for _, m := range t.members {
 		if m.p.Zombie {
 			continue
@@ -149,7 +148,6 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 		if m.plan, err = planMemory(m.pid, m.p.VMAs, shm); err != nil {
 			return nil, fmt.Errorf("process %d: %w", m.pid, err)
 		}
-		total += m.plan.pages * pageSize
 	}
 	opts.fault(PhaseCollected)
 	root := t.members[0].p
@@ -180,39 +178,25 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 	opts.fault(PhaseMemory)
 	// With --leave-running the processes are let go as soon as their
 	// pages are all read, while they are still being written.
-	last := -1
-	for i, m := range t.members {
+	var early func()
+	if opts.LeaveRunning {
+		early = func() {
+			t.release()
+			res.Frozen = time.Since(frozenAt)
+		}
+	}
+	var jobs []memJob
+	for _, m := range t.members {
 		if !m.p.Zombie {
-			last = i
+			jobs = append(jobs, memJob{m.pid, m.plan})
 		}
 	}
-	var base int64
 	memStart := time.Now()
-	for i, m := range t.members {
-		if m.p.Zombie {
-			continue
-		}
-		var early func()
-		if opts.LeaveRunning && i == last {
-			early = func() {
-				t.release()
-				res.Frozen = time.Since(frozenAt)
-			}
-		}
-		progress := opts.Progress
-		if progress != nil {
-			b := base
-			progress = func(done, _ int64) { opts.Progress(b+done, total) }
-		}
-		ms, err := dumpMemory(m.pid, m.plan, sink, progress, early)
-		if err != nil {
-			return nil, fmt.Errorf("process %d: memory: %w", m.pid, err)
-		}
-		base += m.plan.pages * pageSize
-		res.Pages += ms.pages
-		res.ZeroPages += ms.zero
-		res.Bytes += ms.bytes
+	ms, err := dumpMemory(jobs, sink, opts.Progress, early)
+	if err != nil {
+		return nil, fmt.Errorf("memory: %w", err)
 	}
+	res.Pages, res.ZeroPages, res.Bytes = ms.pages, ms.zero, ms.bytes
 	if secs := time.Since(memStart).Seconds(); secs > 0 {
 		res.MemoryRate = float64(res.Bytes) / secs / 1e6
 	}

@@ -34,7 +34,7 @@ func (d *dumper) newRemote(tid int, gadget uint64) (*remote, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &remote{in: ptrace.Injector{TID: tid, Gadget: gadget, Step: true, Park: true}, pid: d.pid}
+	r := &remote{in: ptrace.Injector{TID: tid, Gadget: gadget, Step: true}, pid: d.pid}
 	r.scratch = (regs.Rsp - redZone - scratchSize) &^ 63
 	r.saved = make([]byte, scratchSize)
 	if err := readMem(d.pid, r.scratch, r.saved); err != nil {
@@ -43,11 +43,16 @@ func (d *dumper) newRemote(tid int, gadget uint64) (*remote, error) {
 	return r, nil
 }
 
-// done puts the scratch memory back and hands over signals that arrived.
+// done puts the scratch memory back, parks the thread in an interrupt
+// stop (see ptrace.Injector.Park) and hands over signals that arrived.
 func (r *remote) done(t *task) error {
+	err := ptrace.WriteMem(r.pid, r.scratch, r.saved)
+	if perr := r.in.Park(); err == nil {
+		err = perr
+	}
 	t.signals = append(t.signals, r.in.Signals...)
 	r.in.Signals = nil
-	return ptrace.WriteMem(r.pid, r.scratch, r.saved)
+	return err
 }
 
 // call runs a syscall whose output lands in the scratch buffer and returns
@@ -122,8 +127,16 @@ func (d *dumper) injectThread(r *remote, p *image.Process, th *image.Thread, lea
 	if !leader {
 		return nil
 	}
+	// Only caught and ignored signals can have a handler; the others are
+	// SIG_DFL. SIGCHLD is always asked: SA_NOCLDWAIT and SA_NOCLDSTOP
+	// matter even with SIG_DFL.
+	status, err := proc.ReadStatus(d.pid)
+	if err != nil {
+		return fmt.Errorf("read status: %w", err)
+	}
+	handled := status.Hex("SigCgt") | status.Hex("SigIgn") | 1<<(unix.SIGCHLD-1)
 	for sig := 1; sig <= 64; sig++ {
-		if sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) {
+		if sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) || handled&(1<<(sig-1)) == 0 {
 			p.Signals.Actions = append(p.Signals.Actions, image.Sigaction{})
 			continue
 		}

@@ -122,6 +122,7 @@ type memStats struct {
 
 // batch is a buffer of pages read from the process, ready to be written.
 type batch struct {
+	pid  int
 	buf  []byte
 	runs []run
 	err  error
@@ -133,13 +134,24 @@ type batch struct {
 // writing into as many buffers as memory allows (see bufferLimit), and
 // readDone is called — on this goroutine, which owns the ptrace session —
 // as soon as the last page has been read.
-func dumpMemory(pid int, plan *memPlan, sink Sink, progress func(done, total int64), readDone func()) (memStats, error) {
+func dumpMemory(jobs []memJob, sink Sink, progress func(done, total int64), readDone func()) (memStats, error) {
 	start := time.Now()
 	var st memStats
-	batches := splitBatches(plan.runs)
+	type work struct {
+		pid  int
+		runs []run
+	}
+	var batches []work
+	var total int64
+	for _, j := range jobs {
+		for _, b := range splitBatches(j.plan.runs) {
+			batches = append(batches, work{j.pid, b})
+		}
+		total += j.plan.pages * pageSize
+	}
 	nbuf := 3
 	if readDone != nil {
-		nbuf = max(nbuf, int(bufferLimit(plan.pages*pageSize)/batchBytes))
+		nbuf = max(nbuf, int(bufferLimit(total)/batchBytes))
 	}
 	free := make(chan []byte, nbuf)
 	for i := 0; i < nbuf; i++ {
@@ -180,9 +192,12 @@ func dumpMemory(pid int, plan *memPlan, sink Sink, progress func(done, total int
 				}
 				allocated <- buf
 			}
-			err := readBatch(pid, buf, b)
+			err := readBatch(b.pid, buf, b.runs)
+			if err != nil {
+				err = fmt.Errorf("process %d: %w", b.pid, err)
+			}
 			select {
-			case full <- batch{buf: buf, runs: b, err: err}:
+			case full <- batch{pid: b.pid, buf: buf, runs: b.runs, err: err}:
 			case <-stop:
 				return
 			}
@@ -192,7 +207,6 @@ func dumpMemory(pid int, plan *memPlan, sink Sink, progress func(done, total int
 		}
 		close(allRead)
 	}()
-	total := plan.pages * pageSize
 	var done int64
 	zero := make([]byte, pageSize)
 	ready := allRead
@@ -216,7 +230,7 @@ func dumpMemory(pid int, plan *memPlan, sink Sink, progress func(done, total int
 			return st, b.err
 		}
 		meta, n, nzero := compact(b.buf, b.runs, zero)
-		if err := sink.WriteRecord(image.TypePages, image.Pages{PID: pid, Runs: meta}, b.buf[:n]); err != nil {
+		if err := sink.WriteRecord(image.TypePages, image.Pages{PID: b.pid, Runs: meta}, b.buf[:n]); err != nil {
 			return st, err
 		}
 		st.bytes += int64(n)
@@ -259,6 +273,12 @@ func bufferLimit(want int64) int64 {
 	}
 	avail := int64(si.Freeram+si.Bufferram) * int64(si.Unit) / 2
 	return min(want+batchBytes, avail)
+}
+
+// memJob is the memory of one process to dump.
+type memJob struct {
+	pid  int
+	plan *memPlan
 }
 
 // splitBatches cuts runs into batches of at most batchBytes and maxIov runs.

@@ -24,10 +24,7 @@ type Injector struct {
 	// found in the vDSO). Without it the gadget must be `syscall; int3`
 	// and the task runs until the trap.
 	Step bool
-	// Park leaves the task in an interrupt stop after each call instead
-	// of the SIGTRAP stop that ends it: if the tracer dies then, the task
-	// goes on as if never traced, instead of getting a SIGTRAP.
-	Park bool
+
 	// Signals that arrived while a call ran, with their siginfo. They were
 	// taken off the queue: the caller re-delivers or saves them.
 	Signals []Signal
@@ -105,18 +102,15 @@ func (in *Injector) Syscall(nr uint64, args ...uint64) (uint64, error) {
 	if err := SetRegs(in.TID, &saved); err != nil {
 		return 0, err
 	}
-	if in.Park {
-		if err := in.park(); err != nil {
-			return 0, err
-		}
-	}
 	return got.Rax, nil
 }
 
-// park moves the task from its SIGTRAP stop to an interrupt stop: the
-// interrupt is queued, the trap is suppressed, and the task stops again
-// before it runs a single instruction.
-func (in *Injector) park() error {
+// Park moves the task from the SIGTRAP stop that ends an injected call to
+// an interrupt stop: the interrupt is queued, the trap is suppressed, and
+// the task stops again before it runs a single instruction. If the tracer
+// dies after that, the task goes on as if never traced, instead of getting
+// a SIGTRAP. Call it after the last of a series of calls.
+func (in *Injector) Park() error {
 	if err := Interrupt(in.TID); err != nil {
 		return err
 	}

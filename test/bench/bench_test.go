@@ -224,3 +224,119 @@ func BenchmarkDumpRestore(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkTasks dumps and restores many threads and many processes, to
+// show that the freeze grows with memory and tasks, not with the square of
+// the number of tasks: compare the 16/64-thread and 8/32-process rows.
+func BenchmarkTasks(b *testing.B) {
+	testenv.RequireRoot(b)
+	bin := testenv.BuildBinaries(b)
+	hog := testenv.BuildVictim(b, "memhog")
+	cases := []struct {
+		name                string
+		mib, threads, procs int
+	}{
+		{"16threads", 64, 16, 1},
+		{"64threads", 64, 64, 1},
+		{"8procs-32MiB", 32, 1, 8},
+		{"32procs-32MiB", 32, 1, 32},
+	}
+	for _, tc := range cases {
+		b.Run(tc.name, func(b *testing.B) {
+			dir, err := os.MkdirTemp("/dev/shm", "ckpt-bench-")
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer os.RemoveAll(dir)
+			r := testenv.StartReaper(b)
+			log := filepath.Join(dir, "log")
+			pid := r.Run(b, testenv.RunOpts{}, hog, log, strconv.Itoa(tc.mib), strconv.Itoa(tc.threads), strconv.Itoa(tc.procs))
+			testenv.WaitForLine(b, log, func(string) bool {
+				n := 0
+				for _, l := range testenv.ReadLines(log) {
+					if strings.HasPrefix(l, "ready") {
+						n++
+					}
+				}
+				return n == tc.procs
+			}, 5*time.Minute)
+			img := filepath.Join(dir, "img")
+			var frozen, dumpT, restT []float64
+			for i := -1; i < rounds(); i++ {
+				out, err := exec.Command(filepath.Join(bin, "ckpt"), "dump", "--json", "--leave-running", "--dir", img, strconv.Itoa(pid)).Output()
+				if err != nil {
+					b.Fatalf("dump: %v", err)
+				}
+				var dr dumpResult
+				if err := json.Unmarshal(out, &dr); err != nil {
+					b.Fatal(err)
+				}
+				pids := treePIDs(pid)
+				for _, p := range pids {
+					unix.Kill(p, unix.SIGKILL)
+				}
+				unix.Kill(pid, unix.SIGKILL)
+				r.WaitExit(b, pid, time.Minute)
+				waitGone(b, pids)
+				jf := filepath.Join(dir, "restore.json")
+				redo := r.Run(b, testenv.RunOpts{Stdout: jf, Stderr: filepath.Join(dir, "redo.err")}, filepath.Join(bin, "ckpt-redo"), "--json", img)
+				if st := r.WaitExit(b, redo, 5*time.Minute); st.Code != 0 {
+					msg, _ := os.ReadFile(filepath.Join(dir, "redo.err"))
+					b.Fatalf("ckpt-redo: %v: %s", st, msg)
+				}
+				data, _ := os.ReadFile(jf)
+				os.Remove(jf)
+				var rr restoreResult
+				if err := json.Unmarshal(data, &rr); err != nil {
+					b.Fatalf("ckpt-redo output %q: %v", data, err)
+				}
+				if i >= 0 {
+					frozen = append(frozen, float64(dr.Frozen.Microseconds())/1e3)
+					dumpT = append(dumpT, float64(dr.Total.Microseconds())/1e3)
+					restT = append(restT, float64(rr.Build.Microseconds())/1e3)
+				}
+			}
+			tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+			if tc.threads > 1 && len(tasks) != tc.threads {
+				b.Fatalf("restored process has %d threads, want %d", len(tasks), tc.threads)
+			}
+			if n := len(treePIDs(pid)) + 1; n != tc.procs {
+				b.Fatalf("restored tree has %d processes, want %d", n, tc.procs)
+			}
+			b.ReportMetric(median(frozen), "frozen-ms")
+			b.ReportMetric(median(dumpT), "dump-ms")
+			b.ReportMetric(median(restT), "restore-ms")
+			for _, p := range append(treePIDs(pid), pid) {
+				unix.Kill(p, unix.SIGKILL)
+			}
+		})
+	}
+}
+
+// treePIDs lists the descendants of pid.
+func treePIDs(pid int) []int {
+	var out []int
+	kids, _ := proc.Children(pid)
+	for _, k := range kids {
+		out = append(out, k)
+		out = append(out, treePIDs(k)...)
+	}
+	return out
+}
+
+// waitGone waits until none of pids exists (killed children are reaped by
+// the reaper once their parent is gone).
+func waitGone(t testing.TB, pids []int) {
+	deadline := time.Now().Add(30 * time.Second)
+	for _, p := range pids {
+		for {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d", p)); err != nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("process %d still exists", p)
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}
+}
