@@ -191,9 +191,14 @@ func BuildVictim(t testing.TB, name string) string {
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// Compile to a private name and rename, so that concurrent test
-	// processes never see a half-written binary.
-	tmp := fmt.Sprintf("%s.tmp%d", bin, os.Getpid())
+	// Compile to a private name and rename, so that concurrent tests (in
+	// this process or others) never see a half-written binary.
+	tf, err := os.CreateTemp(cache, name+".tmp*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tf.Close()
+	tmp := tf.Name()
 	args := append([]string{"-Wall", "-Werror"}, spec.cflags...)
 	args = append(args, "-o", tmp, src)
 	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {

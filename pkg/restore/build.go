@@ -523,13 +523,13 @@ func (b *builder) signals() error {
 		return err
 	}
 	for _, si := range p.Signals.Pending {
-		if err := b.queue(si, 0); err != nil {
+		if err := b.queue(si, -1); err != nil {
 			return err
 		}
 	}
-	for _, th := range p.Threads {
+	for i, th := range p.Threads {
 		for _, si := range th.Pending {
-			if err := b.queue(si, th.TID); err != nil {
+			if err := b.queue(si, i); err != nil {
 				return err
 			}
 		}
@@ -608,8 +608,9 @@ func (b *builder) posixTimers() error {
 }
 
 // queue puts a pending signal back, with its siginfo: to the process, or
-// to thread tid. Sent by the process to itself, any si_code is accepted.
-func (b *builder) queue(si image.SigInfo, tid int) error {
+// to thread i of Process.Threads (i >= 0). The signal is sent by the
+// thread to itself: only then does the kernel accept any si_code.
+func (b *builder) queue(si image.SigInfo, i int) error {
 	if len(si) != ptrace.SigInfoSize {
 		return fmt.Errorf("siginfo of %d bytes: %w", len(si), image.ErrCorrupt)
 	}
@@ -617,11 +618,12 @@ func (b *builder) queue(si image.SigInfo, tid int) error {
 	if err := b.write(scratchOff, si); err != nil {
 		return err
 	}
-	if tid == 0 {
+	if i < 0 {
 		_, err := b.call(fmt.Sprintf("rt_sigqueueinfo %d", sig), unix.SYS_RT_SIGQUEUEINFO, uint64(b.target), sig, b.gadget+scratchOff)
 		return err
 	}
-	_, err := b.call(fmt.Sprintf("rt_tgsigqueueinfo %d", sig), unix.SYS_RT_TGSIGQUEUEINFO, uint64(b.target), uint64(tid), sig, b.gadget+scratchOff)
+	tid := b.p.Threads[i].TID
+	_, err := b.ins[i].Call(fmt.Sprintf("rt_tgsigqueueinfo %d", sig), unix.SYS_RT_TGSIGQUEUEINFO, uint64(b.target), uint64(tid), sig, b.gadget+scratchOff)
 	return err
 }
 

@@ -1,13 +1,16 @@
 package e2e
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"unsafe"
 
 	"github.com/ckpt/ckpt/internal/testenv"
 )
@@ -65,15 +68,40 @@ func compareFDs(t *testing.T, why string, before, after map[int]string) {
 	}
 }
 
+// sigQueued is the signal evloop reads, 3 at a time, from its second
+// signalfd at every check: SIGRTMIN+6 of glibc.
+const sigQueued = syscall.Signal(40)
+
+// queue3 queues the 3 sigQueued signals evloop's next check reads, with
+// values *last+1, *last+2, *last+3 (rt_sigqueueinfo, SI_QUEUE).
+func queue3(t *testing.T, v *victim, last *int) {
+	t.Helper()
+	for i := 0; i < 3; i++ {
+		*last++
+		var si [128]byte
+		binary.LittleEndian.PutUint32(si[0:], uint32(sigQueued))
+		binary.LittleEndian.PutUint32(si[8:], ^uint32(0)) // si_code SI_QUEUE (-1)
+		binary.LittleEndian.PutUint32(si[16:], uint32(os.Getpid()))
+		binary.LittleEndian.PutUint32(si[24:], uint32(*last)) // si_value.sival_int
+		_, _, errno := syscall.Syscall(syscall.SYS_RT_SIGQUEUEINFO, uintptr(v.pid), uintptr(sigQueued),
+			uintptr(unsafe.Pointer(&si[0])))
+		if errno != 0 {
+			t.Fatalf("rt_sigqueueinfo(%d, %d): %v", v.pid, sigQueued, errno)
+		}
+	}
+}
+
 // TestEventLoop runs evloop, a single-threaded event loop blocked in
 // epoll_wait(-1) on a timerfd (its clock), an edge-triggered eventfd with a
-// count left pending half of the time, a pipe to itself and a signalfd
+// count always pending, a pipe to itself and a signalfd
 // (check and bye arrive through it), through two dump+restore cycles.
 // After each restore the timerfd must go on firing (ticks), the fds must
 // be the same (numbers, files, flags, epoll items with their event masks
 // and data, timer interval, signal mask), the victim's own checks of the
 // eventfd count, the pipe sequence and the epoll events must pass, and
-// the signals must still come through the signalfd. "closed-fd item" adds
+// the signals must still come through the signalfd; 3 SIGRTMIN+6 queued
+// with values before the dump must still be pending after the restore, in
+// order with their values (a second signalfd). "closed-fd item" adds
 // an epoll item whose registered fd number was closed after a dup.
 func TestEventLoop(t *testing.T) {
 	e := setup(t)
@@ -91,9 +119,15 @@ func TestEventLoop(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			v := e.startVictim(t, "evloop", tc.args...)
-			v.waitTick(t, 3)
+			v.waitTick(t, 6) // from tick 5 on, the eventfd always has a count
+			queued := 0
+			queue3(t, v, &queued)
 			v.check(t) // the victim's own check holds before any dump
 			for cycle := 1; cycle <= 2; cycle++ {
+				queue3(t, v, &queued)
+				if p := statusField(v.pid, "ShdPnd"); !sigBit(p, sigQueued) {
+					t.Fatalf("cycle %d: before the dump: ShdPnd %s has no signal %d", cycle, p, sigQueued)
+				}
 				before := fdSnapshot(v.pid)
 				img := filepath.Join(t.TempDir(), "img")
 				e.dumpKill(t, v, img)
@@ -106,6 +140,9 @@ func TestEventLoop(t *testing.T) {
 					}
 				}
 				e.restore(t, v, img)
+				if p := statusField(v.pid, "ShdPnd"); !sigBit(p, sigQueued) {
+					t.Errorf("cycle %d: after restore: ShdPnd %s has no signal %d", cycle, p, sigQueued)
+				}
 				compareFDs(t, fmt.Sprintf("cycle %d: restored pid %d", cycle, v.pid), before, fdSnapshot(v.pid))
 				// 15 ticks: eventfd writes at every 5th, the closed-fd
 				// item's at every 7th; a missing event shows at the next.

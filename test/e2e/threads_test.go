@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -11,8 +12,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/ckpt/ckpt/internal/testenv"
 )
@@ -43,6 +46,7 @@ func buildGoVictim(t *testing.T, name string) string {
 type task struct {
 	comm   string
 	sigBlk string // SigBlk of /proc/PID/task/TID/status
+	sigPnd string // SigPnd: signals pending for this thread only
 }
 
 // tasks returns the threads of pid by TID.
@@ -59,6 +63,9 @@ func tasks(pid int) map[int]task {
 		for _, l := range strings.Split(readFile(dir+"status"), "\n") {
 			if v, ok := strings.CutPrefix(l, "SigBlk:"); ok {
 				tk.sigBlk = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(l, "SigPnd:"); ok {
+				tk.sigPnd = strings.TrimSpace(v)
 			}
 		}
 		m[tid] = tk
@@ -106,13 +113,13 @@ func fmtTasks(m map[int]task) string {
 	sort.Ints(tids)
 	var s []string
 	for _, tid := range tids {
-		s = append(s, fmt.Sprintf("%d(%s blk=%s)", tid, m[tid].comm, m[tid].sigBlk))
+		s = append(s, fmt.Sprintf("%d(%s blk=%s pnd=%s)", tid, m[tid].comm, m[tid].sigBlk, m[tid].sigPnd))
 	}
 	return strings.Join(s, " ")
 }
 
 // compareTasks reports every difference between the threads before a dump
-// and after the restore: TIDs, names, blocked signals.
+// and after the restore: TIDs, names, blocked and pending signals.
 func compareTasks(t *testing.T, pid int, before, after map[int]task) {
 	t.Helper()
 	bad := false
@@ -127,6 +134,9 @@ func compareTasks(t *testing.T, pid int, before, after map[int]task) {
 			bad = true
 		case a.sigBlk != b.sigBlk:
 			t.Errorf("restored pid %d: thread %d (%s) blocks %s, want %s", pid, tid, b.comm, a.sigBlk, b.sigBlk)
+			bad = true
+		case a.sigPnd != b.sigPnd:
+			t.Errorf("restored pid %d: thread %d (%s) has pending %s, want %s", pid, tid, b.comm, a.sigPnd, b.sigPnd)
 			bad = true
 		}
 	}
@@ -184,11 +194,13 @@ func (e *env) showProcess(t *testing.T, img string, pid int) imageProcess {
 // pthread_cond_wait, read on a pipe, nanosleep and epoll_wait, each with
 // its own name, signal mask and TLS) and gocounter (Go, GOMAXPROCS 4, many
 // goroutines). Each restore must bring back the same PID and exactly the
-// same threads (TIDs, names, blocked signals), none of them left traced
-// or stopped; the victim's own check (every thread answers and verifies
-// itself) must pass after every cycle, and it must exit 0 on SIGUSR2.
+// same threads (TIDs, names, blocked and pending signals), none of them
+// left traced or stopped; the victim's own check (every thread answers and
+// verifies itself) must pass after every cycle, and it must exit 0 on
+// SIGUSR2 (mthreads first cancels and joins all its threads).
 func TestThreads(t *testing.T) {
 	e := setup(t)
+	testenv.BuildVictim(t, "mthreads")
 	tests := []struct {
 		name    string
 		threads int // at least
@@ -258,6 +270,82 @@ func TestThreads(t *testing.T) {
 				}
 			}
 			v.waitNewTicks(t, 3)
+			lines := e.bye(t, v)
+			testenv.CheckTicks(t, lines)
+			checkLogFile(t, v, 3)
+		})
+	}
+}
+
+// tgsigqueue queues sig to thread tid of pid with rt_tgsigqueueinfo,
+// si_code SI_QUEUE and value val.
+func tgsigqueue(pid, tid int, sig syscall.Signal, val int) error {
+	var si [128]byte
+	binary.LittleEndian.PutUint32(si[0:], uint32(sig))
+	binary.LittleEndian.PutUint32(si[8:], ^uint32(0)) // si_code SI_QUEUE (-1)
+	binary.LittleEndian.PutUint32(si[16:], uint32(os.Getpid()))
+	binary.LittleEndian.PutUint32(si[24:], uint32(val))
+	_, _, errno := syscall.Syscall6(syscall.SYS_RT_TGSIGQUEUEINFO, uintptr(pid), uintptr(tid), uintptr(sig),
+		uintptr(unsafe.Pointer(&si[0])), 0, 0)
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// TestThreadPendingSignals leaves signals pending on single threads of
+// mthreads, each blocked by its thread only (SIGHUP on the main thread,
+// SIGRTMIN+i = 34+i on thread mt-work1, mt-condw, mt-epoll): sent with
+// tgkill (si_code SI_TKILL) or with rt_tgsigqueueinfo (SI_QUEUE). After
+// two dump+restore cycles each must still be pending on its thread only
+// (SigPnd of /proc/PID/task/TID/status), and the process must work on
+// (were a mask lost, the signal would kill it).
+func TestThreadPendingSignals(t *testing.T) {
+	e := setup(t)
+	testenv.BuildVictim(t, "mthreads")
+	sigs := map[string]syscall.Signal{"mthreads": syscall.SIGHUP, "mt-work1": 34 + 1, "mt-condw": 34 + 4, "mt-epoll": 34 + 8}
+	for _, how := range []string{"tgkill", "rt_tgsigqueueinfo"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			v := e.startVictim(t, "mthreads")
+			v.waitTick(t, 5)
+			ts := tasks(v.pid)
+			for name, sig := range sigs {
+				found := false
+				for tid, tk := range ts {
+					if tk.comm != name {
+						continue
+					}
+					found = true
+					var err error
+					if how == "tgkill" {
+						err = syscall.Tgkill(v.pid, tid, sig)
+					} else {
+						err = tgsigqueue(v.pid, tid, sig, 1000+int(sig))
+					}
+					if err != nil {
+						t.Fatalf("%s %d %d %d: %v", how, v.pid, tid, sig, err)
+					}
+					if p := readFileField(fmt.Sprintf("/proc/%d/task/%d/status", v.pid, tid), "SigPnd"); !sigBit(strings.TrimSpace(p), sig) {
+						t.Fatalf("thread %d (%s): SigPnd %s has no signal %d after %s", tid, name, p, sig, how)
+					}
+				}
+				if !found {
+					t.Fatalf("pid %d has no thread %s: %s", v.pid, name, fmtTasks(ts))
+				}
+			}
+			v.check(t)
+			for cycle := 1; cycle <= 2; cycle++ {
+				before := stableTasks(t, v.pid)
+				img := filepath.Join(t.TempDir(), "img")
+				e.dumpKill(t, v, img)
+				e.restore(t, v, img)
+				compareTasks(t, v.pid, before, tasks(v.pid))
+				v.check(t)
+				if t.Failed() {
+					t.FailNow()
+				}
+			}
 			lines := e.bye(t, v)
 			testenv.CheckTicks(t, lines)
 			checkLogFile(t, v, 3)

@@ -5,10 +5,10 @@
  *  - a timerfd (CLOCK_MONOTONIC, 30 ms interval): each read is a tick line
  *    "tick N exp=K", K the expirations read;
  *  - an eventfd (EPOLLIN|EPOLLET) the loop writes a known value to every
- *    5th tick and reads back every 10th, after that tick's write: the value
- *    read must be the sum of the two writes, so half of the time a
- *    non-zero count is pending; every write must give an epoll event
- *    before the next one;
+ *    5th tick and reads back every 10th, before that tick's write: the
+ *    value read must be the sum of the two writes before, so from tick 5
+ *    on a non-zero count is always pending; every write must give an
+ *    epoll event before the next one;
  *  - a pipe to itself: each tick writes one byte of a known sequence, read
  *    back on EPOLLIN (no gap, no repeat);
  *  - a signalfd for SIGUSR1 and SIGUSR2, which are blocked (besides SIGHUP,
@@ -199,18 +199,18 @@ static void on_timer(void)
 	if (t % 5 == 0) {
 		if (ev_armed)
 			vlog("check FAIL no epoll event for the eventfd write of tick %lu", ev_armed);
+		if (t % 10 == 0) {
+			uint64_t v = 0;
+			if (read(efd, &v, 8) != 8 || v != ev_pending)
+				vlog("check FAIL eventfd read %#lx, want %#lx", (unsigned long)v,
+				     (unsigned long)ev_pending);
+			ev_pending = 0;
+		}
 		uint64_t v = ev_value(t);
 		if (write(efd, &v, 8) != 8)
 			die("eventfd write");
 		ev_pending += v;
 		ev_armed = t;
-	}
-	if (t % 10 == 0) {
-		uint64_t v = 0;
-		if (read(efd, &v, 8) != 8 || v != ev_pending)
-			vlog("check FAIL eventfd read %#lx, want %#lx", (unsigned long)v, (unsigned long)ev_pending);
-		ev_pending = 0;
-		ev_armed = 0; /* read at once: epoll reports nothing now */
 	}
 	if (ghost_dup >= 0 && t % 7 == 0) {
 		if (ghost_armed)

@@ -18,7 +18,8 @@
  *                every check, it verifies itself and waits again;
  *   mt-feed      writes one byte of a known sequence to a pipe every 10 ms;
  *   mt-read      blocked in read(2) on that pipe, checks every byte (no
- *                gap, no repeat);
+ *                gap, no repeat); no signal handler runs in it, so read
+ *                must never fail with EINTR (a restore restarts it);
  *   mt-sleep     nanosleep(5 ms) in a loop; CLOCK_MONOTONIC must not go
  *                back;
  *   mt-epoll     blocked in epoll_wait(-1) on two eventfds: one the main
@@ -33,6 +34,11 @@
  * exactly the TIDs recorded at start with their names. A thread that finds
  * something wrong outside a check makes the main thread write a check FAIL
  * line at its next tick.
+ *
+ * On SIGUSR2 the main thread first cancels every thread (pthread_cancel:
+ * glibc's SIGCANCEL, unwinding) and joins it (the kernel's clear_child_tid
+ * futex wake must come, at the address glibc set), writing a check FAIL
+ * line for any that does not end as cancelled within 3 s; then bye.
  */
 #include "victim.h"
 #include <pthread.h>
@@ -291,8 +297,12 @@ static void *reader(void *arg)
 	for (;;) {
 		unsigned char b[64];
 		ssize_t n = read(pipefd[0], b, sizeof b);
-		if (n < 0 && errno == EINTR)
+		if (n < 0 && errno == EINTR) {
+			/* No handler ever runs in this thread: a read stopped by
+			 * a checkpoint must be restarted, as the kernel does. */
+			fail(me, "read on the pipe failed with EINTR");
 			continue;
+		}
 		if (n <= 0) {
 			fail(me, "pipe read %zd: %s", n, n < 0 ? strerror(errno) : "EOF");
 			msleep(10);
@@ -467,6 +477,25 @@ static int check(char *why, size_t len)
 	return check_tasks(why, len);
 }
 
+/* join_all cancels and joins every thread, before bye. */
+static void join_all(void)
+{
+	for (int i = 0; i < NTHR; i++)
+		if ((errno = pthread_cancel(thr[i].pt)) != 0)
+			vlog("check FAIL pthread_cancel %s: %s", thr[i].name, strerror(errno));
+	struct timespec dl;
+	clock_gettime(CLOCK_REALTIME, &dl);
+	dl.tv_sec += 3;
+	for (int i = 0; i < NTHR; i++) {
+		void *ret = NULL;
+		int err = pthread_timedjoin_np(thr[i].pt, &ret, &dl);
+		if (err != 0)
+			vlog("check FAIL joining %s (tid %d): %s", thr[i].name, thr[i].tid, strerror(err));
+		else if (ret != PTHREAD_CANCELED)
+			vlog("check FAIL %s ended with %p, not cancelled", thr[i].name, ret);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	static void *(*fns[NTHR])(void *) = {worker, worker, worker, worker, condw, feeder, reader, sleeper, epoller};
@@ -513,6 +542,8 @@ int main(int argc, char **argv)
 			}
 		vlog("tick %lu", t);
 		victim_sleep(20);
+		if (want_bye)
+			join_all();
 		victim_poll(check);
 	}
 }
