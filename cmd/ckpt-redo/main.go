@@ -13,6 +13,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"time"
 
 	"github.com/ckpt/ckpt/internal/progress"
 	"github.com/ckpt/ckpt/pkg/image"
@@ -91,12 +92,17 @@ func run(c *cli.Context) error {
 }
 
 // faultHook kills ckpt-redo at the phase named by $CKPT_FAULT (for tests).
+// With $CKPT_TIMING set, it prints when each phase starts.
 func faultHook() func(string) {
-	want := os.Getenv("CKPT_FAULT")
-	if want == "" {
+	want, timing := os.Getenv("CKPT_FAULT"), os.Getenv("CKPT_TIMING") != ""
+	if want == "" && !timing {
 		return nil
 	}
+	start := time.Now()
 	return func(phase string) {
+		if timing {
+			fmt.Fprintf(os.Stderr, "ckpt-redo: %8.1f ms: %s\n", float64(time.Since(start).Microseconds())/1e3, phase)
+		}
 		if phase == want {
 			unix.Kill(os.Getpid(), unix.SIGKILL)
 		}

@@ -52,6 +52,9 @@ type builder struct {
 	gadget uint64
 	pages  int64
 	bytes  int64
+	// ourChildren are the zombies restore made: their SIGCHLD is not the
+	// process's.
+	ourChildren map[int32]bool
 }
 
 func (b *builder) warnf(format string, args ...any) { b.t.warnf(format, args...) }
@@ -729,8 +732,11 @@ func (b *builder) finish() error {
 		b.warnf("no vdso in the image: the restorer's gadget area stays mapped at %#x", b.gadget)
 	}
 	for i, in := range b.ins {
-		if len(in.Signals) > 0 {
-			return fmt.Errorf("unexpected signals during restore: %v", in.Signals)
+		for _, sig := range in.Signals {
+			if sig.Sig == unix.SIGCHLD && len(sig.Info) >= 20 && b.ourChildren[int32(binary.LittleEndian.Uint32(sig.Info[16:]))] {
+				continue
+			}
+			return fmt.Errorf("unexpected signal during restore: %v", sig.Sig)
 		}
 		th := &b.p.Threads[i]
 		regs := resumeRegs(th.Regs)

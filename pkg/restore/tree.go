@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -162,12 +163,20 @@ func (t *tree) create() error {
 			}
 		}
 	}
+	zombies := map[int32]bool{}
 	for _, b := range t.procs {
 		if b.p.Zombie {
+			zombies[int32(b.p.PID)] = true
 			if err := b.becomeZombie(); err != nil {
 				return fmt.Errorf("process %d: %w", b.p.PID, err)
 			}
 		}
+	}
+	// A traced parent gets the SIGCHLD of a zombie's exit even when it
+	// ignores SIGCHLD. It is ours, not the process's: drop it when it
+	// shows up during the remaining injections.
+	for _, b := range t.procs {
+		b.ourChildren = zombies
 	}
 	return nil
 }
@@ -176,6 +185,14 @@ func (t *tree) create() error {
 // ckpt-redo, its tracer, reaps the trace notification; the zombie stays
 // for its real parent to wait for.
 func (b *builder) becomeZombie() error {
+	name := make([]byte, 16)
+	copy(name[:15], b.p.Comm)
+	if err := ptrace.WriteMem(b.target, helperScratch, name); err != nil {
+		return err
+	}
+	if _, err := b.call("prctl(PR_SET_NAME)", unix.SYS_PRCTL, unix.PR_SET_NAME, helperScratch); err != nil {
+		return err
+	}
 	ws := unix.WaitStatus(b.p.ExitStatus)
 	switch {
 	case ws.Signaled():
@@ -183,9 +200,13 @@ func (b *builder) becomeZombie() error {
 			return err
 		}
 	default:
-		if _, err := b.in.Syscall(unix.SYS_EXIT_GROUP, uint64(ws.ExitStatus())); err == nil {
-			return fmt.Errorf("exit_group returned")
+		// The injector's wait collects the exit (as the tracer).
+		_, err := b.in.Syscall(unix.SYS_EXIT_GROUP, uint64(ws.ExitStatus()))
+		if !errors.Is(err, ptrace.ErrExited) {
+			return fmt.Errorf("exit_group did not exit: %v", err)
 		}
+		b.tasks, b.target = nil, 0
+		return nil
 	}
 	for {
 		st, err := ptrace.Wait(b.target)

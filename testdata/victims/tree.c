@@ -1,5 +1,5 @@
 /*
- * tree: a victim made of a process tree (usage: tree LOG).
+ * tree: a victim made of a process tree (usage: tree LOG [nozombie]).
  *
  * The root opens LOG (O_APPEND) before forking, so that every member
  * shares that one open file description, creates a pipe and a shared
@@ -7,8 +7,10 @@
  *
  *   producer    writes 8-byte records 1, 2, 3, ... into the pipe every
  *               5 ms and counts them in the shared page;
- *   consumer    reads the records in batches (sleeping 25 ms between
- *               reads, so the pipe nearly always holds data in flight),
+ *   consumer    reads the records in batches every 25 ms, always leaving
+ *               the last 4 records written in the pipe (FIONREAD), so
+ *               that the pipe holds data in flight at any time once the
+ *               producer is 4 records ahead; it
  *               checks that each one is the previous one + 1 (else it sets
  *               the failure flag of the shared page), and writes "got N"
  *               to the shared log fd every 100th record; it forks
@@ -17,6 +19,8 @@
  *   zombie      which exits with status 42 at once and is not reaped
  *               until the first check;
  *   stopped     which stops itself with SIGSTOP and stays stopped.
+ *
+ * With "nozombie", there is no zombie child (zombie=0 in the start line).
  *
  * Once all of them are up, the root writes
  *
@@ -36,6 +40,7 @@
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "victim.h"
 
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 
@@ -47,6 +52,8 @@ struct shared {
 	volatile int fail;
 	char why[200];
 };
+
+#define LAG 4 /* records the consumer leaves in the pipe */
 
 static struct shared *sh;
 static int pfd[2];
@@ -114,7 +121,19 @@ static void run_consumer(void)
 	size_t have = 0; /* bytes of a partial record at the start of buf */
 	uint64_t last = 0;
 	for (;;) {
-		ssize_t n = read(pfd[0], buf + have, sizeof buf - have);
+		int queued;
+		if (ioctl(pfd[0], FIONREAD, &queued) < 0) {
+			set_fail("consumer: FIONREAD: %s", strerror(errno));
+			_exit(1);
+		}
+		size_t want = queued > LAG * 8 ? (size_t)(queued - LAG * 8) : 0;
+		if (want > sizeof buf - have)
+			want = sizeof buf - have;
+		if (want == 0) {
+			victim_sleep(25);
+			continue;
+		}
+		ssize_t n = read(pfd[0], buf + have, want);
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
@@ -135,7 +154,8 @@ static void run_consumer(void)
 		}
 		memmove(buf, buf + off, have - off);
 		have -= off;
-		victim_sleep(25);
+		if ((size_t)n < sizeof buf)
+			victim_sleep(25);
 	}
 }
 
@@ -171,7 +191,7 @@ static int check(char *why, size_t len)
 		return snprintf(why, len, "consumed %lu > produced %lu",
 				(unsigned long)s.consumed, (unsigned long)s.produced), -1;
 	last_produced = s.produced, last_consumed = s.consumed, last_gc = s.gc_ticks;
-	if (!zombie_reaped) {
+	if (zombie && !zombie_reaped) {
 		int st;
 		pid_t w = waitpid(zombie, &st, WNOHANG);
 		if (w != zombie)
@@ -197,7 +217,7 @@ static void bye(void)
 	waitpid(producer, NULL, 0);
 	waitpid(consumer, NULL, 0);
 	waitpid(stopped, NULL, 0);
-	if (!zombie_reaped)
+	if (zombie && !zombie_reaped)
 		waitpid(zombie, NULL, 0);
 }
 
@@ -211,8 +231,8 @@ static pid_t xfork(void)
 
 int main(int argc, char **argv)
 {
-	if (argc != 2) {
-		fprintf(stderr, "usage: %s LOG\n", argv[0]);
+	if (argc < 2 || argc > 3 || (argc == 3 && strcmp(argv[2], "nozombie") != 0)) {
+		fprintf(stderr, "usage: %s LOG [nozombie]\n", argv[0]);
 		exit(2);
 	}
 	log_fd = open(argv[1], O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
@@ -237,7 +257,7 @@ int main(int argc, char **argv)
 		run_consumer();
 	close(pfd[0]);
 	close(pfd[1]);
-	if ((zombie = xfork()) == 0)
+	if (argc == 2 && (zombie = xfork()) == 0)
 		_exit(42);
 	if ((stopped = xfork()) == 0) {
 		raise(SIGSTOP);
@@ -249,7 +269,7 @@ int main(int argc, char **argv)
 	 * child is stopped, and the pipeline runs. */
 	siginfo_t si;
 	memset(&si, 0, sizeof si);
-	while (waitid(P_PID, zombie, &si, WEXITED | WNOWAIT) < 0)
+	while (zombie && waitid(P_PID, zombie, &si, WEXITED | WNOWAIT) < 0)
 		if (errno != EINTR)
 			die("waitid zombie");
 	int st;
