@@ -11,6 +11,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// vmAdvice maps the VmFlags of smaps to the madvise(2) advice that sets
+// them again.
+var vmAdvice = []struct {
+	flag   string
+	advice int
+}{
+	{"rr", unix.MADV_RANDOM}, {"sr", unix.MADV_SEQUENTIAL}, {"dc", unix.MADV_DONTFORK},
+	{"mg", unix.MADV_MERGEABLE}, {"hg", unix.MADV_HUGEPAGE}, {"nh", unix.MADV_NOHUGEPAGE},
+	{"dd", unix.MADV_DONTDUMP}, {"wf", unix.MADV_WIPEONFORK},
+}
+
 func (d *dumper) collectVMAs(p *image.Process) error {
 	maps, err := proc.ReadSmaps(d.pid)
 	if err != nil {
@@ -30,6 +41,11 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 		}
 		v.Shared = m.Perms[3] == 's'
 		v.GrowsDown = m.VmFlags["gd"]
+		for _, a := range vmAdvice {
+			if m.VmFlags[a.flag] {
+				v.Advice = append(v.Advice, a.advice)
+			}
+		}
 		switch {
 		case m.Path == "[vdso]":
 			v.Kind = image.VMAVDSO

@@ -108,6 +108,9 @@ type VMA struct {
 	File   int     `json:"file"` // index into Process.Mapped, -1 for none
 	// GrowsDown marks a stack that the kernel extends downwards.
 	GrowsDown bool `json:"grows_down,omitempty"`
+	// Advice lists the madvise(2) advice values in effect on the VMA
+	// (MADV_HUGEPAGE, MADV_DONTFORK, MADV_DONTDUMP, ...).
+	Advice []int `json:"advice,omitempty"`
 	// Pages counts the pages stored for this VMA (zero pages included).
 	Pages int `json:"pages"`
 	// ShmID names the shared memory object behind a VMAShmAnon mapping;

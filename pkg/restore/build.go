@@ -244,6 +244,17 @@ func (b *builder) mapVMAs() error {
 		if ret != v.Start {
 			return fmt.Errorf("mmap %#x-%#x landed at %#x", v.Start, v.End, ret)
 		}
+		for _, a := range v.Advice {
+			ret, err := b.in.Syscall(unix.SYS_MADVISE, v.Start, v.Len(), uint64(a))
+			if err != nil {
+				return err
+			}
+			if e := ptrace.Errno(ret); e != nil {
+				// Advice this kernel does not take (KSM or THP left out)
+				// changes performance, not behaviour.
+				b.warnf("madvise(%d) on %#x-%#x: %v", a, v.Start, v.End, e)
+			}
+		}
 	}
 	return nil
 }
