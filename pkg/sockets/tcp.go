@@ -1,0 +1,333 @@
+// Package sockets saves and rebuilds sockets.
+//
+// An established TCP connection is saved with TCP_REPAIR: with the socket in
+// repair mode its sequence numbers, its queues (the receive queue with data
+// the process has not read; the send queue with data sent but not
+// acknowledged, and data not sent yet), its MSS, window scaling, SACK and
+// timestamp options and its window can be read without the peer noticing,
+// and closing it sends neither FIN nor RST. A socket built in repair mode
+// from that state and "connected" to the same peer sends no SYN: it simply
+// carries on where the old one stopped. The part of the send queue that had
+// been sent goes back in repair mode (it is retransmitted if the peer did
+// not get it); the unsent part is sent normally after repair mode is left.
+//
+// The dumped and restored sockets are reached from ckpt with pidfd_getfd, so
+// this package works on file descriptors of ckpt's own.
+package sockets
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// ErrState means a socket is in a state this package does not save.
+var ErrState = errors.New("unsupported socket state")
+
+// TCP states of tcp_info.
+const (
+	StateEstablished = 1
+	StateListen      = 10
+)
+
+const (
+	tcpRecvQueue = 1
+	tcpSendQueue = 2
+	tcpNoQueue   = 0
+
+	optTimestamps = 1 // TCPI_OPT_TIMESTAMPS
+	optSACK       = 2 // TCPI_OPT_SACK
+	optWscale     = 4 // TCPI_OPT_WSCALE
+)
+
+// Window is struct tcp_repair_window.
+type Window struct {
+	SndWl1, SndWnd, MaxWindow, RcvWnd, RcvWup uint32
+}
+
+// TCPState is what a TCP connection needs to be rebuilt.
+type TCPState struct {
+	Local, Remote netip.AddrPort
+	SndSeq        uint32 // write_seq: the sequence number after the send queue
+	RcvSeq        uint32 // rcv_nxt: the sequence number after the receive queue
+	MSS           int
+	Options       uint8 // TCPI_OPT_* of tcp_info
+	SndWscale     uint8
+	RcvWscale     uint8
+	Timestamp     uint32
+	Window        Window
+	// Unsent is how many bytes at the end of the send queue were never
+	// sent.
+	Unsent int
+}
+
+func setRepair(fd int, on bool) error {
+	v := 0
+	if on {
+		v = 1
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR, v); err != nil {
+		return fmt.Errorf("TCP_REPAIR %d: %w", v, err)
+	}
+	return nil
+}
+
+func setQueue(fd, q int) error {
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_QUEUE, q); err != nil {
+		return fmt.Errorf("TCP_REPAIR_QUEUE %d: %w", q, err)
+	}
+	return nil
+}
+
+func getsockopt(fd, level, opt int, p unsafe.Pointer, size uintptr) error {
+	l := uint32(size)
+	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(p), uintptr(unsafe.Pointer(&l)), 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func setsockopt(fd, level, opt int, p unsafe.Pointer, size uintptr) error {
+	_, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(p), size, 0)
+	if e != 0 {
+		return e
+	}
+	return nil
+}
+
+func ioctlInt(fd int, req uint) (int, error) {
+	return unix.IoctlGetInt(fd, req)
+}
+
+// AddrPort converts a socket address.
+func AddrPort(sa unix.Sockaddr) netip.AddrPort {
+	switch a := sa.(type) {
+	case *unix.SockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4(a.Addr), uint16(a.Port))
+	case *unix.SockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16(a.Addr), uint16(a.Port))
+	}
+	return netip.AddrPort{}
+}
+
+func sockaddr(ap netip.AddrPort) unix.Sockaddr {
+	if ap.Addr().Is4() {
+		return &unix.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}
+	}
+	return &unix.SockaddrInet6{Addr: ap.Addr().As16(), Port: int(ap.Port())}
+}
+
+// State returns the TCP state of a socket (tcp_info.tcpi_state).
+func State(fd int) (int, error) {
+	var info [256]byte
+	if err := getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_INFO, unsafe.Pointer(&info[0]), uintptr(len(info))); err != nil {
+		return 0, fmt.Errorf("TCP_INFO: %w", err)
+	}
+	return int(info[0]), nil
+}
+
+// DumpTCP puts an established connection in repair mode and reads its
+// state and queues. The socket stays in repair mode: closing it then is
+// silent; LeaveRepair lets it go on instead.
+func DumpTCP(fd int) (st *TCPState, recvQ, sendQ []byte, err error) {
+	var info [256]byte
+	if err := getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_INFO, unsafe.Pointer(&info[0]), uintptr(len(info))); err != nil {
+		return nil, nil, nil, fmt.Errorf("TCP_INFO: %w", err)
+	}
+	if info[0] != StateEstablished {
+		return nil, nil, nil, fmt.Errorf("TCP state %d, not established: %w", info[0], ErrState)
+	}
+	if err := setRepair(fd, true); err != nil {
+		return nil, nil, nil, err
+	}
+	defer func() {
+		if err != nil {
+			setRepair(fd, false)
+		}
+	}()
+	st = &TCPState{Options: info[5], SndWscale: info[6] & 0xf, RcvWscale: info[6] >> 4}
+	la, err := unix.Getsockname(fd)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("getsockname: %w", err)
+	}
+	ra, err := unix.Getpeername(fd)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("getpeername: %w", err)
+	}
+	st.Local, st.Remote = AddrPort(la), AddrPort(ra)
+	if st.MSS, err = unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG); err != nil {
+		return nil, nil, nil, fmt.Errorf("TCP_MAXSEG: %w", err)
+	}
+	ts, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_TIMESTAMP)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("TCP_TIMESTAMP: %w", err)
+	}
+	st.Timestamp = uint32(ts)
+	if err := getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_WINDOW, unsafe.Pointer(&st.Window), unsafe.Sizeof(st.Window)); err != nil {
+		return nil, nil, nil, fmt.Errorf("TCP_REPAIR_WINDOW: %w", err)
+	}
+	inq, err := ioctlInt(fd, unix.SIOCINQ)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("SIOCINQ: %w", err)
+	}
+	outq, err := ioctlInt(fd, unix.SIOCOUTQ)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("SIOCOUTQ: %w", err)
+	}
+	if st.Unsent, err = ioctlInt(fd, unix.SIOCOUTQNSD); err != nil {
+		return nil, nil, nil, fmt.Errorf("SIOCOUTQNSD: %w", err)
+	}
+	if recvQ, st.RcvSeq, err = peekQueue(fd, tcpRecvQueue, inq); err != nil {
+		return nil, nil, nil, fmt.Errorf("receive queue: %w", err)
+	}
+	if sendQ, st.SndSeq, err = peekQueue(fd, tcpSendQueue, outq); err != nil {
+		return nil, nil, nil, fmt.Errorf("send queue: %w", err)
+	}
+	if err := setQueue(fd, tcpNoQueue); err != nil {
+		return nil, nil, nil, err
+	}
+	return st, recvQ, sendQ, nil
+}
+
+// peekQueue reads a queue of a socket in repair mode without consuming it,
+// and the sequence number that follows it.
+func peekQueue(fd, q, n int) ([]byte, uint32, error) {
+	if err := setQueue(fd, q); err != nil {
+		return nil, 0, err
+	}
+	seq, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ)
+	if err != nil {
+		return nil, 0, fmt.Errorf("TCP_QUEUE_SEQ: %w", err)
+	}
+	buf := make([]byte, n)
+	if n > 0 {
+		m, _, err := unix.Recvfrom(fd, buf, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		if err != nil {
+			return nil, 0, fmt.Errorf("peek %d bytes: %w", n, err)
+		}
+		if m != n {
+			return nil, 0, fmt.Errorf("peeked %d of %d bytes", m, n)
+		}
+	}
+	return buf, uint32(seq), nil
+}
+
+// LeaveRepair takes a dumped socket out of repair mode, so that it carries
+// on as before (a dump that leaves the process running).
+func LeaveRepair(fd int) error { return setRepair(fd, false) }
+
+// RestoreTCP builds a socket in repair mode that takes over the connection
+// described by st: same 4-tuple, sequence numbers, options, window and
+// queues. It stays in repair mode, and so silent, until Resume.
+func RestoreTCP(st *TCPState, recvQ, sendQ []byte) (int, error) {
+	if st.Unsent > len(sendQ) || st.Unsent < 0 {
+		return -1, fmt.Errorf("%d unsent bytes of a %d byte send queue: %w", st.Unsent, len(sendQ), ErrState)
+	}
+	family := unix.AF_INET
+	if st.Local.Addr().Is6() {
+		family = unix.AF_INET6
+	}
+	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("socket: %w", err)
+	}
+	if err := restoreTCP(fd, st, recvQ, sendQ); err != nil {
+		setRepair(fd, true) // closing must stay silent
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
+	if err := setRepair(fd, true); err != nil {
+		return err
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+		return err
+	}
+	for _, q := range []struct {
+		q   int
+		seq uint32
+	}{{tcpRecvQueue, st.RcvSeq - uint32(len(recvQ))}, {tcpSendQueue, st.SndSeq - uint32(len(sendQ))}} {
+		if err := setQueue(fd, q.q); err != nil {
+			return err
+		}
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ, int(q.seq)); err != nil {
+			return fmt.Errorf("TCP_QUEUE_SEQ: %w", err)
+		}
+	}
+	if err := unix.Bind(fd, sockaddr(st.Local)); err != nil {
+		return fmt.Errorf("bind %s: %w", st.Local, err)
+	}
+	if err := unix.Connect(fd, sockaddr(st.Remote)); err != nil {
+		return fmt.Errorf("connect %s in repair mode: %w", st.Remote, err)
+	}
+	type opt struct{ code, val uint32 }
+	opts := []opt{{unix.TCPOPT_MAXSEG, uint32(st.MSS)}}
+	if st.Options&optWscale != 0 {
+		opts = append(opts, opt{unix.TCPOPT_WINDOW, uint32(st.SndWscale) | uint32(st.RcvWscale)<<16})
+	}
+	if st.Options&optSACK != 0 {
+		opts = append(opts, opt{unix.TCPOPT_SACK_PERMITTED, 0})
+	}
+	if st.Options&optTimestamps != 0 {
+		opts = append(opts, opt{unix.TCPOPT_TIMESTAMP, 0})
+	}
+	if err := setsockopt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_OPTIONS, unsafe.Pointer(&opts[0]), uintptr(len(opts))*8); err != nil {
+		return fmt.Errorf("TCP_REPAIR_OPTIONS: %w", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_TIMESTAMP, int(st.Timestamp)); err != nil {
+		return fmt.Errorf("TCP_TIMESTAMP: %w", err)
+	}
+	if err := setQueue(fd, tcpRecvQueue); err != nil {
+		return err
+	}
+	if err := sendAll(fd, recvQ); err != nil {
+		return fmt.Errorf("refill receive queue: %w", err)
+	}
+	if err := setQueue(fd, tcpSendQueue); err != nil {
+		return err
+	}
+	if err := sendAll(fd, sendQ[:len(sendQ)-st.Unsent]); err != nil {
+		return fmt.Errorf("refill send queue: %w", err)
+	}
+	if err := setQueue(fd, tcpNoQueue); err != nil {
+		return err
+	}
+	w := st.Window
+	if err := setsockopt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_WINDOW, unsafe.Pointer(&w), unsafe.Sizeof(w)); err != nil {
+		return fmt.Errorf("TCP_REPAIR_WINDOW: %w", err)
+	}
+	return nil
+}
+
+// Resume takes a restored socket out of repair mode and sends the part of
+// the send queue that had never been sent.
+func Resume(fd int, st *TCPState, sendQ []byte) error {
+	if err := setRepair(fd, false); err != nil {
+		return err
+	}
+	if err := sendAll(fd, sendQ[len(sendQ)-st.Unsent:]); err != nil {
+		return fmt.Errorf("send the unsent %d bytes: %w", st.Unsent, err)
+	}
+	return nil
+}
+
+func sendAll(fd int, b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Write(fd, b)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
