@@ -146,6 +146,7 @@ var victims = map[string]victimSpec{
 	"mthreads":        {"mthreads.c", []string{"-O1", "-g", "-pthread"}},
 	"evloop":          {"evloop.c", []string{"-O1", "-g"}},
 	"tree":            {"tree.c", []string{"-O1", "-g"}},
+	"miscstate":       {"miscstate.c", []string{"-O1", "-g"}},
 }
 
 // victimHeaders are included by the C victims and so part of the cache key.

@@ -145,6 +145,9 @@ func (b *builder) build() error {
 	if err := b.creds(); err != nil {
 		return fmt.Errorf("credentials: %w", err)
 	}
+	if err := b.afterCreds(); err != nil {
+		return err
+	}
 	return b.finish()
 }
 
@@ -389,16 +392,6 @@ func (b *builder) misc() error {
 	for i := range p.Threads {
 		if err := b.threadMisc(i); err != nil {
 			return fmt.Errorf("thread %d: %w", p.Threads[i].TID, err)
-		}
-	}
-	if p.Misc.PdeathSig != 0 {
-		if _, err := b.call("prctl(PR_SET_PDEATHSIG)", unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uint64(p.Misc.PdeathSig)); err != nil {
-			return err
-		}
-	}
-	if p.Misc.Dumpable != 1 {
-		if _, err := b.call("prctl(PR_SET_DUMPABLE)", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, uint64(p.Misc.Dumpable)); err != nil {
-			return err
 		}
 	}
 	return nil
@@ -679,6 +672,23 @@ func (b *builder) creds() error {
 			if e := ptrace.Errno(ret); e != nil && call.nr != unix.SYS_SETFSUID && call.nr != unix.SYS_SETFSGID {
 				return fmt.Errorf("%s in %d: %w", call.name, in.TID, e)
 			}
+		}
+	}
+	return nil
+}
+
+// afterCreds sets what a change of credentials resets: the parent-death
+// signal and the dumpable flag.
+func (b *builder) afterCreds() error {
+	p := b.p
+	if p.Misc.PdeathSig != 0 {
+		if _, err := b.call("prctl(PR_SET_PDEATHSIG)", unix.SYS_PRCTL, unix.PR_SET_PDEATHSIG, uint64(p.Misc.PdeathSig)); err != nil {
+			return err
+		}
+	}
+	if p.Misc.Dumpable != 1 {
+		if _, err := b.call("prctl(PR_SET_DUMPABLE)", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, uint64(p.Misc.Dumpable)); err != nil {
+			return err
 		}
 	}
 	return nil
