@@ -35,7 +35,9 @@ func dumpCommand() *cli.Command {
 			if err != nil {
 				return fmt.Errorf("dump %d: %w", pid, err)
 			}
+			exe, _ := os.Executable()
 			res, err := dump.Run(pid, sink, dump.Options{
+				GuardExe:     exe,
 				LeaveRunning: c.Bool("leave-running"),
 				GhostLimit:   c.Int64("ghost-limit"),
 				Progress:     bar.Update,

@@ -16,6 +16,7 @@ import (
 	"runtime/pprof"
 	"time"
 
+	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 )
@@ -36,6 +37,12 @@ func main() {
 			showCommand(),
 			checkCommand(),
 			parityCommand(),
+			unlockCommand(),
+			{
+				Name:   netlock.GuardCommand,
+				Hidden: true,
+				Action: func(c *cli.Context) error { return netlock.RunGuard(c.Args().First(), os.Stdin) },
+			},
 		},
 		HideHelpCommand: true,
 	}

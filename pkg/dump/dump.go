@@ -50,6 +50,10 @@ type Options struct {
 	Fault func(phase string)
 	// Log receives warnings; nil discards them.
 	Log func(format string, args ...any)
+	// GuardExe is the ckpt executable, run as `GuardExe netlock-guard
+	// TABLE` to remove the network lock if ckpt dies during the dump.
+	// Empty means no guard.
+	GuardExe string
 }
 
 // DefaultGhostLimit is the default size limit for deleted files kept in an
@@ -119,14 +123,19 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 	}
 	frozenAt := time.Now()
 	res = &Result{PID: pid, Processes: len(t.members)}
+	defer t.closeSockets()
 	defer func() {
 		if err != nil {
 			sink.Abort()
+			t.releaseSockets()
 			t.release()
 			err = fmt.Errorf("dump %d (%s): %w", pid, st.Comm, err)
 		}
 	}()
 	opts.fault(PhaseFrozen)
+	if err := t.takeSockets(); err != nil {
+		return nil, err
+	}
 
 	for _, m := range t.members {
 		if m.p != nil { // a zombie, described when frozen
@@ -157,6 +166,9 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 	}
 	hdr.LeaveRunning = opts.LeaveRunning
 	hdr.Processes = len(t.members)
+	if t.socks.lock != nil && !opts.LeaveRunning {
+		hdr.NetLock = t.socks.lock.Table
+	}
 	if err := sink.WriteRecord(image.TypeHeader, hdr); err != nil {
 		return nil, err
 	}
@@ -181,6 +193,7 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 	var early func()
 	if opts.LeaveRunning {
 		early = func() {
+			t.releaseSockets()
 			t.release()
 			res.Frozen = time.Since(frozenAt)
 		}
@@ -206,8 +219,14 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 	}
 	opts.fault(PhaseCommitted)
 	if opts.LeaveRunning {
+		t.releaseSockets()
 		t.release() // no-op if already released
 	} else {
+		// The connections are in repair mode: they die silently, and the
+		// lock keeps their peers from being reset until the restore.
+		if err := t.keepLock(); err != nil {
+			opts.logf("%v", err)
+		}
 		t.kill()
 		res.Killed = true
 	}

@@ -27,6 +27,7 @@ type tree struct {
 	fileData []fileData
 	nextData int
 	ghosts   map[[2]uint64]int // dev, ino of a deleted file -> its data ID
+	socks    sockState
 }
 
 func (t *tree) addData(b []byte) int {

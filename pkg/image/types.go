@@ -13,8 +13,11 @@ type Header struct {
 	Root         int       `json:"root"` // PID of the dumped root process
 	Processes    int       `json:"processes"`
 	LeaveRunning bool      `json:"leave_running,omitempty"`
-	CPU          CPU       `json:"cpu"`
-	VDSO         VDSO      `json:"vdso"`
+	// NetLock names the network lock (an nftables table) that keeps the
+	// dumped TCP connections silent until they are restored.
+	NetLock string `json:"net_lock,omitempty"`
+	CPU     CPU    `json:"cpu"`
+	VDSO    VDSO   `json:"vdso"`
 }
 
 // CPU describes the processor features the dumped processes could use.
@@ -154,7 +157,47 @@ const (
 	FileSigfd   FileKind = "signalfd"
 	FileEpoll   FileKind = "epoll"
 	FilePidfd   FileKind = "pidfd"
+	FileSocket  FileKind = "socket"
 )
+
+// Socket is a TCP or UDP socket (IPv4 or IPv6).
+type Socket struct {
+	Family   int    `json:"family"`
+	Type     int    `json:"type"`
+	Protocol int    `json:"protocol"`
+	State    int    `json:"state,omitempty"` // TCP state (tcp_info)
+	Local    string `json:"local,omitempty"` // address:port
+	Remote   string `json:"remote,omitempty"`
+	Backlog  int    `json:"backlog,omitempty"` // listening sockets
+	// Options are the integer socket options, Linger SO_LINGER (on, seconds).
+	Options []SockOpt `json:"options,omitempty"`
+	Linger  [2]int32  `json:"linger,omitempty"`
+	// TCP is the state of an established connection, read in repair mode;
+	// its receive and send queues are in FileData records.
+	TCP        *TCPRepair `json:"tcp,omitempty"`
+	RecvDataID int        `json:"recv_data_id,omitempty"`
+	SendDataID int        `json:"send_data_id,omitempty"`
+}
+
+// SockOpt is an integer socket option.
+type SockOpt struct {
+	Level int `json:"level"`
+	Name  int `json:"name"`
+	Value int `json:"value"`
+}
+
+// TCPRepair is what TCP_REPAIR reads from an established connection.
+type TCPRepair struct {
+	SndSeq    uint32    `json:"snd_seq"` // after the send queue
+	RcvSeq    uint32    `json:"rcv_seq"` // after the receive queue
+	MSS       int       `json:"mss"`
+	Options   uint8     `json:"options"` // TCPI_OPT_*
+	SndWscale uint8     `json:"snd_wscale"`
+	RcvWscale uint8     `json:"rcv_wscale"`
+	Timestamp uint32    `json:"timestamp"`
+	Window    [5]uint32 `json:"window"` // struct tcp_repair_window
+	Unsent    int       `json:"unsent"` // bytes at the end of the send queue never sent
+}
 
 // EventFile is the state of an event file: eventfd, timerfd, signalfd,
 // epoll or pidfd; the fields that apply to its kind are set.
@@ -197,6 +240,8 @@ type File struct {
 	Pipe *Pipe `json:"pipe,omitempty"`
 	// Event is set for event files.
 	Event *EventFile `json:"event,omitempty"`
+	// Socket is set for sockets.
+	Socket *Socket `json:"socket,omitempty"`
 }
 
 // Pipe describes one end of a pipe.

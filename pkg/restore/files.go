@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"syscall"
 
 	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/netlock"
+	"github.com/ckpt/ckpt/pkg/sockets"
 	"golang.org/x/sys/unix"
 )
 
@@ -196,7 +199,78 @@ func (t *tree) openFile(f *image.File, tfd int, pipes map[uint64][2]*os.File) (*
 		}
 		return dupFile(end)
 	}
+	if f.Kind == image.FileSocket {
+		return t.openSocket(f)
+	}
 	return openEvent(f)
+}
+
+// openSocket builds a socket; an established connection is built in repair
+// mode and resumed once the whole tree is (resumeSockets).
+func (t *tree) openSocket(f *image.File) (*os.File, error) {
+	s := f.Socket
+	if s == nil {
+		return nil, fmt.Errorf("socket without its state: %w", image.ErrCorrupt)
+	}
+	queue := func(id int) ([]byte, error) {
+		if id == 0 {
+			return nil, nil
+		}
+		b, ok := t.img.data[id]
+		if !ok {
+			return nil, fmt.Errorf("socket queue record %d missing: %w", id, image.ErrCorrupt)
+		}
+		return b, nil
+	}
+	recvQ, err := queue(s.RecvDataID)
+	if err != nil {
+		return nil, err
+	}
+	sendQ, err := queue(s.SendDataID)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := sockets.Open(s, recvQ, sendQ)
+	if errors.Is(err, unix.EADDRINUSE) {
+		return nil, fmt.Errorf("socket %s: the address is already in use on this machine: %w", s.Local, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("socket %s %s: %w", s.Local, s.Remote, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, f.Flags&unix.O_NONBLOCK); err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	of := os.NewFile(uintptr(fd), "socket")
+	if s.TCP != nil {
+		t.repairs = append(t.repairs, repairing{f: of, s: s, sendQ: sendQ})
+	}
+	return of, nil
+}
+
+// repairing is a restored connection still in repair mode.
+type repairing struct {
+	f     *os.File
+	s     *image.Socket
+	sendQ []byte
+}
+
+// resumeSockets takes every restored connection out of repair mode, once
+// all are built, and then lifts the network lock the dump left.
+func (t *tree) resumeSockets() error {
+	for _, r := range t.repairs {
+		st := &sockets.TCPState{TCPRepair: *r.s.TCP}
+		if err := sockets.Resume(int(r.f.Fd()), st, r.sendQ); err != nil {
+			return fmt.Errorf("socket %s-%s: %w", r.s.Local, r.s.Remote, err)
+		}
+	}
+	t.repairs = nil
+	if lock := t.img.hdr.NetLock; lock != "" {
+		if err := netlock.Release(lock); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (t *tree) openStdio() (*os.File, error) {

@@ -207,6 +207,10 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 		t.kill()
 		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}
+	if err := t.resumeSockets(); err != nil {
+		t.kill()
+		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
+	}
 	opts.fault(PhaseBuilt)
 	r := &Restored{stopped: map[int]bool{}}
 	r.PID = root.PID

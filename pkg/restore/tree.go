@@ -30,6 +30,7 @@ type tree struct {
 	ghosts   map[int]*os.File // data ID -> unnamed file with a deleted file's content
 	gadget   uint64
 
+	repairs  []repairing // restored connections still in repair mode
 	memTime  time.Duration
 	warnings []string
 }

@@ -21,6 +21,7 @@ import (
 	"net/netip"
 	"unsafe"
 
+	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,25 +44,11 @@ const (
 	optWscale     = 4 // TCPI_OPT_WSCALE
 )
 
-// Window is struct tcp_repair_window.
-type Window struct {
-	SndWl1, SndWnd, MaxWindow, RcvWnd, RcvWup uint32
-}
-
-// TCPState is what a TCP connection needs to be rebuilt.
+// TCPState is what a TCP connection needs to be rebuilt: its endpoints
+// and what repair mode reads.
 type TCPState struct {
 	Local, Remote netip.AddrPort
-	SndSeq        uint32 // write_seq: the sequence number after the send queue
-	RcvSeq        uint32 // rcv_nxt: the sequence number after the receive queue
-	MSS           int
-	Options       uint8 // TCPI_OPT_* of tcp_info
-	SndWscale     uint8
-	RcvWscale     uint8
-	Timestamp     uint32
-	Window        Window
-	// Unsent is how many bytes at the end of the send queue were never
-	// sent.
-	Unsent int
+	image.TCPRepair
 }
 
 func setRepair(fd int, on bool) error {
@@ -99,6 +86,8 @@ func setsockopt(fd, level, opt int, p unsafe.Pointer, size uintptr) error {
 	return nil
 }
 
+func ptr(b *byte) unsafe.Pointer { return unsafe.Pointer(b) }
+
 func ioctlInt(fd int, req uint) (int, error) {
 	return unix.IoctlGetInt(fd, req)
 }
@@ -114,7 +103,8 @@ func AddrPort(sa unix.Sockaddr) netip.AddrPort {
 	return netip.AddrPort{}
 }
 
-func sockaddr(ap netip.AddrPort) unix.Sockaddr {
+// Sockaddr converts an address for bind and connect.
+func Sockaddr(ap netip.AddrPort) unix.Sockaddr {
 	if ap.Addr().Is4() {
 		return &unix.SockaddrInet4{Addr: ap.Addr().As4(), Port: int(ap.Port())}
 	}
@@ -149,7 +139,7 @@ func DumpTCP(fd int) (st *TCPState, recvQ, sendQ []byte, err error) {
 			setRepair(fd, false)
 		}
 	}()
-	st = &TCPState{Options: info[5], SndWscale: info[6] & 0xf, RcvWscale: info[6] >> 4}
+	st = &TCPState{TCPRepair: image.TCPRepair{Options: info[5], SndWscale: info[6] & 0xf, RcvWscale: info[6] >> 4}}
 	la, err := unix.Getsockname(fd)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("getsockname: %w", err)
@@ -244,10 +234,10 @@ func RestoreTCP(st *TCPState, recvQ, sendQ []byte) (int, error) {
 }
 
 func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
+	// Repair mode forces address reuse (SK_FORCE_REUSE): the connection
+	// can be bound to the port of a listener. Setting SO_REUSEADDR here
+	// would take that away.
 	if err := setRepair(fd, true); err != nil {
-		return err
-	}
-	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
 		return err
 	}
 	for _, q := range []struct {
@@ -261,10 +251,10 @@ func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
 			return fmt.Errorf("TCP_QUEUE_SEQ: %w", err)
 		}
 	}
-	if err := unix.Bind(fd, sockaddr(st.Local)); err != nil {
+	if err := unix.Bind(fd, Sockaddr(st.Local)); err != nil {
 		return fmt.Errorf("bind %s: %w", st.Local, err)
 	}
-	if err := unix.Connect(fd, sockaddr(st.Remote)); err != nil {
+	if err := unix.Connect(fd, Sockaddr(st.Remote)); err != nil {
 		return fmt.Errorf("connect %s in repair mode: %w", st.Remote, err)
 	}
 	type opt struct{ code, val uint32 }

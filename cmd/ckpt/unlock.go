@@ -1,0 +1,34 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/ckpt/ckpt/pkg/netlock"
+	"github.com/urfave/cli/v2"
+)
+
+func unlockCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "unlock",
+		Usage:     "lift the network lock an image holds on its TCP connections (their peers may then be reset)",
+		ArgsUsage: "DIR",
+		Action: func(c *cli.Context) error {
+			if c.NArg() != 1 {
+				return cli.Exit("unlock: want one image directory", 2)
+			}
+			s, err := readSummary(c.Args().First())
+			if err != nil {
+				return err
+			}
+			if s.Header.NetLock == "" {
+				fmt.Println("the image holds no network lock")
+				return nil
+			}
+			if err := netlock.Release(s.Header.NetLock); err != nil {
+				return err
+			}
+			fmt.Printf("lifted network lock %s\n", s.Header.NetLock)
+			return nil
+		},
+	}
+}

@@ -1,0 +1,174 @@
+package dump
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/netlock"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"github.com/ckpt/ckpt/pkg/sockets"
+	"golang.org/x/sys/unix"
+)
+
+// sockState is what the dump of a tree holds of its sockets: ckpt's own
+// copies of them (pidfd_getfd), those put in repair mode, and the lock.
+type sockState struct {
+	fds    map[[2]int]int // pid, fd -> ckpt's fd for the same socket
+	repair []int          // ckpt fds in repair mode
+	lock   *netlock.Lock
+	guard  *netlock.Guard
+}
+
+// takeSockets gets a copy of every socket of the tree and, if any is an
+// established TCP connection, takes the network lock before anything is
+// read from them.
+func (t *tree) takeSockets() error {
+	t.socks.fds = map[[2]int]int{}
+	var conns []netlock.Conn
+	for _, m := range t.members {
+		if m.fz == nil {
+			continue
+		}
+		fds, err := proc.FDs(m.pid)
+		if err != nil {
+			return fmt.Errorf("process %d: list fds: %w", m.pid, err)
+		}
+		pidfd := -1
+		for _, fd := range fds {
+			var st syscall.Stat_t
+			if err := syscall.Stat(proc.Path(m.pid, "fd", strconv.Itoa(fd)), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
+				continue
+			}
+			if pidfd < 0 {
+				if pidfd, err = unix.PidfdOpen(m.pid, 0); err != nil {
+					return fmt.Errorf("process %d: pidfd_open: %w", m.pid, err)
+				}
+				defer unix.Close(pidfd)
+			}
+			our, err := unix.PidfdGetfd(pidfd, fd, 0)
+			if err != nil {
+				return fmt.Errorf("process %d fd %d: pidfd_getfd: %w", m.pid, fd, err)
+			}
+			unix.CloseOnExec(our)
+			t.socks.fds[[2]int{m.pid, fd}] = our
+			if s, err := sockets.State(our); err == nil && s == sockets.StateEstablished {
+				la, err1 := unix.Getsockname(our)
+				ra, err2 := unix.Getpeername(our)
+				if err1 == nil && err2 == nil {
+					conns = append(conns, netlock.Conn{Local: sockets.AddrPort(la), Remote: sockets.AddrPort(ra)})
+				}
+			}
+		}
+		if len(conns) > 0 {
+			if err := sameNetns(m.pid); err != nil {
+				return fmt.Errorf("process %d: %w", m.pid, err)
+			}
+		}
+	}
+	if len(conns) == 0 {
+		return nil
+	}
+	name := fmt.Sprintf("%d-%d", t.members[0].pid, time.Now().UnixNano()%1e9)
+	lock, err := netlock.Take(name, conns)
+	if err != nil {
+		return err
+	}
+	t.socks.lock = lock
+	if t.opts.GuardExe != "" {
+		g, err := netlock.StartGuard(t.opts.GuardExe, lock.Table)
+		if err != nil {
+			netlock.Release(lock.Table)
+			t.socks.lock = nil
+			return err
+		}
+		t.socks.guard = g
+	}
+	return nil
+}
+
+// sameNetns refuses processes in another network namespace (restoring
+// sockets there is not supported yet).
+func sameNetns(pid int) error {
+	var a, b syscall.Stat_t
+	if err := syscall.Stat(proc.Path(pid, "ns", "net"), &a); err != nil {
+		return err
+	}
+	if err := syscall.Stat("/proc/self/ns/net", &b); err != nil {
+		return err
+	}
+	if a.Ino != b.Ino {
+		return fmt.Errorf("its TCP connections are in another network namespace: %w", ErrUnsupported)
+	}
+	return nil
+}
+
+// releaseSockets lets the dumped connections go on (a failed dump, or one
+// that leaves the processes running) and lifts the lock.
+func (t *tree) releaseSockets() {
+	for _, fd := range t.socks.repair {
+		sockets.LeaveRepair(fd)
+	}
+	t.socks.repair = nil
+	if t.socks.lock != nil {
+		netlock.Release(t.socks.lock.Table)
+		if t.socks.guard != nil {
+			t.socks.guard.Drop()
+		}
+		t.socks.lock, t.socks.guard = nil, nil
+	}
+}
+
+// keepLock leaves the lock in place after a successful dump: the
+// connections stay silent until they are restored.
+func (t *tree) keepLock() error {
+	if t.socks.guard != nil {
+		if err := t.socks.guard.Keep(); err != nil {
+			return fmt.Errorf("network lock guard: %w", err)
+		}
+		t.socks.guard = nil
+	}
+	return nil
+}
+
+func (t *tree) closeSockets() {
+	for _, fd := range t.socks.fds {
+		unix.Close(fd)
+	}
+	t.socks.fds = nil
+}
+
+// describeSocket saves a socket; an established connection is put in
+// repair mode and its queues are read.
+func (d *dumper) describeSocket(fd int, info *proc.FDInfo) (*image.File, error) {
+	our, ok := d.t.socks.fds[[2]int{d.pid, fd}]
+	if !ok {
+		return nil, fmt.Errorf("socket appeared after the freeze: %w", ErrUnsupported)
+	}
+	s, err := sockets.Describe(our)
+	if err != nil {
+		if errors.Is(err, sockets.ErrState) {
+			return nil, fmt.Errorf("socket: %v: %w", err, ErrUnsupported)
+		}
+		return nil, fmt.Errorf("socket: %w", err)
+	}
+	f := &image.File{Kind: image.FileSocket, Flags: info.Flags &^ unix.O_CLOEXEC, Socket: s}
+	if s.State == sockets.StateEstablished {
+		st, recvQ, sendQ, err := sockets.DumpTCP(our)
+		if err != nil {
+			return nil, fmt.Errorf("socket %s-%s: %w", s.Local, s.Remote, err)
+		}
+		d.t.socks.repair = append(d.t.socks.repair, our)
+		s.TCP = &st.TCPRepair
+		if len(recvQ) > 0 {
+			s.RecvDataID = d.addData(recvQ)
+		}
+		if len(sendQ) > 0 {
+			s.SendDataID = d.addData(sendQ)
+		}
+	}
+	return f, nil
+}
