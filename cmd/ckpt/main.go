@@ -41,7 +41,9 @@ func main() {
 			{
 				Name:   netlock.GuardCommand,
 				Hidden: true,
-				Action: func(c *cli.Context) error { return netlock.RunGuard(c.Args().First(), os.Stdin) },
+				Action: func(c *cli.Context) error {
+					return netlock.RunGuard(c.Args().First(), c.Args().Tail(), os.Stdin)
+				},
 			},
 		},
 		HideHelpCommand: true,

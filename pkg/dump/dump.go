@@ -227,6 +227,7 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 		if err := t.keepLock(); err != nil {
 			opts.logf("%v", err)
 		}
+		t.silence()
 		t.kill()
 		res.Killed = true
 	}

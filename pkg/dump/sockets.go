@@ -3,6 +3,7 @@ package dump
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strconv"
 	"syscall"
 	"time"
@@ -17,10 +18,11 @@ import (
 // sockState is what the dump of a tree holds of its sockets: ckpt's own
 // copies of them (pidfd_getfd), those put in repair mode, and the lock.
 type sockState struct {
-	fds    map[[2]int]int // pid, fd -> ckpt's fd for the same socket
-	repair []int          // ckpt fds in repair mode
-	lock   *netlock.Lock
-	guard  *netlock.Guard
+	fds   map[[2]int]int // pid, fd -> ckpt's fd for the same socket
+	reuse map[int]int    // ckpt's fd of a connection -> its SO_REUSEADDR
+	conns []int          // ckpt fds of the dumped connections
+	lock  *netlock.Lock
+	guard *netlock.Guard
 }
 
 // takeSockets gets a copy of every socket of the tree and, if any is an
@@ -28,7 +30,9 @@ type sockState struct {
 // read from them.
 func (t *tree) takeSockets() error {
 	t.socks.fds = map[[2]int]int{}
+	t.socks.reuse = map[int]int{}
 	var conns []netlock.Conn
+	var guarded []netlock.Socket
 	for _, m := range t.members {
 		if m.fz == nil {
 			continue
@@ -60,6 +64,13 @@ func (t *tree) takeSockets() error {
 				ra, err2 := unix.Getpeername(our)
 				if err1 == nil && err2 == nil {
 					conns = append(conns, netlock.Conn{Local: sockets.AddrPort(la), Remote: sockets.AddrPort(ra)})
+					reuse := sockets.ReuseAddr(our)
+					t.socks.reuse[our] = reuse
+					// A copy for the guard: an *os.File closes its fd when
+					// collected, and ckpt's copy must stay open.
+					if dup, err := unix.FcntlInt(uintptr(our), unix.F_DUPFD_CLOEXEC, 0); err == nil {
+						guarded = append(guarded, netlock.Socket{File: os.NewFile(uintptr(dup), "socket"), Reuse: reuse})
+					}
 				}
 			}
 		}
@@ -72,6 +83,11 @@ func (t *tree) takeSockets() error {
 	if len(conns) == 0 {
 		return nil
 	}
+	defer func() {
+		for _, s := range guarded {
+			s.File.Close()
+		}
+	}()
 	name := fmt.Sprintf("%d-%d", t.members[0].pid, time.Now().UnixNano()%1e9)
 	lock, err := netlock.Take(name, conns)
 	if err != nil {
@@ -79,7 +95,7 @@ func (t *tree) takeSockets() error {
 	}
 	t.socks.lock = lock
 	if t.opts.GuardExe != "" {
-		g, err := netlock.StartGuard(t.opts.GuardExe, lock.Table)
+		g, err := netlock.StartGuard(t.opts.GuardExe, lock.Table, guarded)
 		if err != nil {
 			netlock.Release(lock.Table)
 			t.socks.lock = nil
@@ -106,19 +122,24 @@ func sameNetns(pid int) error {
 	return nil
 }
 
-// releaseSockets lets the dumped connections go on (a failed dump, or one
-// that leaves the processes running) and lifts the lock.
+// releaseSockets lifts the lock (a failed dump, or one that leaves the
+// processes running): the connections were never left in repair mode.
 func (t *tree) releaseSockets() {
-	for _, fd := range t.socks.repair {
-		sockets.LeaveRepair(fd)
-	}
-	t.socks.repair = nil
 	if t.socks.lock != nil {
 		netlock.Release(t.socks.lock.Table)
 		if t.socks.guard != nil {
 			t.socks.guard.Drop()
 		}
 		t.socks.lock, t.socks.guard = nil, nil
+	}
+}
+
+// silence puts every dumped connection back in repair mode just before the
+// processes are killed: closed in repair mode, they send neither FIN nor
+// RST.
+func (t *tree) silence() {
+	for _, fd := range t.socks.conns {
+		sockets.EnterRepair(fd)
 	}
 }
 
@@ -161,7 +182,14 @@ func (d *dumper) describeSocket(fd int, info *proc.FDInfo) (*image.File, error) 
 		if err != nil {
 			return nil, fmt.Errorf("socket %s-%s: %w", s.Local, s.Remote, err)
 		}
-		d.t.socks.repair = append(d.t.socks.repair, our)
+		// Out of repair mode at once: if ckpt died now the process would
+		// go on with a socket it cannot use. The lock keeps the
+		// connection still; it goes back to repair mode just before the
+		// kill.
+		if err := sockets.LeaveRepair(our, d.t.socks.reuse[our]); err != nil {
+			return nil, fmt.Errorf("socket %s-%s: leave repair mode: %w", s.Local, s.Remote, err)
+		}
+		d.t.socks.conns = append(d.t.socks.conns, our)
 		s.TCP = &st.TCPRepair
 		if len(recvQ) > 0 {
 			s.RecvDataID = d.addData(recvQ)

@@ -5,8 +5,11 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/ckpt/ckpt/pkg/sockets"
 )
 
 // GuardCommand is the hidden ckpt subcommand that runs RunGuard.
@@ -20,14 +23,29 @@ type Guard struct {
 	w   *os.File
 }
 
-// StartGuard starts `exe netlock-guard TABLE` in its own session (so that a
-// ^C meant for ckpt does not kill it first).
-func StartGuard(exe, tableName string) (*Guard, error) {
+// Socket is a dumped TCP connection the guard puts back if ckpt dies: out
+// of repair mode, with its SO_REUSEADDR as it was.
+type Socket struct {
+	File  *os.File
+	Reuse int
+}
+
+// StartGuard starts `exe netlock-guard TABLE REUSE...` in its own session
+// (so that a ^C meant for ckpt does not kill it first), with a copy of
+// every dumped connection.
+func StartGuard(exe, tableName string, socks []Socket) (*Guard, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(exe, GuardCommand, tableName)
+	args := []string{GuardCommand, tableName}
+	for _, s := range socks {
+		args = append(args, strconv.Itoa(s.Reuse))
+	}
+	cmd := exec.Command(exe, args...)
+	for _, s := range socks {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, s.File)
+	}
 	cmd.Stdin = r
 	cmd.Stderr = os.Stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
@@ -56,12 +74,18 @@ func (g *Guard) Drop() error {
 	return g.cmd.Wait()
 }
 
-// RunGuard is the guard's side: it reads stdin to its end and removes the
-// table unless it was told to keep it.
-func RunGuard(tableName string, in io.Reader) error {
+// RunGuard is the guard's side: it reads stdin to its end and, unless it
+// was told to keep the lock, takes the connections (its fds 3, 4, ...; the
+// SO_REUSEADDR value of each in reuse) out of repair mode and removes the
+// table.
+func RunGuard(tableName string, reuse []string, in io.Reader) error {
 	b, _ := io.ReadAll(in)
 	if strings.TrimSpace(string(b)) == "keep" {
 		return nil
+	}
+	for i, r := range reuse {
+		v, _ := strconv.Atoi(r)
+		sockets.LeaveRepair(3+i, v)
 	}
 	return Release(tableName)
 }

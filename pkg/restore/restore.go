@@ -207,11 +207,14 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 		t.kill()
 		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}
+	opts.fault(PhaseBuilt)
+	// Connections leave repair mode last, and the lock is lifted: from
+	// here a restore that dies would close them (the processes are killed
+	// with ckpt-redo), so the window is kept to these few calls.
 	if err := t.resumeSockets(); err != nil {
 		t.kill()
 		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}
-	opts.fault(PhaseBuilt)
 	r := &Restored{stopped: map[int]bool{}}
 	r.PID = root.PID
 	for _, b := range t.procs {

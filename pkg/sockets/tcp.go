@@ -131,12 +131,13 @@ func DumpTCP(fd int) (st *TCPState, recvQ, sendQ []byte, err error) {
 	if info[0] != StateEstablished {
 		return nil, nil, nil, fmt.Errorf("TCP state %d, not established: %w", info[0], ErrState)
 	}
+	reuse := ReuseAddr(fd)
 	if err := setRepair(fd, true); err != nil {
 		return nil, nil, nil, err
 	}
 	defer func() {
 		if err != nil {
-			setRepair(fd, false)
+			LeaveRepair(fd, reuse)
 		}
 	}()
 	st = &TCPState{TCPRepair: image.TCPRepair{Options: info[5], SndWscale: info[6] & 0xf, RcvWscale: info[6] >> 4}}
@@ -207,8 +208,28 @@ func peekQueue(fd, q, n int) ([]byte, uint32, error) {
 }
 
 // LeaveRepair takes a dumped socket out of repair mode, so that it carries
-// on as before (a dump that leaves the process running).
-func LeaveRepair(fd int) error { return setRepair(fd, false) }
+// on as before (a dump that failed, or that leaves the process running).
+// Leaving repair mode clears SO_REUSEADDR: reuse is its value from before
+// (ReuseAddr). A socket that is not in repair mode is left alone.
+func LeaveRepair(fd, reuse int) error {
+	on, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR)
+	if err != nil || on == 0 {
+		return err
+	}
+	if err := setRepair(fd, false); err != nil {
+		return err
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, reuse)
+}
+
+// EnterRepair puts a socket in repair mode, so that closing it is silent.
+func EnterRepair(fd int) error { return setRepair(fd, true) }
+
+// ReuseAddr reads SO_REUSEADDR, to be read before repair mode changes it.
+func ReuseAddr(fd int) int {
+	v, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR)
+	return v
+}
 
 // RestoreTCP builds a socket in repair mode that takes over the connection
 // described by st: same 4-tuple, sequence numbers, options, window and

@@ -602,26 +602,16 @@ func TestTreeShellPipeline(t *testing.T) {
 	}
 }
 
-// listening reports whether /proc/PID/net/tcp has a socket of inode ino in
-// state LISTEN (0A).
-func listening(pid int, ino string) bool {
-	for _, l := range strings.Split(readFile(fmt.Sprintf("/proc/%d/net/tcp", pid)), "\n") {
-		f := strings.Fields(l)
-		if len(f) > 9 && f[3] == "0A" && f[9] == ino {
-			return true
-		}
-	}
-	return false
-}
 
 // TestTreeUnsupportedFD dumps a tree one of whose members (a child of the
-// root) holds a TCP socket: the dump must fail naming that process, the fd
-// and "socket", write no image, and leave every member running, untraced.
+// root) holds a UNIX socket, which ckpt does not save yet: the dump must
+// fail naming that process, the fd and "socket", write no image, and leave
+// every member running, untraced.
 func TestTreeUnsupportedFD(t *testing.T) {
 	e := setup(t)
 	dir := t.TempDir()
 	errf := filepath.Join(dir, "stderr")
-	script := `python3 -c 'import socket,time; s=socket.socket(); s.bind(("127.0.0.1",0)); s.listen(); time.sleep(100)' & wait`
+	script := `python3 -c 'import os,socket,time; s=socket.socket(socket.AF_UNIX); s.bind("\0ckpt-test-%d" % os.getpid()); s.listen(); time.sleep(100)' & wait`
 	root := e.r.Run(t, testenv.RunOpts{Stderr: errf, Dir: dir}, "/bin/bash", "-c", script)
 
 	// Wait for python3 and its socket, listening (state 0A in
@@ -638,7 +628,7 @@ func TestTreeUnsupportedFD(t *testing.T) {
 			ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", py))
 			for _, ent := range ents {
 				l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", py, ent.Name()))
-				if ino, ok := strings.CutPrefix(l, "socket:["); ok && listening(py, strings.TrimSuffix(ino, "]")) {
+				if strings.HasPrefix(l, "socket:[") {
 					sockFD, _ = strconv.Atoi(ent.Name())
 				}
 			}
@@ -657,7 +647,7 @@ func TestTreeUnsupportedFD(t *testing.T) {
 	img := filepath.Join(t.TempDir(), "img")
 	res := e.runCkpt(t, nil, "dump", "--dir", img, strconv.Itoa(root))
 	if res.code == 0 {
-		t.Fatalf("ckpt dump of a tree with a TCP socket: %v, want a failure", res)
+		t.Fatalf("ckpt dump of a tree with a UNIX socket: %v, want a failure", res)
 	}
 	msg := res.stderr
 	if !regexp.MustCompile(`\b`+strconv.Itoa(py)+`\b`).MatchString(msg) ||

@@ -1,0 +1,178 @@
+package e2e
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckpt/ckpt/internal/testenv"
+	"github.com/ckpt/ckpt/pkg/netlock"
+)
+
+// lockTables lists the network lock tables ckpt made for a dump of pid.
+func lockTables(t *testing.T, pid int) []string {
+	t.Helper()
+	ts, err := netlock.Tables()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, name := range ts {
+		if strings.HasPrefix(name, fmt.Sprintf("%s%d-", netlock.TablePrefix, pid)) {
+			out = append(out, name)
+		}
+	}
+	return out
+}
+
+func waitNoLock(t *testing.T, pid int, why string) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for len(lockTables(t, pid)) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: network lock tables remain: %v", why, lockTables(t, pid))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+type tcpJob struct {
+	server  *victim
+	clients []int
+	outs    []string
+}
+
+// startTCP starts the echo server and n clients streaming for secs seconds.
+func (e *env) startTCP(t *testing.T, n int, secs float64) *tcpJob {
+	t.Helper()
+	port := freePort(t)
+	dir := t.TempDir()
+	v := &victim{name: "tcpserver", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
+	src := filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata")
+	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "python3", filepath.Join(src, "tcpserver.py"), v.log, strconv.Itoa(port))
+	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
+	v.comm, v.exe = comm(v.pid), exeOf(v.pid)
+	v.cmd = readFile(fmt.Sprintf("/proc/%d/cmdline", v.pid))
+	j := &tcpJob{server: v}
+	for i := 0; i < n; i++ {
+		out := filepath.Join(dir, fmt.Sprintf("client%d", i))
+		j.outs = append(j.outs, out)
+		j.clients = append(j.clients, e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: out}, "python3", filepath.Join(src, "tcpclient.py"), strconv.Itoa(port), fmt.Sprint(secs)))
+	}
+	time.Sleep(300 * time.Millisecond)
+	return j
+}
+
+// finish waits for the clients: each must have seen every answer.
+func (e *env) finish(t *testing.T, j *tcpJob) {
+	t.Helper()
+	for i, c := range j.clients {
+		st := e.r.WaitExit(t, c, 60*time.Second)
+		out := readFile(j.outs[i])
+		if st.Code != 0 || !strings.HasPrefix(out, "ok ") {
+			t.Errorf("client %d: %v: %s", i, st, out)
+		}
+	}
+}
+
+// restoreTCP restores the server; it must get its PID back.
+func (e *env) restoreServer(t *testing.T, v *victim, img string) {
+	t.Helper()
+	res := e.runRedo(t, nil, img)
+	if res.code != 0 {
+		t.Fatalf("ckpt-redo: %v", res)
+	}
+	if c := comm(v.pid); c != v.comm {
+		t.Fatalf("restored server: comm %q, want %q", c, v.comm)
+	}
+}
+
+// TestTCPServer checkpoints and restores an echo server three times while
+// three external clients stream checksummed messages through it: every
+// answer arrives once, in order, with no reset; the lock is there while the
+// server is down and gone once it is back.
+func TestTCPServer(t *testing.T) {
+	e := setup(t)
+	j := e.startTCP(t, 3, 4)
+	pid := j.server.pid
+	for i := 0; i < 3; i++ {
+		img := filepath.Join(t.TempDir(), "img")
+		e.dumpKill(t, j.server, img)
+		if ts := lockTables(t, pid); len(ts) != 1 {
+			t.Fatalf("cycle %d: after the dump, lock tables %v, want one", i, ts)
+		}
+		time.Sleep(200 * time.Millisecond) // the clients' packets are dropped meanwhile
+		e.restoreServer(t, j.server, img)
+		waitNoLock(t, pid, fmt.Sprintf("cycle %d: after the restore", i))
+		time.Sleep(300 * time.Millisecond)
+	}
+	e.finish(t, j)
+	e.killAndReap(t, j.server)
+}
+
+// TestNetLockLifetime: a dump that dies leaves no lock (its guard removes
+// it) and the connections go on; a restore that dies leaves the lock (the
+// peers see silence, not resets) until a retry succeeds.
+func TestNetLockLifetime(t *testing.T) {
+	e := setup(t)
+	j := e.startTCP(t, 1, 4)
+	pid := j.server.pid
+	img := filepath.Join(t.TempDir(), "img")
+	for _, phase := range []string{"collected", "memory", "written"} {
+		res := e.runCkpt(t, []string{"CKPT_FAULT=" + phase}, "dump", "--dir", img, strconv.Itoa(j.server.pid))
+		if res.signal != 9 {
+			t.Fatalf("ckpt dump with CKPT_FAULT=%s: %v, want it killed", phase, res)
+		}
+		waitNoLock(t, pid, "after ckpt died at "+phase)
+		if st := procState(j.server.pid); st != "S" && st != "R" {
+			t.Fatalf("server after ckpt died at %s: state %q", phase, st)
+		}
+	}
+	e.dumpKill(t, j.server, img)
+	res := e.runRedo(t, []string{"CKPT_FAULT=built"}, img)
+	if res.signal != 9 {
+		t.Fatalf("ckpt-redo with CKPT_FAULT=built: %v, want it killed", res)
+	}
+	e.expectGone(t, j.server.pid, "a restore that died")
+	if ts := lockTables(t, pid); len(ts) != 1 {
+		t.Fatalf("after a failed restore: lock tables %v, want the dump's lock still there", ts)
+	}
+	e.restoreServer(t, j.server, img)
+	waitNoLock(t, pid, "after the retried restore")
+	e.finish(t, j)
+	e.killAndReap(t, j.server)
+}
+
+// TestUnlock: ckpt unlock lifts an image's lock.
+func TestUnlock(t *testing.T) {
+	e := setup(t)
+	j := e.startTCP(t, 1, 1)
+	pid := j.server.pid
+	img := filepath.Join(t.TempDir(), "img")
+	e.dumpKill(t, j.server, img)
+	if ts := lockTables(t, pid); len(ts) != 1 {
+		t.Fatalf("after the dump: lock tables %v, want one", ts)
+	}
+	if res := e.runCkpt(t, nil, "unlock", img); res.code != 0 || !strings.Contains(res.stdout, "lifted") {
+		t.Fatalf("ckpt unlock: %v", res)
+	}
+	waitNoLock(t, pid, "after ckpt unlock")
+	// Without its server the client fails: that is what the lock was for.
+	for _, c := range j.clients {
+		e.r.WaitExit(t, c, 30*time.Second)
+	}
+}
