@@ -105,6 +105,10 @@ func parseEpollItem(line string) (image.EpollItem, error) {
 // watches among the process's fds (kcmp KCMP_EPOLL_TFD): the fd it was
 // registered under may have been closed or reused since.
 func linkEpollItems(pid int, p *image.Process) error {
+	byFD := map[int]int{}
+	for _, e := range p.FDs {
+		byFD[e.FD] = e.File
+	}
 	for fi := range p.Files {
 		f := &p.Files[fi]
 		if f.Kind != image.FileEpoll {
@@ -120,13 +124,23 @@ func linkEpollItems(pid int, p *image.Process) error {
 		for i := range f.Event.Items {
 			it := &f.Event.Items[i]
 			slot := struct{ Efd, Tfd, Toff uint32 }{uint32(epfd), uint32(it.FD), 0}
-			found := false
-			for _, e := range p.FDs {
+			watches := func(fd int) bool {
 				r, _, errno := unix.Syscall6(unix.SYS_KCMP, uintptr(pid), uintptr(pid), kcmpEpollTFD,
-					uintptr(e.FD), uintptr(unsafe.Pointer(&slot)), 0)
-				if errno == 0 && r == 0 {
-					it.File, found = e.File, true
+					uintptr(fd), uintptr(unsafe.Pointer(&slot)), 0)
+				return errno == 0 && r == 0
+			}
+			found := false
+			// Usually the fd it was registered under still holds it; only
+			// otherwise look through every fd.
+			if f, ok := byFD[it.FD]; ok && watches(it.FD) {
+				it.File, found = f, true
+			}
+			for _, e := range p.FDs {
+				if found {
 					break
+				}
+				if watches(e.FD) {
+					it.File, found = e.File, true
 				}
 			}
 			if !found {

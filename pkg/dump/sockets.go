@@ -59,7 +59,13 @@ func (t *tree) takeSockets() error {
 			}
 			unix.CloseOnExec(our)
 			t.socks.fds[[2]int{m.pid, fd}] = our
-			if s, err := sockets.State(our); err == nil && s == sockets.StateEstablished {
+			s, err := sockets.State(our)
+			if err == nil && s == sockets.StateListen {
+				if la, err := unix.Getsockname(our); err == nil {
+					conns = append(conns, netlock.Conn{Local: sockets.AddrPort(la)})
+				}
+			}
+			if err == nil && s == sockets.StateEstablished {
 				la, err1 := unix.Getsockname(our)
 				ra, err2 := unix.Getpeername(our)
 				if err1 == nil && err2 == nil {
@@ -80,7 +86,7 @@ func (t *tree) takeSockets() error {
 			}
 		}
 	}
-	if len(conns) == 0 {
+	if len(guarded) == 0 && len(conns) == 0 {
 		return nil
 	}
 	defer func() {

@@ -26,7 +26,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Conn is one connection to lock, seen from the dumped process.
+// Conn is one connection to lock, seen from the dumped process. A
+// listening socket has no Remote: every packet to or from its local
+// address and port is dropped, so that no connection completes its
+// handshake while the listener is being dumped (the client retransmits its
+// SYN to the restored one).
 type Conn struct {
 	Local, Remote netip.AddrPort
 }
@@ -56,38 +60,119 @@ func Take(name string, conns []Conn) (*Lock, error) {
 		Priority: nftables.ChainPriorityRef(-300), Type: nftables.ChainTypeFilter, Policy: &policy})
 	out := c.AddChain(&nftables.Chain{Name: "out", Table: t, Hooknum: nftables.ChainHookOutput,
 		Priority: nftables.ChainPriorityRef(-300), Type: nftables.ChainTypeFilter, Policy: &policy})
-	for _, cn := range conns {
-		// Packets from the peer, and packets to it.
-		c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: match(cn.Remote, cn.Local)})
-		c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: match(cn.Local, cn.Remote)})
+	// One set of connections per address family, keyed by
+	// saddr . sport . daddr . dport, holding both directions of every
+	// connection; one rule per chain and family looks packets up in it.
+	for _, fam := range []struct {
+		name  string
+		proto byte
+		addr  nftables.SetDatatype
+		v6    bool
+	}{{"conns4", unix.NFPROTO_IPV4, nftables.TypeIPAddr, false}, {"conns6", unix.NFPROTO_IPV6, nftables.TypeIP6Addr, true}} {
+		set := &nftables.Set{Table: t, Name: fam.name, Concatenation: true,
+			KeyType: nftables.MustConcatSetType(fam.addr, nftables.TypeInetService, fam.addr, nftables.TypeInetService)}
+		if err := c.AddSet(set, nil); err != nil {
+			return nil, fmt.Errorf("netlock: set %s: %w", fam.name, err)
+		}
+		for _, ch := range []*nftables.Chain{in, out} {
+			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: lookup(fam.proto, fam.v6, fam.name)})
+		}
+		var elems []nftables.SetElement
+		for _, cn := range conns {
+			if is6(cn.Local) != fam.v6 {
+				continue
+			}
+			if !cn.Remote.IsValid() {
+				c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: port(fam.proto, fam.v6, cn.Local, false)})
+				c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: port(fam.proto, fam.v6, cn.Local, true)})
+				continue
+			}
+			elems = append(elems, nftables.SetElement{Key: key(cn.Remote, cn.Local)}, nftables.SetElement{Key: key(cn.Local, cn.Remote)})
+		}
+		// A netlink message has a size limit: add the elements in batches.
+		for len(elems) > 0 {
+			n := min(len(elems), 256)
+			if err := c.SetAddElements(set, elems[:n]); err != nil {
+				return nil, fmt.Errorf("netlock: set %s: %w", fam.name, err)
+			}
+			elems = elems[n:]
+			if err := c.Flush(); err != nil {
+				Release(t.Name)
+				return nil, fmt.Errorf("netlock: install table %s: %w", t.Name, err)
+			}
+		}
 	}
 	if err := c.Flush(); err != nil {
+		Release(t.Name)
 		return nil, fmt.Errorf("netlock: install table %s: %w", t.Name, err)
 	}
 	return &Lock{Table: t.Name}, nil
 }
 
-// match builds "tcp from src to dst: drop".
-func match(src, dst netip.AddrPort) []expr.Any {
-	proto, saddr, daddr := byte(unix.NFPROTO_IPV4), uint32(12), uint32(16)
-	if src.Addr().Is6() && !src.Addr().Is4In6() {
-		proto, saddr, daddr = unix.NFPROTO_IPV6, 8, 24
+// port builds "tcp packet to (or, with src, from) this address and port:
+// drop"; an unspecified address matches the port alone.
+func port(proto byte, v6 bool, ap netip.AddrPort, src bool) []expr.Any {
+	addrOff, portOff := uint32(16), uint32(2)
+	if v6 {
+		addrOff = 24
 	}
-	sa, da := src.Addr().Unmap().AsSlice(), dst.Addr().Unmap().AsSlice()
-	port := func(p uint16) []byte { return []byte{byte(p >> 8), byte(p)} }
+	if src {
+		addrOff, portOff = 12, 0
+		if v6 {
+			addrOff = 8
+		}
+	}
+	e := []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
+		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: portOff, Len: 2},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{byte(ap.Port() >> 8), byte(ap.Port())}},
+	}
+	if a := ap.Addr().Unmap(); !a.IsUnspecified() {
+		b := a.AsSlice()
+		e = append(e,
+			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: addrOff, Len: uint32(len(b))},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b})
+	}
+	return append(e, &expr.Verdict{Kind: expr.VerdictDrop})
+}
+
+func is6(a netip.AddrPort) bool { return a.Addr().Is6() && !a.Addr().Is4In6() }
+
+// key is a set key: each field of saddr . sport . daddr . dport padded to
+// a 32-bit register.
+func key(src, dst netip.AddrPort) []byte {
+	var b []byte
+	for _, ap := range []netip.AddrPort{src, dst} {
+		b = append(b, ap.Addr().Unmap().AsSlice()...)
+		b = append(b, byte(ap.Port()>>8), byte(ap.Port()), 0, 0)
+	}
+	return b
+}
+
+// lookup builds "tcp packet whose saddr . sport . daddr . dport is in the
+// set: drop", loading the fields into consecutive 32-bit registers.
+func lookup(proto byte, v6 bool, set string) []expr.Any {
+	saddr, daddr, alen := uint32(12), uint32(16), uint32(4)
+	if v6 {
+		saddr, daddr, alen = 8, 24, 16
+	}
+	const reg0 = 8 // NFT_REG32_00
+	sport := reg0 + alen/4
+	dreg := sport + 1
+	dport := dreg + alen/4
 	return []expr.Any{
 		&expr.Meta{Key: expr.MetaKeyNFPROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{proto}},
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: 1},
 		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: []byte{unix.IPPROTO_TCP}},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: saddr, Len: uint32(len(sa))},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: sa},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: daddr, Len: uint32(len(da))},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: da},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: port(src.Port())},
-		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: port(dst.Port())},
+		&expr.Payload{DestRegister: reg0, Base: expr.PayloadBaseNetworkHeader, Offset: saddr, Len: alen},
+		&expr.Payload{DestRegister: sport, Base: expr.PayloadBaseTransportHeader, Offset: 0, Len: 2},
+		&expr.Payload{DestRegister: dreg, Base: expr.PayloadBaseNetworkHeader, Offset: daddr, Len: alen},
+		&expr.Payload{DestRegister: dport, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: reg0, SetName: set},
 		&expr.Verdict{Kind: expr.VerdictDrop},
 	}
 }

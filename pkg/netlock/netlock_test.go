@@ -16,12 +16,18 @@ func TestLockDropsBothDirections(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("nftables needs root")
 	}
-	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	for _, tt := range []struct{ network, addr string }{{"tcp4", "127.0.0.1:0"}, {"tcp6", "[::1]:0"}} {
+		t.Run(tt.network, func(t *testing.T) { testLock(t, tt.network, tt.addr) })
+	}
+}
+
+func testLock(t *testing.T, network, addr string) {
+	ln, err := net.Listen(network, addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	c, err := net.Dial("tcp4", ln.Addr().String())
+	c, err := net.Dial(network, ln.Addr().String())
 	if err != nil {
 		t.Fatal(err)
 	}

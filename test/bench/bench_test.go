@@ -17,6 +17,8 @@ package bench
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -338,5 +340,90 @@ func waitGone(t testing.TB, pids []int) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
+	}
+}
+
+// BenchmarkConnections dumps an epoll server holding N established TCP
+// connections (N = 0 and 1000) with --leave-running, and restores it:
+// the difference is what the connections cost.
+func BenchmarkConnections(b *testing.B) {
+	testenv.RequireRoot(b)
+	bin := testenv.BuildBinaries(b)
+	script := filepath.Join(testenv.RepoRoot(b), "test", "e2e", "testdata", "manyconns.py")
+	for _, n := range []int{0, 1000} {
+		b.Run(fmt.Sprintf("%dconns", n), func(b *testing.B) {
+			dir := b.TempDir()
+			r := testenv.StartReaper(b)
+			l, err := net.Listen("tcp4", "127.0.0.1:0")
+			if err != nil {
+				b.Fatal(err)
+			}
+			port := l.Addr().(*net.TCPAddr).Port
+			l.Close()
+			log := filepath.Join(dir, "log")
+			pid := r.Run(b, testenv.RunOpts{}, "python3", script, log, strconv.Itoa(port))
+			testenv.WaitForLine(b, log, func(l string) bool { return strings.HasPrefix(l, "start") }, time.Minute)
+			var conns []net.Conn
+			for i := 0; i < n; i++ {
+				c, err := net.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", port))
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer c.Close()
+				conns = append(conns, c)
+			}
+			if n > 0 {
+				testenv.WaitForLine(b, log, func(l string) bool { return l == fmt.Sprintf("conns %d", n) }, time.Minute)
+			}
+			img := filepath.Join(dir, "img")
+			var frozen, total, rest []float64
+			for i := -1; i < rounds(); i++ {
+				cmd := exec.Command(filepath.Join(bin, "ckpt"), "dump", "--json", "--dir", img, strconv.Itoa(pid))
+				var stderr strings.Builder
+				cmd.Stderr = &stderr
+				out, err := cmd.Output()
+				if err != nil {
+					b.Fatalf("dump: %v: %s", err, stderr.String())
+				}
+				var dr dumpResult
+				if err := json.Unmarshal(out, &dr); err != nil {
+					b.Fatal(err)
+				}
+				r.WaitExit(b, pid, time.Minute)
+				jf := filepath.Join(dir, "restore.json")
+				redo := r.Run(b, testenv.RunOpts{Stdout: jf, Stderr: filepath.Join(dir, "redo.err")}, filepath.Join(bin, "ckpt-redo"), "--json", img)
+				if st := r.WaitExit(b, redo, 5*time.Minute); st.Code != 0 {
+					msg, _ := os.ReadFile(filepath.Join(dir, "redo.err"))
+					b.Fatalf("ckpt-redo: %v: %s", st, msg)
+				}
+				data, _ := os.ReadFile(jf)
+				os.Remove(jf)
+				var rr restoreResult
+				if err := json.Unmarshal(data, &rr); err != nil {
+					b.Fatalf("ckpt-redo output %q: %v", data, err)
+				}
+				if i >= 0 {
+					frozen = append(frozen, float64(dr.Frozen.Microseconds())/1e3)
+					total = append(total, float64(dr.Total.Microseconds())/1e3)
+					rest = append(rest, float64(rr.Build.Microseconds())/1e3)
+				}
+			}
+			// Every connection still answers.
+			for i, c := range conns {
+				c.SetDeadline(time.Now().Add(10 * time.Second))
+				msg := []byte(fmt.Sprintf("ping %d\n", i))
+				if _, err := c.Write(msg); err != nil {
+					b.Fatalf("connection %d after restore: %v", i, err)
+				}
+				got := make([]byte, len(msg))
+				if _, err := io.ReadFull(c, got); err != nil || string(got) != string(msg) {
+					b.Fatalf("connection %d after restore: %q, %v", i, got, err)
+				}
+			}
+			b.ReportMetric(median(total), "dump-ms")
+			b.ReportMetric(median(frozen), "frozen-ms")
+			b.ReportMetric(median(rest), "restore-ms")
+			unix.Kill(pid, unix.SIGKILL)
+		})
 	}
 }

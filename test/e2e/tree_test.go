@@ -602,7 +602,6 @@ func TestTreeShellPipeline(t *testing.T) {
 	}
 }
 
-
 // TestTreeUnsupportedFD dumps a tree one of whose members (a child of the
 // root) holds a UNIX socket, which ckpt does not save yet: the dump must
 // fail naming that process, the fd and "socket", write no image, and leave
