@@ -1,13 +1,16 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"github.com/ckpt/ckpt/internal/progress"
 	"github.com/ckpt/ckpt/pkg/dump"
 	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/sockets"
 	"github.com/urfave/cli/v2"
 )
 
@@ -31,22 +34,32 @@ func dumpCommand() *cli.Command {
 				return cli.Exit(fmt.Sprintf("dump: %q is not a PID", c.Args().First()), 2)
 			}
 			bar := progress.New(os.Stderr, "dump")
-			sink, err := image.CreateDir(c.String("dir"))
-			if err != nil {
-				return fmt.Errorf("dump %d: %w", pid, err)
-			}
 			exe, _ := os.Executable()
-			res, err := dump.Run(pid, sink, dump.Options{
+			opts := dump.Options{
 				GuardExe:     exe,
 				LeaveRunning: c.Bool("leave-running"),
 				GhostLimit:   c.Int64("ghost-limit"),
 				Progress:     bar.Update,
 				Fault:        faultHook(),
 				Log:          warn,
-			})
-			bar.Done()
-			if err != nil {
-				return err
+			}
+			var res *dump.Result
+			// Connections waiting in a listener's accept queue cannot be
+			// saved: let the process accept them and try again.
+			for try := 0; ; try++ {
+				sink, err := image.CreateDir(c.String("dir"))
+				if err != nil {
+					return fmt.Errorf("dump %d: %w", pid, err)
+				}
+				res, err = dump.Run(pid, sink, opts)
+				if err == nil || !errors.Is(err, sockets.ErrAcceptQueue) || try == 20 {
+					bar.Done()
+					if err != nil {
+						return err
+					}
+					break
+				}
+				time.Sleep(50 * time.Millisecond)
 			}
 			if c.Bool("json") {
 				return printJSON(res)

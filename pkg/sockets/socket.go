@@ -55,7 +55,7 @@ func Describe(fd int) (*image.Socket, error) {
 			queued := le32(info[24:])
 			s.Backlog = int(le32(info[28:]))
 			if queued > 0 {
-				return nil, fmt.Errorf("listening socket with %d connections not accepted yet: %w", queued, ErrState)
+				return nil, fmt.Errorf("listening socket with %d connections not accepted yet: %w", queued, ErrAcceptQueue)
 			}
 		case tcpClose:
 			// Created, maybe bound, never connected.

@@ -28,6 +28,11 @@ import (
 // ErrState means a socket is in a state this package does not save.
 var ErrState = errors.New("unsupported socket state")
 
+// ErrAcceptQueue means a listening socket has connections waiting to be
+// accepted, which cannot be saved. It is transient: once the process has
+// accepted them, a dump can succeed.
+var ErrAcceptQueue = fmt.Errorf("%w: connections wait in the accept queue", ErrState)
+
 // TCP states of tcp_info.
 const (
 	StateEstablished = 1
