@@ -10,10 +10,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/ckpt/ckpt/internal/cliutil"
 	"os"
 	"runtime"
 	"strconv"
-	"time"
 
 	"github.com/ckpt/ckpt/internal/progress"
 	"github.com/ckpt/ckpt/pkg/image"
@@ -53,7 +53,7 @@ func run(c *cli.Context) error {
 		ShellJob: c.Bool("shell-job"),
 		Stdio:    c.String("stdio"),
 		Inherit:  map[int]*os.File{},
-		Fault:    faultHook(),
+		Fault:    cliutil.PhaseHook("ckpt-redo"),
 		Log: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "ckpt-redo: "+format+"\n", args...)
 		},
@@ -89,22 +89,4 @@ func run(c *cli.Context) error {
 	fmt.Printf("restored %d: %d pages (%.1f MiB at %.0f MB/s) in %v\n", res.PID, res.Pages,
 		float64(res.Bytes)/(1<<20), res.MemoryRate, res.Build.Round(1e5))
 	return nil
-}
-
-// faultHook kills ckpt-redo at the phase named by $CKPT_FAULT (for tests).
-// With $CKPT_TIMING set, it prints when each phase starts.
-func faultHook() func(string) {
-	want, timing := os.Getenv("CKPT_FAULT"), os.Getenv("CKPT_TIMING") != ""
-	if want == "" && !timing {
-		return nil
-	}
-	start := time.Now()
-	return func(phase string) {
-		if timing {
-			fmt.Fprintf(os.Stderr, "ckpt-redo: %8.1f ms: %s\n", float64(time.Since(start).Microseconds())/1e3, phase)
-		}
-		if phase == want {
-			unix.Kill(os.Getpid(), unix.SIGKILL)
-		}
-	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"github.com/ckpt/ckpt/internal/cliutil"
 	"os"
 	"strconv"
 	"time"
@@ -40,7 +41,7 @@ func dumpCommand() *cli.Command {
 				LeaveRunning: c.Bool("leave-running"),
 				GhostLimit:   c.Int64("ghost-limit"),
 				Progress:     bar.Update,
-				Fault:        faultHook(),
+				Fault:        cliutil.PhaseHook("ckpt"),
 				Log:          warn,
 			}
 			var res *dump.Result

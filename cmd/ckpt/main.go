@@ -14,11 +14,9 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
-	"time"
 
 	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/urfave/cli/v2"
-	"golang.org/x/sys/unix"
 )
 
 func main() {
@@ -64,27 +62,6 @@ func printJSON(v any) error {
 	enc := json.NewEncoder(os.Stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// faultHook returns a hook that kills ckpt with SIGKILL when it reaches the
-// phase named by $CKPT_FAULT: tests use it to prove that a dump or restore
-// that dies midway leaves nothing broken behind.
-//
-// With $CKPT_TIMING set, it prints when each phase starts.
-func faultHook() func(string) {
-	want, timing := os.Getenv("CKPT_FAULT"), os.Getenv("CKPT_TIMING") != ""
-	if want == "" && !timing {
-		return nil
-	}
-	start := time.Now()
-	return func(phase string) {
-		if timing {
-			fmt.Fprintf(os.Stderr, "ckpt: %8.1f ms: %s\n", float64(time.Since(start).Microseconds())/1e3, phase)
-		}
-		if phase == want {
-			unix.Kill(os.Getpid(), unix.SIGKILL)
-		}
-	}
 }
 
 func warn(format string, args ...any) {

@@ -149,6 +149,43 @@ type restoreResult struct {
 	Build time.Duration `json:"build_ns"`
 }
 
+// dumpJSON runs ckpt dump --json with flags on pid.
+func dumpJSON(b *testing.B, bin, img string, pid int, flags ...string) dumpResult {
+	b.Helper()
+	args := append(append([]string{"dump", "--json", "--dir", img}, flags...), strconv.Itoa(pid))
+	cmd := exec.Command(filepath.Join(bin, "ckpt"), args...)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		b.Fatalf("ckpt dump: %v: %s", err, stderr.String())
+	}
+	var dr dumpResult
+	if err := json.Unmarshal(out, &dr); err != nil {
+		b.Fatal(err)
+	}
+	return dr
+}
+
+// restoreJSON runs ckpt-redo --json under the reaper (so that the restored
+// process is the reaper's) and returns its result.
+func restoreJSON(b *testing.B, r *testenv.Reaper, bin, dir, img string) restoreResult {
+	b.Helper()
+	jf, ef := filepath.Join(dir, "restore.json"), filepath.Join(dir, "redo.err")
+	defer os.Remove(jf)
+	redo := r.Run(b, testenv.RunOpts{Stdout: jf, Stderr: ef}, filepath.Join(bin, "ckpt-redo"), "--json", img)
+	if st := r.WaitExit(b, redo, 5*time.Minute); st.Code != 0 {
+		msg, _ := os.ReadFile(ef)
+		b.Fatalf("ckpt-redo: %v: %s", st, msg)
+	}
+	data, _ := os.ReadFile(jf)
+	var rr restoreResult
+	if err := json.Unmarshal(data, &rr); err != nil {
+		b.Fatalf("ckpt-redo output %q: %v", data, err)
+	}
+	return rr
+}
+
 func BenchmarkDumpRestore(b *testing.B) {
 	testenv.RequireRoot(b)
 	bin := testenv.BuildBinaries(b)
@@ -175,14 +212,7 @@ func BenchmarkDumpRestore(b *testing.B) {
 				rc, rn := restoreCeiling(b, dir, size)
 
 				// A --leave-running dump: its rate and the frozen time.
-				out, err := exec.Command(filepath.Join(bin, "ckpt"), "dump", "--json", "--leave-running", "--dir", img, strconv.Itoa(pid)).Output()
-				if err != nil {
-					b.Fatalf("dump: %v", err)
-				}
-				var dr dumpResult
-				if err := json.Unmarshal(out, &dr); err != nil {
-					b.Fatal(err)
-				}
+				dr := dumpJSON(b, bin, img, pid, "--leave-running")
 				if i >= 0 {
 					dumpCeil, restCeil = append(dumpCeil, dc), append(restCeil, rc)
 					dumpNote, restNote = dn, rn
@@ -193,18 +223,7 @@ func BenchmarkDumpRestore(b *testing.B) {
 				// Kill the original, restore it, until every page is resident.
 				unix.Kill(pid, unix.SIGKILL)
 				r.WaitExit(b, pid, time.Minute)
-				jf := filepath.Join(dir, "restore.json")
-				redo := r.Run(b, testenv.RunOpts{Stdout: jf, Stderr: filepath.Join(dir, "redo.err")}, filepath.Join(bin, "ckpt-redo"), "--json", img)
-				if st := r.WaitExit(b, redo, 5*time.Minute); st.Code != 0 {
-					msg, _ := os.ReadFile(filepath.Join(dir, "redo.err"))
-					b.Fatalf("ckpt-redo: %v: %s", st, msg)
-				}
-				data, _ := os.ReadFile(jf)
-				os.Remove(jf)
-				var rr restoreResult
-				if err := json.Unmarshal(data, &rr); err != nil {
-					b.Fatalf("ckpt-redo output %q: %v", data, err)
-				}
+				rr := restoreJSON(b, r, bin, dir, img)
 				if i >= 0 {
 					restMB = append(restMB, float64(rr.Bytes)/rr.Build.Seconds()/1e6)
 				}
@@ -265,14 +284,7 @@ func BenchmarkTasks(b *testing.B) {
 			img := filepath.Join(dir, "img")
 			var frozen, dumpT, restT []float64
 			for i := -1; i < rounds(); i++ {
-				out, err := exec.Command(filepath.Join(bin, "ckpt"), "dump", "--json", "--leave-running", "--dir", img, strconv.Itoa(pid)).Output()
-				if err != nil {
-					b.Fatalf("dump: %v", err)
-				}
-				var dr dumpResult
-				if err := json.Unmarshal(out, &dr); err != nil {
-					b.Fatal(err)
-				}
+				dr := dumpJSON(b, bin, img, pid, "--leave-running")
 				pids := treePIDs(pid)
 				for _, p := range pids {
 					unix.Kill(p, unix.SIGKILL)
@@ -280,18 +292,7 @@ func BenchmarkTasks(b *testing.B) {
 				unix.Kill(pid, unix.SIGKILL)
 				r.WaitExit(b, pid, time.Minute)
 				waitGone(b, pids)
-				jf := filepath.Join(dir, "restore.json")
-				redo := r.Run(b, testenv.RunOpts{Stdout: jf, Stderr: filepath.Join(dir, "redo.err")}, filepath.Join(bin, "ckpt-redo"), "--json", img)
-				if st := r.WaitExit(b, redo, 5*time.Minute); st.Code != 0 {
-					msg, _ := os.ReadFile(filepath.Join(dir, "redo.err"))
-					b.Fatalf("ckpt-redo: %v: %s", st, msg)
-				}
-				data, _ := os.ReadFile(jf)
-				os.Remove(jf)
-				var rr restoreResult
-				if err := json.Unmarshal(data, &rr); err != nil {
-					b.Fatalf("ckpt-redo output %q: %v", data, err)
-				}
+				rr := restoreJSON(b, r, bin, dir, img)
 				if i >= 0 {
 					frozen = append(frozen, float64(dr.Frozen.Microseconds())/1e3)
 					dumpT = append(dumpT, float64(dr.Total.Microseconds())/1e3)
@@ -378,30 +379,9 @@ func BenchmarkConnections(b *testing.B) {
 			img := filepath.Join(dir, "img")
 			var frozen, total, rest []float64
 			for i := -1; i < rounds(); i++ {
-				cmd := exec.Command(filepath.Join(bin, "ckpt"), "dump", "--json", "--dir", img, strconv.Itoa(pid))
-				var stderr strings.Builder
-				cmd.Stderr = &stderr
-				out, err := cmd.Output()
-				if err != nil {
-					b.Fatalf("dump: %v: %s", err, stderr.String())
-				}
-				var dr dumpResult
-				if err := json.Unmarshal(out, &dr); err != nil {
-					b.Fatal(err)
-				}
+				dr := dumpJSON(b, bin, img, pid)
 				r.WaitExit(b, pid, time.Minute)
-				jf := filepath.Join(dir, "restore.json")
-				redo := r.Run(b, testenv.RunOpts{Stdout: jf, Stderr: filepath.Join(dir, "redo.err")}, filepath.Join(bin, "ckpt-redo"), "--json", img)
-				if st := r.WaitExit(b, redo, 5*time.Minute); st.Code != 0 {
-					msg, _ := os.ReadFile(filepath.Join(dir, "redo.err"))
-					b.Fatalf("ckpt-redo: %v: %s", st, msg)
-				}
-				data, _ := os.ReadFile(jf)
-				os.Remove(jf)
-				var rr restoreResult
-				if err := json.Unmarshal(data, &rr); err != nil {
-					b.Fatalf("ckpt-redo output %q: %v", data, err)
-				}
+				rr := restoreJSON(b, r, bin, dir, img)
 				if i >= 0 {
 					frozen = append(frozen, float64(dr.Frozen.Microseconds())/1e3)
 					total = append(total, float64(dr.Total.Microseconds())/1e3)
