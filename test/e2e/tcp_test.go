@@ -176,3 +176,31 @@ func TestUnlock(t *testing.T) {
 		e.r.WaitExit(t, c, 30*time.Second)
 	}
 }
+
+// TestHTTPKeepAlive checkpoints a python3 HTTP/1.1 server (a thread per
+// connection) twice while a client keeps one keep-alive connection busy:
+// every request is answered once, on the same connection.
+func TestHTTPKeepAlive(t *testing.T) {
+	e := setup(t)
+	port := freePort(t)
+	dir := t.TempDir()
+	src := filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata")
+	v := &victim{name: "httpserver", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
+	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "python3", filepath.Join(src, "httpserver.py"), v.log, strconv.Itoa(port))
+	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
+	v.comm = comm(v.pid)
+	out := filepath.Join(dir, "client")
+	cli := e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: out}, "python3", filepath.Join(src, "httpclient.py"), strconv.Itoa(port), "3")
+	time.Sleep(500 * time.Millisecond)
+	for i := 0; i < 2; i++ {
+		img := filepath.Join(t.TempDir(), "img")
+		e.dumpKill(t, v, img)
+		e.restoreServer(t, v, img)
+		waitNoLock(t, v.pid, fmt.Sprintf("cycle %d", i))
+		time.Sleep(400 * time.Millisecond)
+	}
+	if st := e.r.WaitExit(t, cli, 30*time.Second); st.Code != 0 || !strings.HasPrefix(readFile(out), "ok ") {
+		t.Fatalf("http client: %v: %s", st, readFile(out))
+	}
+	e.killAndReap(t, v)
+}
