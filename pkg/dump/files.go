@@ -152,7 +152,7 @@ func (d *dumper) describeFile(fd int, link string, st *syscall.Stat_t, info *pro
 		}
 		return nil, fmt.Errorf("named FIFO: %w", ErrUnsupported)
 	case syscall.S_IFSOCK:
-		return d.describeSocket(fd, info)
+		return d.describeSocket(fd, st.Ino, info)
 	case syscall.S_IFCHR:
 		f.Ref = statRef(link, st)
 		f.Rdev = st.Rdev

@@ -18,9 +18,11 @@ import (
 // sockState is what the dump of a tree holds of its sockets: ckpt's own
 // copies of them (pidfd_getfd), those put in repair mode, and the lock.
 type sockState struct {
-	fds   map[[2]int]int // pid, fd -> ckpt's fd for the same socket
-	reuse map[int]int    // ckpt's fd of a connection -> its SO_REUSEADDR
-	conns []int          // ckpt fds of the dumped connections
+	fds   map[[2]int]int              // pid, fd -> ckpt's fd for the same socket
+	reuse map[int]int                 // ckpt's fd of a connection -> its SO_REUSEADDR
+	conns []int                       // ckpt fds of the dumped connections
+	unix  map[uint32]sockets.UnixInfo // sock_diag's view, read on first need
+	inos  map[uint32]bool             // inodes of the tree's UNIX sockets
 	lock  *netlock.Lock
 	guard *netlock.Guard
 }
@@ -59,6 +61,12 @@ func (t *tree) takeSockets() error {
 			}
 			unix.CloseOnExec(our)
 			t.socks.fds[[2]int{m.pid, fd}] = our
+			if dom, err := unix.GetsockoptInt(our, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX {
+				if t.socks.inos == nil {
+					t.socks.inos = map[uint32]bool{}
+				}
+				t.socks.inos[uint32(st.Ino)] = true
+			}
 			s, err := sockets.State(our)
 			if err == nil && s == sockets.StateListen {
 				if la, err := unix.Getsockname(our); err == nil {
@@ -170,10 +178,13 @@ func (t *tree) closeSockets() {
 
 // describeSocket saves a socket; an established connection is put in
 // repair mode and its queues are read.
-func (d *dumper) describeSocket(fd int, info *proc.FDInfo) (*image.File, error) {
+func (d *dumper) describeSocket(fd int, ino uint64, info *proc.FDInfo) (*image.File, error) {
 	our, ok := d.t.socks.fds[[2]int{d.pid, fd}]
 	if !ok {
 		return nil, fmt.Errorf("socket appeared after the freeze: %w", ErrUnsupported)
+	}
+	if dom, err := unix.GetsockoptInt(our, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX {
+		return d.describeUnix(our, ino, info)
 	}
 	s, err := sockets.Describe(our)
 	if err != nil {
@@ -205,4 +216,40 @@ func (d *dumper) describeSocket(fd int, info *proc.FDInfo) (*image.File, error) 
 		}
 	}
 	return f, nil
+}
+
+// describeUnix saves a UNIX socket connected to another socket of the
+// dump (a socketpair, or the two ends of a connection), with the messages
+// in its receive queue. Other UNIX sockets are refused for now.
+func (d *dumper) describeUnix(our int, ino uint64, info *proc.FDInfo) (*image.File, error) {
+	if d.t.socks.unix == nil {
+		m, err := sockets.UnixSockets()
+		if err != nil {
+			return nil, err
+		}
+		d.t.socks.unix = m
+	}
+	u, ok := d.t.socks.unix[uint32(ino)]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("UNIX socket %d not found by sock_diag: %w", ino, ErrUnsupported)
+	case u.Name != "":
+		return nil, fmt.Errorf("UNIX socket bound to %q: %w", u.Name, ErrUnsupported)
+	case u.Peer == 0:
+		return nil, fmt.Errorf("unconnected UNIX socket: %w", ErrUnsupported)
+	case !d.t.socks.inos[u.Peer]:
+		return nil, fmt.Errorf("UNIX socket connected to a process outside the dump (peer socket %d): %w", u.Peer, ErrUnsupported)
+	}
+	msgs, err := sockets.PeekUnixQueue(our, u.Type)
+	if err != nil {
+		if errors.Is(err, sockets.ErrState) {
+			return nil, fmt.Errorf("UNIX socket: %v: %w", err, ErrUnsupported)
+		}
+		return nil, fmt.Errorf("UNIX socket: %w", err)
+	}
+	s := &image.Socket{Family: unix.AF_UNIX, Type: u.Type, Ino: uint32(ino), Peer: u.Peer}
+	for _, m := range msgs {
+		s.RecvMsgs = append(s.RecvMsgs, d.addData(m))
+	}
+	return &image.File{Kind: image.FileSocket, Flags: info.Flags &^ unix.O_CLOEXEC, Socket: s}, nil
 }

@@ -177,6 +177,12 @@ type Socket struct {
 	TCP        *TCPRepair `json:"tcp,omitempty"`
 	RecvDataID int        `json:"recv_data_id,omitempty"`
 	SendDataID int        `json:"send_data_id,omitempty"`
+	// A UNIX socket connected to another one of the dump: their inodes,
+	// and its receive queue, one FileData record per message (a stream's
+	// bytes are one message).
+	Ino      uint32 `json:"ino,omitempty"`
+	Peer     uint32 `json:"peer,omitempty"`
+	RecvMsgs []int  `json:"recv_msgs,omitempty"`
 }
 
 // SockOpt is an integer socket option.

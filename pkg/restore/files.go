@@ -212,6 +212,9 @@ func (t *tree) openSocket(f *image.File) (*os.File, error) {
 	if s == nil {
 		return nil, fmt.Errorf("socket without its state: %w", image.ErrCorrupt)
 	}
+	if s.Family == unix.AF_UNIX {
+		return t.openUnix(f)
+	}
 	queue := func(id int) ([]byte, error) {
 		if id == 0 {
 			return nil, nil
@@ -244,6 +247,72 @@ func (t *tree) openSocket(f *image.File) (*os.File, error) {
 	of := os.NewFile(uintptr(fd), "socket")
 	if s.TCP != nil {
 		t.repairs = append(t.repairs, repairing{f: of, s: s, sendQ: sendQ})
+	}
+	return of, nil
+}
+
+// openUnix rebuilds a connected pair of UNIX sockets, both ends at once
+// with their queued messages; the end opened second is taken from
+// t.unixPeers.
+func (t *tree) openUnix(f *image.File) (*os.File, error) {
+	s := f.Socket
+	of, ok := t.unixPeers[s.Ino]
+	if !ok {
+		var peer *image.File
+		for _, pf := range t.files {
+			if pf.Socket != nil && pf.Socket.Family == unix.AF_UNIX && pf.Socket.Ino == s.Peer {
+				peer = pf
+			}
+		}
+		if peer == nil || peer.Socket.Peer != s.Ino || peer.Socket.Type != s.Type {
+			return nil, fmt.Errorf("UNIX socket %d: its peer %d is not in the image: %w", s.Ino, s.Peer, image.ErrCorrupt)
+		}
+		msgs := func(ids []int) ([][]byte, error) {
+			var out [][]byte
+			for _, id := range ids {
+				b, ok := t.img.data[id]
+				if !ok {
+					return nil, fmt.Errorf("UNIX socket queue record %d missing: %w", id, image.ErrCorrupt)
+				}
+				out = append(out, b)
+			}
+			return out, nil
+		}
+		mine, err := msgs(s.RecvMsgs)
+		if err != nil {
+			return nil, err
+		}
+		theirs, err := msgs(peer.Socket.RecvMsgs)
+		if err != nil {
+			return nil, err
+		}
+		a, b, err := sockets.UnixPair(s.Type, mine, theirs)
+		if err != nil {
+			return nil, fmt.Errorf("UNIX socket pair: %w", err)
+		}
+		of = os.NewFile(uintptr(a), "unix")
+		pf := os.NewFile(uintptr(b), "unix")
+		if _, err := unix.FcntlInt(pf.Fd(), unix.F_SETFL, peer.Flags&unix.O_NONBLOCK); err != nil {
+			of.Close()
+			pf.Close()
+			return nil, err
+		}
+		if t.unixPeers == nil {
+			t.unixPeers = map[uint32]*os.File{}
+		}
+		t.unixPeers[s.Peer] = pf
+		t.owned = append(t.owned, pf)
+	} else {
+		delete(t.unixPeers, s.Ino)
+		// t.owned holds the original; pass a copy of our own.
+		var err error
+		if of, err = dupFile(of); err != nil {
+			return nil, err
+		}
+	}
+	if _, err := unix.FcntlInt(of.Fd(), unix.F_SETFL, f.Flags&unix.O_NONBLOCK); err != nil {
+		of.Close()
+		return nil, err
 	}
 	return of, nil
 }

@@ -30,9 +30,12 @@ type tree struct {
 	ghosts   map[int]*os.File // data ID -> unnamed file with a deleted file's content
 	gadget   uint64
 
-	repairs  []repairing // restored connections still in repair mode
-	memTime  time.Duration
-	warnings []string
+	repairs []repairing // restored connections still in repair mode
+	// unixPeers holds the second end of a UNIX socket pair built when its
+	// first end was opened, by the inode it stands for.
+	unixPeers map[uint32]*os.File
+	memTime   time.Duration
+	warnings  []string
 }
 
 func newTree(img *imageMeta, opts *Options) (*tree, error) {

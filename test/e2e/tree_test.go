@@ -679,3 +679,55 @@ func TestTreeUnsupportedFD(t *testing.T) {
 		t.Errorf("bash %v after its python3 child got SIGTERM, want exit code 0 (wait returns the exit of a background job)", es)
 	}
 }
+
+// TestUnixSocketPairs restores stream and datagram socketpairs between a
+// parent and its child, with data queued in both directions, twice: every
+// line and datagram arrives once, in order, with its boundaries.
+func TestUnixSocketPairs(t *testing.T) {
+	e := setup(t)
+	dir := t.TempDir()
+	v := &victim{name: "unixpair", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
+	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "python3",
+		filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata", "unixpair.py"), v.log)
+	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
+	v.comm = comm(v.pid)
+	last := func(prefix string) int {
+		n := 0
+		for _, l := range v.lines() {
+			if strings.Contains(l, "FAIL") {
+				t.Fatalf("victim: %s", l)
+			}
+			if rest, ok := strings.CutPrefix(l, prefix); ok {
+				n, _ = strconv.Atoi(rest)
+			}
+		}
+		return n
+	}
+	waitMore := func(prefix string, than int) int {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if n := last(prefix); n > than {
+				return n
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q line past %d; log ends:\n%s", prefix, than, tail(v.lines(), 5))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitMore("child ok ", 20)
+	for i := 0; i < 2; i++ {
+		img := filepath.Join(t.TempDir(), "img")
+		e.dumpKill(t, v, img)
+		child, parent := last("child ok "), last("parent ok ")
+		res := e.runRedo(t, nil, img)
+		if res.code != 0 {
+			t.Fatalf("cycle %d: ckpt-redo: %v", i, res)
+		}
+		waitMore("child ok ", child+40)
+		waitMore("parent ok ", parent+40)
+	}
+	last("") // no FAIL line
+	e.killAndReap(t, v)
+}
