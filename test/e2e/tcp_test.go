@@ -204,3 +204,76 @@ func TestHTTPKeepAlive(t *testing.T) {
 	}
 	e.killAndReap(t, v)
 }
+
+// TestUDP restores a bound UDP socket and a connected one: after each of
+// two restores the bound one still answers on its port and the connected
+// one still sends to its peer, with the beat counter going on.
+func TestUDP(t *testing.T) {
+	e := setup(t)
+	peer, err := net.ListenPacket("udp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	port := freePort(t)
+	dir := t.TempDir()
+	v := &victim{name: "udpserver", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
+	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "python3",
+		filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata", "udpserver.py"), v.log, strconv.Itoa(port),
+		strconv.Itoa(peer.LocalAddr().(*net.UDPAddr).Port))
+	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
+	v.comm = comm(v.pid)
+	beat := func() int {
+		t.Helper()
+		buf := make([]byte, 100)
+		peer.SetReadDeadline(time.Now().Add(5 * time.Second))
+		n, _, err := peer.ReadFrom(buf)
+		if err != nil {
+			t.Fatalf("no beat from the connected socket: %v", err)
+		}
+		var b int
+		fmt.Sscanf(string(buf[:n]), "beat %d", &b)
+		return b
+	}
+	echo := func(msg string) {
+		t.Helper()
+		c, err := net.Dial("udp4", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		for try := 0; ; try++ {
+			c.Write([]byte(msg))
+			buf := make([]byte, 100)
+			n, err := c.Read(buf)
+			if err == nil && string(buf[:n]) == "echo "+msg {
+				return
+			}
+			if try == 20 {
+				t.Fatalf("no echo of %q from the bound socket: %v %q", msg, err, buf[:n])
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	echo("hello")
+	b0 := beat()
+	for i := 0; i < 2; i++ {
+		img := filepath.Join(t.TempDir(), "img")
+		e.dumpKill(t, v, img)
+		e.restoreServer(t, v, img)
+		echo(fmt.Sprintf("after restore %d", i))
+		// Drain the beats queued while the server was down, then one more.
+		var b int
+		for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); {
+			if b = beat(); b > b0+5 {
+				break
+			}
+		}
+		if b <= b0 {
+			t.Fatalf("cycle %d: beat %d after restore, want past %d", i, b, b0)
+		}
+		b0 = b
+	}
+	e.killAndReap(t, v)
+}
