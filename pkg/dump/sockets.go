@@ -233,21 +233,28 @@ func (d *dumper) describeUnix(our int, ino uint64, info *proc.FDInfo) (*image.Fi
 	switch {
 	case !ok:
 		return nil, fmt.Errorf("UNIX socket %d not found by sock_diag: %w", ino, ErrUnsupported)
-	case u.Name != "":
-		return nil, fmt.Errorf("UNIX socket bound to %q: %w", u.Name, ErrUnsupported)
-	case u.Peer == 0:
-		return nil, fmt.Errorf("unconnected UNIX socket: %w", ErrUnsupported)
-	case !d.t.socks.inos[u.Peer]:
+	case u.State == sockets.UnixListenState && u.Pending > 0:
+		return nil, fmt.Errorf("UNIX socket %s with %d connections not accepted yet: %w", u.Name, u.Pending, sockets.ErrAcceptQueue)
+	case u.Peer == 0 && u.State != sockets.StateEstablished:
+		// Bound, listening, or neither: rebuilt from its name.
+	case u.Peer == 0 || !d.t.socks.inos[u.Peer]:
 		return nil, fmt.Errorf("UNIX socket connected to a process outside the dump (peer socket %d): %w", u.Peer, ErrUnsupported)
 	}
-	msgs, err := sockets.PeekUnixQueue(our, u.Type)
+	var msgs [][]byte
+	var err error
+	if s := u.State; s != sockets.UnixListenState {
+		msgs, err = sockets.PeekUnixQueue(our, u.Type)
+	}
 	if err != nil {
 		if errors.Is(err, sockets.ErrState) {
 			return nil, fmt.Errorf("UNIX socket: %v: %w", err, ErrUnsupported)
 		}
 		return nil, fmt.Errorf("UNIX socket: %w", err)
 	}
-	s := &image.Socket{Family: unix.AF_UNIX, Type: u.Type, Ino: uint32(ino), Peer: u.Peer}
+	s := &image.Socket{Family: unix.AF_UNIX, Type: u.Type, Ino: uint32(ino), Peer: u.Peer, Local: u.Name}
+	if u.State == sockets.UnixListenState {
+		s.State, s.Backlog = sockets.StateListen, u.Backlog
+	}
 	for _, m := range msgs {
 		s.RecvMsgs = append(s.RecvMsgs, d.addData(m))
 	}

@@ -256,6 +256,32 @@ func (t *tree) openSocket(f *image.File) (*os.File, error) {
 // t.unixPeers.
 func (t *tree) openUnix(f *image.File) (*os.File, error) {
 	s := f.Socket
+	msgs := func(ids []int) ([][]byte, error) {
+		var out [][]byte
+		for _, id := range ids {
+			b, ok := t.img.data[id]
+			if !ok {
+				return nil, fmt.Errorf("UNIX socket queue record %d missing: %w", id, image.ErrCorrupt)
+			}
+			out = append(out, b)
+		}
+		return out, nil
+	}
+	if s.Peer == 0 {
+		q, err := msgs(s.RecvMsgs)
+		if err != nil {
+			return nil, err
+		}
+		fd, err := sockets.OpenUnix(s.Type, s.Local, s.State == sockets.StateListen, s.Backlog, q)
+		if err != nil {
+			return nil, fmt.Errorf("UNIX socket %s: %w", s.Local, err)
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, f.Flags&unix.O_NONBLOCK); err != nil {
+			unix.Close(fd)
+			return nil, err
+		}
+		return os.NewFile(uintptr(fd), "unix"), nil
+	}
 	of, ok := t.unixPeers[s.Ino]
 	if !ok {
 		var peer *image.File
@@ -266,17 +292,6 @@ func (t *tree) openUnix(f *image.File) (*os.File, error) {
 		}
 		if peer == nil || peer.Socket.Peer != s.Ino || peer.Socket.Type != s.Type {
 			return nil, fmt.Errorf("UNIX socket %d: its peer %d is not in the image: %w", s.Ino, s.Peer, image.ErrCorrupt)
-		}
-		msgs := func(ids []int) ([][]byte, error) {
-			var out [][]byte
-			for _, id := range ids {
-				b, ok := t.img.data[id]
-				if !ok {
-					return nil, fmt.Errorf("UNIX socket queue record %d missing: %w", id, image.ErrCorrupt)
-				}
-				out = append(out, b)
-			}
-			return out, nil
 		}
 		mine, err := msgs(s.RecvMsgs)
 		if err != nil {

@@ -3,6 +3,7 @@ package sockets
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -16,6 +17,7 @@ type UnixInfo struct {
 	Peer    uint32 // inode of the peer, 0 if none
 	Name    string // bound name ("" unnamed, "@..." abstract)
 	Pending int    // connections waiting (listeners), or queued bytes
+	Backlog int    // listen backlog
 }
 
 const (
@@ -84,15 +86,16 @@ func UnixSockets() (map[uint32]UnixInfo, error) {
 					if len(v) > 0 && v[0] == 0 {
 						info.Name = "@" + string(v[1:])
 					} else {
-						info.Name = string(v)
+						info.Name = strings.TrimRight(string(v), "\x00")
 					}
 				case unixDiagPeer:
 					if len(v) >= 4 {
 						info.Peer = le.Uint32(v)
 					}
 				case unixDiagRqlen:
-					if len(v) >= 4 {
+					if len(v) >= 8 {
 						info.Pending = int(le.Uint32(v))
+						info.Backlog = int(le.Uint32(v[4:]))
 					}
 				}
 				a = a[(l+3)&^3:]
@@ -166,4 +169,59 @@ func UnixPair(typ int, queueA, queueB [][]byte) (int, int, error) {
 		}
 	}
 	return fds[0], fds[1], nil
+}
+
+// UnixListenState is the state sock_diag gives a listening UNIX socket.
+const UnixListenState = 10
+
+// unixAddr converts a name as sock_diag gives it; x/sys/unix takes a
+// leading "@" as an abstract name, as sock_diag writes it.
+func unixAddr(name string) *unix.SockaddrUnix { return &unix.SockaddrUnix{Name: name} }
+
+// OpenUnix builds a UNIX socket that is not connected to another one of
+// the dump: bound to its name (a stale socket file of the dead process is
+// replaced), listening with its backlog, or a datagram socket whose queued
+// messages are sent to it again (their senders' addresses are lost).
+func OpenUnix(typ int, name string, listen bool, backlog int, queue [][]byte) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("socket: %w", err)
+	}
+	fail := func(err error) (int, error) {
+		unix.Close(fd)
+		return -1, err
+	}
+	if name != "" {
+		addr := unixAddr(name)
+		if name[0] != '@' {
+			var st unix.Stat_t
+			if unix.Lstat(name, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+				unix.Unlink(name)
+			}
+		}
+		if err := unix.Bind(fd, addr); err != nil {
+			return fail(fmt.Errorf("bind %s: %w", name, err))
+		}
+	}
+	if listen {
+		if err := unix.Listen(fd, max(backlog, 1)); err != nil {
+			return fail(fmt.Errorf("listen: %w", err))
+		}
+	}
+	if len(queue) > 0 {
+		if name == "" || typ == unix.SOCK_STREAM {
+			return fail(fmt.Errorf("queued data on an unconnected socket: %w", ErrState))
+		}
+		tmp, err := unix.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fail(err)
+		}
+		defer unix.Close(tmp)
+		for _, m := range queue {
+			if err := unix.Sendto(tmp, m, 0, unixAddr(name)); err != nil {
+				return fail(fmt.Errorf("refill queue: %w", err))
+			}
+		}
+	}
+	return fd, nil
 }

@@ -3,6 +3,7 @@ package e2e
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -603,14 +604,21 @@ func TestTreeShellPipeline(t *testing.T) {
 }
 
 // TestTreeUnsupportedFD dumps a tree one of whose members (a child of the
-// root) holds a UNIX socket, which ckpt does not save yet: the dump must
-// fail naming that process, the fd and "socket", write no image, and leave
-// every member running, untraced.
+// root) holds a UNIX socket connected to a process outside the dump (this
+// test), which cannot be restored: the dump must fail naming that process,
+// the fd and "socket", write no image, and leave every member running,
+// untraced.
 func TestTreeUnsupportedFD(t *testing.T) {
 	e := setup(t)
 	dir := t.TempDir()
 	errf := filepath.Join(dir, "stderr")
-	script := `python3 -c 'import os,socket,time; s=socket.socket(socket.AF_UNIX); s.bind("\0ckpt-test-%d" % os.getpid()); s.listen(); time.sleep(100)' & wait`
+	outside, err := net.Listen("unix", filepath.Join(dir, "outside.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outside.Close()
+	script := `python3 -c 'import socket,sys,time; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); time.sleep(100)' ` +
+		filepath.Join(dir, "outside.sock") + ` & wait`
 	root := e.r.Run(t, testenv.RunOpts{Stderr: errf, Dir: dir}, "/bin/bash", "-c", script)
 
 	// Wait for python3 and its socket, listening (state 0A in
@@ -729,5 +737,48 @@ func TestUnixSocketPairs(t *testing.T) {
 		waitMore("parent ok ", parent+40)
 	}
 	last("") // no FAIL line
+	e.killAndReap(t, v)
+}
+
+// TestUnixListeners restores listening UNIX sockets, one on a path and one
+// on an abstract name: new clients connect to both after each restore, and
+// the server's client count goes on.
+func TestUnixListeners(t *testing.T) {
+	e := setup(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "sock")
+	name := fmt.Sprintf("ckpt-test-%d", time.Now().UnixNano())
+	v := &victim{name: "unixlisten", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
+	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "python3",
+		filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata", "unixlisten.py"), v.log, path, name)
+	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
+	v.comm = comm(v.pid)
+	n := 0
+	hello := func(addr string) {
+		t.Helper()
+		c, err := net.DialTimeout("unix", addr, 5*time.Second)
+		if err != nil {
+			t.Fatalf("connect to %q: %v", addr, err)
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		buf := make([]byte, 64)
+		k, err := c.Read(buf)
+		n++
+		if want := fmt.Sprintf("hello %d\n", n); err != nil || string(buf[:k]) != want {
+			t.Fatalf("from %q: %q (%v), want %q", addr, buf[:k], err, want)
+		}
+	}
+	hello(path)
+	hello("@" + name)
+	for i := 0; i < 2; i++ {
+		img := filepath.Join(t.TempDir(), "img")
+		e.dumpKill(t, v, img)
+		if res := e.runRedo(t, nil, img); res.code != 0 {
+			t.Fatalf("cycle %d: ckpt-redo: %v", i, res)
+		}
+		hello(path)
+		hello("@" + name)
+	}
 	e.killAndReap(t, v)
 }
