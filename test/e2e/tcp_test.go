@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -274,6 +275,61 @@ func TestUDP(t *testing.T) {
 			t.Fatalf("cycle %d: beat %d after restore, want past %d", i, b, b0)
 		}
 		b0 = b
+	}
+	e.killAndReap(t, v)
+}
+
+// TestEpollSockets restores an epoll server (its listener and 20 accepted
+// connections registered in one epoll set): after each of two restores the
+// server, blocked in epoll_wait, wakes up for every connection and for a
+// new one.
+func TestEpollSockets(t *testing.T) {
+	e := setup(t)
+	port := freePort(t)
+	dir := t.TempDir()
+	v := &victim{name: "manyconns", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
+	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "python3",
+		filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata", "manyconns.py"), v.log, strconv.Itoa(port))
+	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
+	v.comm = comm(v.pid)
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	var conns []net.Conn
+	for i := 0; i < 20; i++ {
+		c, err := net.Dial("tcp4", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	ping := func(c net.Conn, msg string) {
+		t.Helper()
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Write([]byte(msg)); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]byte, len(msg))
+		if _, err := io.ReadFull(c, got); err != nil || string(got) != msg {
+			t.Fatalf("echo of %q: %q, %v", msg, got, err)
+		}
+	}
+	for i, c := range conns {
+		ping(c, fmt.Sprintf("before %d\n", i))
+	}
+	for cycle := 0; cycle < 2; cycle++ {
+		img := filepath.Join(t.TempDir(), "img")
+		e.dumpKill(t, v, img)
+		e.restoreServer(t, v, img)
+		for i, c := range conns {
+			ping(c, fmt.Sprintf("cycle %d conn %d\n", cycle, i))
+		}
+		c, err := net.Dial("tcp4", addr)
+		if err != nil {
+			t.Fatalf("cycle %d: new connection: %v", cycle, err)
+		}
+		defer c.Close()
+		ping(c, "new\n")
+		conns = append(conns, c)
 	}
 	e.killAndReap(t, v)
 }
