@@ -782,3 +782,50 @@ func TestUnixListeners(t *testing.T) {
 	}
 	e.killAndReap(t, v)
 }
+
+// TestTCPInsideTree restores a TCP connection whose both ends belong to the
+// dumped tree (a parent and the child that connected to it), twice.
+func TestTCPInsideTree(t *testing.T) {
+	e := setup(t)
+	dir := t.TempDir()
+	v := &victim{name: "tcppair", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
+	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "python3",
+		filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata", "tcppair.py"), v.log)
+	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
+	v.comm = comm(v.pid)
+	last := func(prefix string) int {
+		n := 0
+		for _, l := range v.lines() {
+			if strings.Contains(l, "FAIL") {
+				t.Fatalf("victim: %s", l)
+			}
+			if rest, ok := strings.CutPrefix(l, prefix); ok {
+				n, _ = strconv.Atoi(rest)
+			}
+		}
+		return n
+	}
+	waitPast := func(prefix string, n int) {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for last(prefix) <= n {
+			if time.Now().After(deadline) {
+				t.Fatalf("no %q past %d; log ends:\n%s", prefix, n, tail(v.lines(), 5))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitPast("parent ok ", 20)
+	for i := 0; i < 2; i++ {
+		img := filepath.Join(t.TempDir(), "img")
+		e.dumpKill(t, v, img)
+		p, c := last("parent ok "), last("child ok ")
+		if res := e.runRedo(t, nil, img); res.code != 0 {
+			t.Fatalf("cycle %d: ckpt-redo: %v", i, res)
+		}
+		waitPast("parent ok ", p+40)
+		waitPast("child ok ", c+40)
+	}
+	last("")
+	e.killAndReap(t, v)
+}
