@@ -3,6 +3,9 @@ package sockets
 import (
 	"fmt"
 	"net/netip"
+	"os"
+	"strconv"
+	"strings"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
@@ -91,6 +94,24 @@ func Describe(fd int) (*image.Socket, error) {
 		}
 		s.Options = append([]image.SockOpt{{Level: unix.IPPROTO_IPV6, Name: unix.IPV6_V6ONLY, Value: v}}, s.Options...)
 	}
+	// Buffer sizes are kept when they differ from the kernel's default for
+	// the socket: set by the program. An established TCP connection's are
+	// left alone: setting them would turn off the kernel's autotuning.
+	if s.State != StateEstablished {
+		for _, o := range []struct {
+			name int
+			def  string
+		}{{unix.SO_SNDBUF, bufDefault(s.Protocol, true)}, {unix.SO_RCVBUF, bufDefault(s.Protocol, false)}} {
+			v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, o.name)
+			if err != nil {
+				return nil, fmt.Errorf("getsockopt buffer: %w", err)
+			}
+			if strconv.Itoa(v) != o.def {
+				// The kernel doubles what is set, and reports the double.
+				s.Options = append(s.Options, image.SockOpt{Level: unix.SOL_SOCKET, Name: o.name, Value: v / 2})
+			}
+		}
+	}
 	l, err := unix.GetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER)
 	if err != nil {
 		return nil, fmt.Errorf("SO_LINGER: %w", err)
@@ -100,6 +121,31 @@ func Describe(fd int) (*image.Socket, error) {
 }
 
 const tcpClose = 7
+
+// bufDefault is the buffer size a new socket of the protocol gets, as
+// getsockopt reports it.
+func bufDefault(proto int, send bool) string {
+	read := func(path string, field int) string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return ""
+		}
+		f := strings.Fields(string(b))
+		if field >= len(f) {
+			return ""
+		}
+		return f[field]
+	}
+	switch {
+	case proto == unix.IPPROTO_TCP && send:
+		return read("/proc/sys/net/ipv4/tcp_wmem", 1)
+	case proto == unix.IPPROTO_TCP:
+		return read("/proc/sys/net/ipv4/tcp_rmem", 1)
+	case send:
+		return read("/proc/sys/net/core/wmem_default", 0)
+	}
+	return read("/proc/sys/net/core/rmem_default", 0)
+}
 
 func tcpStateName(s int) string {
 	names := map[int]string{1: "ESTABLISHED", 2: "SYN_SENT", 3: "SYN_RECV", 4: "FIN_WAIT1", 5: "FIN_WAIT2", 6: "TIME_WAIT",

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ckpt/ckpt/internal/testenv"
 	"github.com/ckpt/ckpt/pkg/netlock"
+	"golang.org/x/sys/unix"
 )
 
 // lockTables lists the network lock tables ckpt made for a dump of pid.
@@ -275,8 +276,37 @@ func TestUDP(t *testing.T) {
 			t.Fatalf("cycle %d: beat %d after restore, want past %d", i, b, b0)
 		}
 		b0 = b
+		// The buffer size the program set is back (fd 4, after the log at
+		// fd 3); the other socket (fd 5) keeps the default.
+		if got := sockOpt(t, v.pid, 4, unix.SOL_SOCKET, unix.SO_RCVBUF); got != 131072 {
+			t.Errorf("cycle %d: bound socket SO_RCVBUF %d, want the 131072 set by the program", i, got)
+		}
+		if got := sockOpt(t, v.pid, 5, unix.SOL_SOCKET, unix.SO_RCVBUF); got != 212992 {
+			t.Errorf("cycle %d: connected socket SO_RCVBUF %d, want the default 212992", i, got)
+		}
 	}
 	e.killAndReap(t, v)
+}
+
+// sockOpt reads an integer option of socket fd of process pid, through a
+// copy taken with pidfd_getfd.
+func sockOpt(t *testing.T, pid, fd, level, opt int) int {
+	t.Helper()
+	pidfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(pidfd)
+	s, err := unix.PidfdGetfd(pidfd, fd, 0)
+	if err != nil {
+		t.Fatalf("pidfd_getfd %d of %d: %v", fd, pid, err)
+	}
+	defer unix.Close(s)
+	v, err := unix.GetsockoptInt(s, level, opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
 }
 
 // TestEpollSockets restores an epoll server (its listener and 20 accepted

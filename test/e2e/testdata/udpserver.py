@@ -9,6 +9,7 @@ import os, select, socket, sys, time
 
 log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 65536)  # the kernel keeps 131072
 s.bind(("127.0.0.1", int(sys.argv[2])))
 c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 c.connect(("127.0.0.1", int(sys.argv[3])))
