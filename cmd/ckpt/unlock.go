@@ -24,7 +24,7 @@ func unlockCommand() *cli.Command {
 				fmt.Println("the image holds no network lock")
 				return nil
 			}
-			if err := netlock.Release(s.Header.NetLock); err != nil {
+			if err := netlock.Release(s.Header.NetLock, -1); err != nil {
 				return err
 			}
 			fmt.Printf("lifted network lock %s\n", s.Header.NetLock)

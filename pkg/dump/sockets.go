@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -23,6 +24,9 @@ type sockState struct {
 	conns []int                       // ckpt fds of the dumped connections
 	unix  map[uint32]sockets.UnixInfo // sock_diag's view, read on first need
 	inos  map[uint32]bool             // inodes of the tree's UNIX sockets
+	// netns is the network namespace of the tree's sockets when it is
+	// not ckpt's own (nil then).
+	netns *os.File
 	lock  *netlock.Lock
 	guard *netlock.Guard
 }
@@ -88,8 +92,8 @@ func (t *tree) takeSockets() error {
 				}
 			}
 		}
-		if len(conns) > 0 {
-			if err := sameNetns(m.pid); err != nil {
+		if pidfd >= 0 {
+			if err := t.socks.setNetns(m.pid); err != nil {
 				return fmt.Errorf("process %d: %w", m.pid, err)
 			}
 		}
@@ -103,15 +107,15 @@ func (t *tree) takeSockets() error {
 		}
 	}()
 	name := fmt.Sprintf("%d-%d", t.members[0].pid, time.Now().UnixNano()%1e9)
-	lock, err := netlock.Take(name, conns)
+	lock, err := netlock.Take(name, conns, t.socks.netnsFD())
 	if err != nil {
 		return err
 	}
 	t.socks.lock = lock
 	if t.opts.GuardExe != "" {
-		g, err := netlock.StartGuard(t.opts.GuardExe, lock.Table, guarded)
+		g, err := netlock.StartGuard(t.opts.GuardExe, lock.Table, guarded, t.socks.netns)
 		if err != nil {
-			netlock.Release(lock.Table)
+			netlock.Release(lock.Table, t.socks.netnsFD())
 			t.socks.lock = nil
 			return err
 		}
@@ -120,27 +124,77 @@ func (t *tree) takeSockets() error {
 	return nil
 }
 
-// sameNetns refuses processes in another network namespace (restoring
-// sockets there is not supported yet).
-func sameNetns(pid int) error {
-	var a, b syscall.Stat_t
-	if err := syscall.Stat(proc.Path(pid, "ns", "net"), &a); err != nil {
+// setNetns records the network namespace of a process that has sockets:
+// the lock goes there, and sock_diag is asked there. Every process of the
+// tree with sockets must be in the same one.
+func (s *sockState) setNetns(pid int) error {
+	var mine, theirs syscall.Stat_t
+	if err := syscall.Stat("/proc/self/ns/net", &mine); err != nil {
 		return err
 	}
-	if err := syscall.Stat("/proc/self/ns/net", &b); err != nil {
+	path := proc.Path(pid, "ns", "net")
+	if err := syscall.Stat(path, &theirs); err != nil {
 		return err
 	}
-	if a.Ino != b.Ino {
-		return fmt.Errorf("its TCP connections are in another network namespace: %w", ErrUnsupported)
+	if s.netns != nil {
+		var cur syscall.Stat_t
+		if err := syscall.Fstat(int(s.netns.Fd()), &cur); err != nil {
+			return err
+		}
+		if cur.Ino != theirs.Ino {
+			return fmt.Errorf("its sockets are in another network namespace than those of the rest of the tree: %w", ErrUnsupported)
+		}
+		return nil
 	}
+	if theirs.Ino == mine.Ino {
+		return nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("open network namespace: %w", err)
+	}
+	s.netns = f
 	return nil
+}
+
+func (s *sockState) netnsFD() int {
+	if s.netns == nil {
+		return -1
+	}
+	return int(s.netns.Fd())
+}
+
+// unixSockets asks sock_diag, in the tree's network namespace, for its
+// UNIX sockets. Entering another namespace takes a thread of its own, which
+// is thrown away afterwards.
+func (s *sockState) unixSockets() (map[uint32]sockets.UnixInfo, error) {
+	if s.netns == nil {
+		return sockets.UnixSockets()
+	}
+	type result struct {
+		m   map[uint32]sockets.UnixInfo
+		err error
+	}
+	ch := make(chan result)
+	go func() {
+		// Never unlocked: the thread dies with the goroutine.
+		runtime.LockOSThread()
+		if err := unix.Setns(int(s.netns.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{err: fmt.Errorf("setns: %w", err)}
+			return
+		}
+		m, err := sockets.UnixSockets()
+		ch <- result{m, err}
+	}()
+	r := <-ch
+	return r.m, r.err
 }
 
 // releaseSockets lifts the lock (a failed dump, or one that leaves the
 // processes running): the connections were never left in repair mode.
 func (t *tree) releaseSockets() {
 	if t.socks.lock != nil {
-		netlock.Release(t.socks.lock.Table)
+		netlock.Release(t.socks.lock.Table, t.socks.netnsFD())
 		if t.socks.guard != nil {
 			t.socks.guard.Drop()
 		}
@@ -174,6 +228,9 @@ func (t *tree) closeSockets() {
 		unix.Close(fd)
 	}
 	t.socks.fds = nil
+	if t.socks.netns != nil {
+		t.socks.netns.Close()
+	}
 }
 
 // describeSocket saves a socket; an established connection is put in
@@ -223,7 +280,7 @@ func (d *dumper) describeSocket(fd int, ino uint64, info *proc.FDInfo) (*image.F
 // in its receive queue. Other UNIX sockets are refused for now.
 func (d *dumper) describeUnix(our int, ino uint64, info *proc.FDInfo) (*image.File, error) {
 	if d.t.socks.unix == nil {
-		m, err := sockets.UnixSockets()
+		m, err := d.t.socks.unixSockets()
 		if err != nil {
 			return nil, err
 		}

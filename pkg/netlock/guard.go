@@ -30,21 +30,29 @@ type Socket struct {
 	Reuse int
 }
 
-// StartGuard starts `exe netlock-guard TABLE REUSE...` in its own session
-// (so that a ^C meant for ckpt does not kill it first), with a copy of
-// every dumped connection.
-func StartGuard(exe, tableName string, socks []Socket) (*Guard, error) {
+// StartGuard starts `exe netlock-guard TABLE NETNS REUSE...` in its own
+// session (so that a ^C meant for ckpt does not kill it first), with a copy
+// of every dumped connection and, if netns is not nil, the network
+// namespace the lock is in.
+func StartGuard(exe, tableName string, socks []Socket, netns *os.File) (*Guard, error) {
 	r, w, err := os.Pipe()
 	if err != nil {
 		return nil, err
 	}
-	args := []string{GuardCommand, tableName}
+	nsFD := -1
+	if netns != nil {
+		nsFD = 3 + len(socks)
+	}
+	args := []string{GuardCommand, tableName, strconv.Itoa(nsFD)}
 	for _, s := range socks {
 		args = append(args, strconv.Itoa(s.Reuse))
 	}
 	cmd := exec.Command(exe, args...)
 	for _, s := range socks {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, s.File)
+	}
+	if netns != nil {
+		cmd.ExtraFiles = append(cmd.ExtraFiles, netns)
 	}
 	cmd.Stdin = r
 	cmd.Stderr = os.Stderr
@@ -76,9 +84,17 @@ func (g *Guard) Drop() error {
 
 // RunGuard is the guard's side: it reads stdin to its end and, unless it
 // was told to keep the lock, takes the connections (its fds 3, 4, ...; the
-// SO_REUSEADDR value of each in reuse) out of repair mode and removes the
-// table.
-func RunGuard(tableName string, reuse []string, in io.Reader) error {
+// SO_REUSEADDR value of each in args[1:]) out of repair mode and removes
+// the table, in the network namespace of fd args[0] (-1: its own).
+func RunGuard(tableName string, args []string, in io.Reader) error {
+	if len(args) == 0 {
+		return fmt.Errorf("netlock guard: no network namespace argument")
+	}
+	netns, err := strconv.Atoi(args[0])
+	if err != nil {
+		return fmt.Errorf("netlock guard: %w", err)
+	}
+	reuse := args[1:]
 	b, _ := io.ReadAll(in)
 	if strings.TrimSpace(string(b)) == "keep" {
 		return nil
@@ -87,5 +103,5 @@ func RunGuard(tableName string, reuse []string, in io.Reader) error {
 		v, _ := strconv.Atoi(r)
 		sockets.LeaveRepair(3+i, v)
 	}
-	return Release(tableName)
+	return Release(tableName, netns)
 }

@@ -47,10 +47,19 @@ func table(name string) *nftables.Table {
 	return &nftables.Table{Name: name, Family: nftables.TableFamilyINet}
 }
 
+// conn talks to nftables in the network namespace netns (an fd of
+// /proc/PID/ns/net), or in the caller's when netns is negative.
+func conn(netns int) (*nftables.Conn, error) {
+	if netns >= 0 {
+		return nftables.New(nftables.WithNetNSFd(netns))
+	}
+	return nftables.New()
+}
+
 // Take installs a lock named name (TablePrefix is added) for conns in the
-// caller's network namespace.
-func Take(name string, conns []Conn) (*Lock, error) {
-	c, err := nftables.New()
+// network namespace netns (see conn).
+func Take(name string, conns []Conn, netns int) (*Lock, error) {
+	c, err := conn(netns)
 	if err != nil {
 		return nil, fmt.Errorf("netlock: nftables: %w", err)
 	}
@@ -97,13 +106,13 @@ func Take(name string, conns []Conn) (*Lock, error) {
 			}
 			elems = elems[n:]
 			if err := c.Flush(); err != nil {
-				Release(t.Name)
+				Release(t.Name, netns)
 				return nil, fmt.Errorf("netlock: install table %s: %w", t.Name, err)
 			}
 		}
 	}
 	if err := c.Flush(); err != nil {
-		Release(t.Name)
+		Release(t.Name, netns)
 		return nil, fmt.Errorf("netlock: install table %s: %w", t.Name, err)
 	}
 	return &Lock{Table: t.Name}, nil
@@ -177,12 +186,13 @@ func lookup(proto byte, v6 bool, set string) []expr.Any {
 	}
 }
 
-// Release removes the lock table named table, if it exists.
-func Release(tableName string) error {
+// Release removes the lock table named table, if it exists, in the
+// network namespace netns (see conn).
+func Release(tableName string, netns int) error {
 	if !strings.HasPrefix(tableName, TablePrefix) {
 		return fmt.Errorf("netlock: %q is not a ckpt lock table", tableName)
 	}
-	c, err := nftables.New()
+	c, err := conn(netns)
 	if err != nil {
 		return fmt.Errorf("netlock: nftables: %w", err)
 	}

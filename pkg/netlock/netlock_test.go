@@ -38,11 +38,11 @@ func testLock(t *testing.T, network, addr string) {
 	}
 	defer s.Close()
 	conn := Conn{Local: netip.MustParseAddrPort(c.LocalAddr().String()), Remote: netip.MustParseAddrPort(c.RemoteAddr().String())}
-	l, err := Take("test", []Conn{conn})
+	l, err := Take("test", []Conn{conn}, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer Release(l.Table)
+	defer Release(l.Table, -1)
 	if ts, _ := Tables(); !slices.Contains(ts, l.Table) {
 		t.Fatalf("lock table %s not installed: %v", l.Table, ts)
 	}
@@ -58,7 +58,7 @@ func testLock(t *testing.T, network, addr string) {
 			t.Fatalf("%s: data got through the lock (%d, %v)", dir.name, n, err)
 		}
 	}
-	if err := Release(l.Table); err != nil {
+	if err := Release(l.Table, -1); err != nil {
 		t.Fatal(err)
 	}
 	if ts, _ := Tables(); slices.Contains(ts, l.Table) {
@@ -70,7 +70,7 @@ func testLock(t *testing.T, network, addr string) {
 			t.Fatalf("after release, the retransmitted byte did not arrive: %v", err)
 		}
 	}
-	if err := Release(l.Table); err != nil {
+	if err := Release(l.Table, -1); err != nil {
 		t.Fatalf("releasing twice: %v", err)
 	}
 }

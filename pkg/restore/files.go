@@ -350,7 +350,7 @@ func (t *tree) resumeSockets() error {
 	}
 	t.repairs = nil
 	if lock := t.img.hdr.NetLock; lock != "" {
-		if err := netlock.Release(lock); err != nil {
+		if err := netlock.Release(lock, -1); err != nil {
 			return err
 		}
 	}

@@ -549,3 +549,18 @@ func compileC(t *testing.T, src string, flags ...string) string {
 	}
 	return out
 }
+
+// runRedoArgv runs a ckpt-redo command line (e.g. inside `ip netns exec`)
+// under the reaper.
+func (e *env) runRedoArgv(t *testing.T, argv []string) result {
+	t.Helper()
+	d := t.TempDir()
+	out, errf := filepath.Join(d, "redo.out"), filepath.Join(d, "redo.err")
+	pid := e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: errf}, argv...)
+	es := e.r.WaitExit(t, pid, 30*time.Second)
+	res := result{code: es.Code, signal: es.Signal, stdout: readFile(out), stderr: readFile(errf)}
+	if es.Signal != 0 {
+		res.code = -1
+	}
+	return res
+}

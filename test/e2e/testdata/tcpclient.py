@@ -1,4 +1,4 @@
-"""A TCP client for the socket tests: tcpclient.py PORT SECONDS.
+"""A TCP client for the socket tests: tcpclient.py PORT SECONDS [HOST].
 
 Streams numbered lines with a random payload and checks that every answer
 comes back exactly once, in order, with the right checksum, and that the
@@ -7,7 +7,7 @@ a reset fails the test. Prints "ok N PORT" (N answers, its local port).
 """
 import hashlib, os, socket, sys, time
 
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
+s = socket.create_connection((sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1", int(sys.argv[1])))
 s.settimeout(10)
 port = s.getsockname()[1]
 f = s.makefile("rb")

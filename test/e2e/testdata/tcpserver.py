@@ -1,4 +1,4 @@
-"""A TCP echo server for the socket tests: tcpserver.py LOG PORT.
+"""A TCP echo server for the socket tests: tcpserver.py LOG PORT [ADDR].
 
 Each connection gets its own counter: for every line "N payload" it answers
 "N <count> <sha256 of the payload>". It uses an epoll-free thread-less loop
@@ -9,7 +9,7 @@ import hashlib, os, select, socket, sys
 log = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 ls = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-ls.bind(("127.0.0.1", int(sys.argv[2])))
+ls.bind((sys.argv[3] if len(sys.argv) > 3 else "127.0.0.1", int(sys.argv[2])))
 ls.listen(16)
 os.write(log, b"start pid=%d\n" % os.getpid())
 conns, bufs, counts = [], {}, {}
