@@ -18,6 +18,7 @@ import (
 	"github.com/ckpt/ckpt/internal/progress"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/restore"
+	"github.com/ckpt/ckpt/pkg/rewrite"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
 )
@@ -31,6 +32,7 @@ func main() {
 			&cli.BoolFlag{Name: "shell-job", Aliases: []string{"j"}, Usage: "attach the process's terminal fds to the terminal ckpt-redo runs on"},
 			&cli.StringSliceFlag{Name: "inherit-fd", Usage: "give the process's fd `N` this ckpt-redo's own fd N (repeatable)"},
 			&cli.StringFlag{Name: "stdio", Usage: "replace fds 0-2 that cannot be restored (a pipe or terminal outside the dump) with `FILE`, e.g. /dev/null"},
+			&cli.StringFlag{Name: "rules", Usage: "endpoint rewrite rules `FILE` (default: $" + rewrite.EnvVar + "): move TCP and UDP endpoints to new addresses"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
 		Action: run,
@@ -58,6 +60,11 @@ func run(c *cli.Context) error {
 			fmt.Fprintf(os.Stderr, "ckpt-redo: "+format+"\n", args...)
 		},
 	}
+	rules, err := rewrite.LoadFlagOrEnv(c.String("rules"))
+	if err != nil {
+		return cli.Exit(fmt.Sprintf("ckpt-redo: %v", err), 2)
+	}
+	opts.Rules = rules
 	for _, s := range c.StringSlice("inherit-fd") {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 0 {

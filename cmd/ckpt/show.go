@@ -125,12 +125,36 @@ func protString(p int, shared bool) string {
 	return string(b)
 }
 
+// socketDesc shows a socket's endpoints, so that a user can write rewrite
+// rules for them.
+func socketDesc(s *image.Socket) string {
+	kind := map[int]string{unix.SOCK_STREAM: "stream", unix.SOCK_DGRAM: "dgram", unix.SOCK_SEQPACKET: "seqpacket"}[s.Type]
+	switch {
+	case s.Family == unix.AF_UNIX && s.Peer != 0:
+		return fmt.Sprintf("unix %s, connected to socket %d", kind, s.Peer)
+	case s.Family == unix.AF_UNIX:
+		return fmt.Sprintf("unix %s %s", kind, s.Local)
+	case s.TCP != nil:
+		return fmt.Sprintf("tcp %s -> %s established, %d bytes unsent", s.Local, s.Remote, s.TCP.Unsent)
+	case s.State == 10:
+		return fmt.Sprintf("tcp %s listening, backlog %d", s.Local, s.Backlog)
+	case s.Protocol == unix.IPPROTO_UDP && s.Remote != "":
+		return fmt.Sprintf("udp %s -> %s", s.Local, s.Remote)
+	case s.Protocol == unix.IPPROTO_UDP:
+		return fmt.Sprintf("udp %s", s.Local)
+	}
+	return fmt.Sprintf("tcp %s (not connected)", s.Local)
+}
+
 func printSummary(w io.Writer, s *imageSummary) {
 	h := &s.Header
 	fmt.Fprintf(w, "image: %d records, %s; taken %s on %s (kernel %s, %s)\n", s.Records, size(uint64(s.Bytes)),
 		h.Created.Format("2006-01-02 15:04:05 MST"), h.Hostname, h.Kernel, h.Machine)
 	fmt.Fprintf(w, "cpu: %s, xcr0 %#x, xstate %d bytes\n", h.CPU.Model, h.CPU.XCR0, h.CPU.XSaveSize)
 	fmt.Fprintf(w, "memory: %d pages with data (%s), %d zero pages\n", s.Pages, size(uint64(s.Pages)*image.PageSize), s.ZeroPages)
+	if h.NetLock != "" {
+		fmt.Fprintf(w, "network lock: %s (lifted by the restore, or by ckpt unlock)\n", h.NetLock)
+	}
 	for _, p := range s.Processes {
 		fmt.Fprintf(w, "\nprocess %d (%s) ppid %d pgid %d sid %d\n  exe %s\n  cmdline %s\n  cwd %s  umask %04o  uid %v gid %v\n",
 			p.PID, p.Comm, p.PPID, p.PGID, p.SID, p.Exe, p.Cmdline, p.Misc.Cwd, p.Misc.Umask, p.Creds.UID, p.Creds.GID)
@@ -164,6 +188,9 @@ func printSummary(w io.Writer, s *imageSummary) {
 			}
 			if f.Ref.Deleted {
 				desc += " (deleted, content in image)"
+			}
+			if so := f.Socket; so != nil {
+				desc = socketDesc(so)
 			}
 			fmt.Fprintf(w, "    %3d %-4s flags %#o pos %d %s\n", fd.FD, f.Kind, f.Flags, f.Pos, desc)
 		}

@@ -3,6 +3,7 @@ package restore
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"sort"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/netlock"
+	"github.com/ckpt/ckpt/pkg/rewrite"
 	"github.com/ckpt/ckpt/pkg/sockets"
 	"golang.org/x/sys/unix"
 )
@@ -225,6 +227,13 @@ func (t *tree) openSocket(f *image.File) (*os.File, error) {
 		}
 		return b, nil
 	}
+	if t.opts.Rules != nil {
+		c := *s
+		if err := rewriteEndpoints(t.opts.Rules, &c); err != nil {
+			return nil, err
+		}
+		s = &c
+	}
 	recvQ, err := queue(s.RecvDataID)
 	if err != nil {
 		return nil, err
@@ -330,6 +339,36 @@ func (t *tree) openUnix(f *image.File) (*os.File, error) {
 		return nil, err
 	}
 	return of, nil
+}
+
+// rewriteEndpoints applies the rewrite rules to a socket's endpoints.
+func rewriteEndpoints(rules *rewrite.Rules, s *image.Socket) error {
+	parse := func(a string) (netip.AddrPort, error) {
+		if a == "" {
+			return netip.AddrPort{}, nil
+		}
+		ap, err := netip.ParseAddrPort(a)
+		if err != nil {
+			return ap, fmt.Errorf("socket address %q: %w", a, image.ErrCorrupt)
+		}
+		return ap, nil
+	}
+	local, err := parse(s.Local)
+	if err != nil {
+		return err
+	}
+	remote, err := parse(s.Remote)
+	if err != nil {
+		return err
+	}
+	nl, nr := rules.ApplyPair(local, remote)
+	if nl.IsValid() && s.Local != "" {
+		s.Local = nl.String()
+	}
+	if nr.IsValid() && s.Remote != "" {
+		s.Remote = nr.String()
+	}
+	return nil
 }
 
 // repairing is a restored connection still in repair mode.

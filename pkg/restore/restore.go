@@ -42,6 +42,7 @@ import (
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
+	"github.com/ckpt/ckpt/pkg/rewrite"
 	"golang.org/x/sys/unix"
 )
 
@@ -69,6 +70,10 @@ type Options struct {
 	// Stdio replaces fds 0-2 that cannot be restored otherwise (a pipe
 	// or terminal outside the dump) with this file, e.g. /dev/null.
 	Stdio string
+	// Rules, if set, move socket endpoints (local and remote, of TCP and
+	// UDP sockets) to new addresses: both ends of a connection must move
+	// consistently for it to carry on.
+	Rules *rewrite.Rules
 	// Progress, if set, is called as pages are written.
 	Progress func(done, total int64)
 	// Fault, if set, is called at the start of each phase with its name.
@@ -202,6 +207,11 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 	defer t.cleanup()
 	if err := t.prepareFiles(); err != nil {
 		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
+	}
+	if opts.Rules != nil {
+		for _, r := range opts.Rules.Unused() {
+			t.warnf("rewrite rule %s (line %d) matches no endpoint of the image", r, r.Line)
+		}
 	}
 	if err := t.build(ir); err != nil {
 		t.kill()

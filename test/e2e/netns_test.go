@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -82,6 +83,78 @@ func TestTCPAcrossHosts(t *testing.T) {
 		if out := readFile(outs[i]); st.Code != 0 || !strings.HasPrefix(out, "ok ") {
 			t.Errorf("client %d: %v: %s", i, st, out)
 		}
+	}
+	e.killAndReap(t, v)
+}
+
+// TestRewriteRules moves a connection whose both ends are in the dump (a
+// parent and the child connected to it) to a new address with a rules
+// file: after the restore it carries on, same sequence numbers, between the
+// new endpoints; a rule that matches nothing is reported.
+func TestRewriteRules(t *testing.T) {
+	e := setup(t)
+	id := time.Now().UnixNano() % 200
+	ns := fmt.Sprintf("ckpt-mv-%d", id)
+	oldAddr, newAddr := fmt.Sprintf("10.233.%d.1", id), fmt.Sprintf("10.233.%d.2", id)
+	for _, args := range [][]string{
+		{"netns", "add", ns},
+		{"-n", ns, "link", "set", "lo", "up"},
+		{"-n", ns, "addr", "add", oldAddr + "/32", "dev", "lo"},
+		{"-n", ns, "addr", "add", newAddr + "/32", "dev", "lo"},
+	} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+		if args[0] == "netns" {
+			t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
+		}
+	}
+	dir := t.TempDir()
+	v := &victim{name: "tcppair", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
+	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "ip", "netns", "exec", ns, "python3",
+		filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata", "tcppair.py"), v.log, oldAddr)
+	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
+	lastAddr := func() string {
+		a := ""
+		for _, l := range v.lines() {
+			if strings.Contains(l, "FAIL") {
+				t.Fatalf("victim: %s", l)
+			}
+			if rest, ok := strings.CutPrefix(l, "addr "); ok {
+				a = rest
+			}
+		}
+		return a
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for !strings.HasPrefix(lastAddr(), oldAddr) {
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection on %s; log:\n%s", oldAddr, tail(v.lines(), 5))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	img := filepath.Join(t.TempDir(), "img")
+	e.dumpKill(t, v, img)
+	rules := filepath.Join(dir, "rules")
+	if err := os.WriteFile(rules, []byte(fmt.Sprintf("# move the job\n%s %s\n10.99.99.99 10.99.99.98  # matches nothing\n", oldAddr, newAddr)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	res := e.runRedoArgv(t, []string{"ip", "netns", "exec", ns, e.redo(), "--rules", rules, img})
+	if res.code != 0 {
+		t.Fatalf("ckpt-redo --rules: %v", res)
+	}
+	if !strings.Contains(res.stderr, "10.99.99.99") || !strings.Contains(res.stderr, "matches no endpoint") {
+		t.Errorf("ckpt-redo: stderr %q, want a warning about the rule that matched nothing", res.stderr)
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for !strings.HasPrefix(lastAddr(), newAddr) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the connection did not carry on between the new addresses; log:\n%s", tail(v.lines(), 5))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if a := lastAddr(); !strings.Contains(a, " "+newAddr+":") {
+		t.Fatalf("connection now %s, want both ends on %s", a, newAddr)
 	}
 	e.killAndReap(t, v)
 }
