@@ -564,3 +564,53 @@ func (e *env) runRedoArgv(t *testing.T, argv []string) result {
 	}
 	return res
 }
+
+// startLogged runs the command argv(log) under the reaper as victim name,
+// with a fresh directory, log and stderr, and waits for its "start " line.
+// It is for victims that are not testdata/victims programs (python scripts
+// of test/e2e/testdata, commands run inside a network namespace).
+func (e *env) startLogged(t *testing.T, name string, argv func(log string) []string) *victim {
+	t.Helper()
+	dir := t.TempDir()
+	v := &victim{name: name, dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
+	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, argv(v.log)...)
+	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
+	v.comm = comm(v.pid)
+	return v
+}
+
+// script is the path of a test/e2e/testdata script.
+func script(t *testing.T, name string) string {
+	return filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata", name)
+}
+
+// progress returns N of the last "PREFIX N" line of the victim's log, and
+// fails the test on any line that says FAIL.
+func (v *victim) progress(t *testing.T, prefix string) int {
+	t.Helper()
+	n := 0
+	for _, l := range v.lines() {
+		if strings.Contains(l, "FAIL") {
+			t.Fatalf("%s: %s", v.name, l)
+		}
+		if rest, ok := strings.CutPrefix(l, prefix); ok {
+			n, _ = strconv.Atoi(rest)
+		}
+	}
+	return n
+}
+
+// waitProgress waits for a "PREFIX N" line with N past than, and returns N.
+func (v *victim) waitProgress(t *testing.T, prefix string, than int) int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if n := v.progress(t, prefix); n > than {
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: no %q line past %d; log ends:\n%s", v.name, prefix, than, tail(v.lines(), 5))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

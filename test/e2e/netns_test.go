@@ -52,20 +52,17 @@ func TestTCPAcrossHosts(t *testing.T) {
 	e := setup(t)
 	hostA, hostB, addr := twoHosts(t)
 	port := 7000 + int(time.Now().UnixNano()%1000)
-	dir := t.TempDir()
-	src := filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata")
-	v := &victim{name: "tcpserver", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
-	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "ip", "netns", "exec", hostA,
-		"python3", filepath.Join(src, "tcpserver.py"), v.log, strconv.Itoa(port), addr)
-	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
-	v.comm = comm(v.pid)
+	v := e.startLogged(t, "tcpserver", func(log string) []string {
+		return []string{"ip", "netns", "exec", hostA, "python3", script(t, "tcpserver.py"), log, strconv.Itoa(port), addr}
+	})
+	dir := v.dir
 	var clients []int
 	var outs []string
 	for i := 0; i < 2; i++ {
 		out := filepath.Join(dir, fmt.Sprintf("client%d", i))
 		outs = append(outs, out)
 		clients = append(clients, e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: out}, "ip", "netns", "exec", hostB,
-			"python3", filepath.Join(src, "tcpclient.py"), strconv.Itoa(port), "4", addr))
+			"python3", script(t, "tcpclient.py"), strconv.Itoa(port), "4", addr))
 	}
 	time.Sleep(700 * time.Millisecond)
 	for i := 0; i < 2; i++ {
@@ -109,11 +106,10 @@ func TestRewriteRules(t *testing.T) {
 			t.Cleanup(func() { exec.Command("ip", "netns", "del", ns).Run() })
 		}
 	}
-	dir := t.TempDir()
-	v := &victim{name: "tcppair", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
-	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "ip", "netns", "exec", ns, "python3",
-		filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata", "tcppair.py"), v.log, oldAddr)
-	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
+	v := e.startLogged(t, "tcppair", func(log string) []string {
+		return []string{"ip", "netns", "exec", ns, "python3", script(t, "tcppair.py"), log, oldAddr}
+	})
+	dir := v.dir
 	lastAddr := func() string {
 		a := ""
 		for _, l := range v.lines() {

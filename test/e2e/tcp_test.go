@@ -62,18 +62,14 @@ type tcpJob struct {
 func (e *env) startTCP(t *testing.T, n int, secs float64) *tcpJob {
 	t.Helper()
 	port := freePort(t)
-	dir := t.TempDir()
-	v := &victim{name: "tcpserver", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
-	src := filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata")
-	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "python3", filepath.Join(src, "tcpserver.py"), v.log, strconv.Itoa(port))
-	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
-	v.comm, v.exe = comm(v.pid), exeOf(v.pid)
-	v.cmd = readFile(fmt.Sprintf("/proc/%d/cmdline", v.pid))
+	v := e.startLogged(t, "tcpserver", func(log string) []string {
+		return []string{"python3", script(t, "tcpserver.py"), log, strconv.Itoa(port)}
+	})
 	j := &tcpJob{server: v}
 	for i := 0; i < n; i++ {
-		out := filepath.Join(dir, fmt.Sprintf("client%d", i))
+		out := filepath.Join(v.dir, fmt.Sprintf("client%d", i))
 		j.outs = append(j.outs, out)
-		j.clients = append(j.clients, e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: out}, "python3", filepath.Join(src, "tcpclient.py"), strconv.Itoa(port), fmt.Sprint(secs)))
+		j.clients = append(j.clients, e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: out}, "python3", script(t, "tcpclient.py"), strconv.Itoa(port), fmt.Sprint(secs)))
 	}
 	time.Sleep(300 * time.Millisecond)
 	return j
@@ -185,14 +181,11 @@ func TestUnlock(t *testing.T) {
 func TestHTTPKeepAlive(t *testing.T) {
 	e := setup(t)
 	port := freePort(t)
-	dir := t.TempDir()
-	src := filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata")
-	v := &victim{name: "httpserver", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
-	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "python3", filepath.Join(src, "httpserver.py"), v.log, strconv.Itoa(port))
-	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
-	v.comm = comm(v.pid)
-	out := filepath.Join(dir, "client")
-	cli := e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: out}, "python3", filepath.Join(src, "httpclient.py"), strconv.Itoa(port), "3")
+	v := e.startLogged(t, "httpserver", func(log string) []string {
+		return []string{"python3", script(t, "httpserver.py"), log, strconv.Itoa(port)}
+	})
+	out := filepath.Join(v.dir, "client")
+	cli := e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: out}, "python3", script(t, "httpclient.py"), strconv.Itoa(port), "3")
 	time.Sleep(500 * time.Millisecond)
 	for i := 0; i < 2; i++ {
 		img := filepath.Join(t.TempDir(), "img")
@@ -218,13 +211,9 @@ func TestUDP(t *testing.T) {
 	}
 	defer peer.Close()
 	port := freePort(t)
-	dir := t.TempDir()
-	v := &victim{name: "udpserver", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
-	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "python3",
-		filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata", "udpserver.py"), v.log, strconv.Itoa(port),
-		strconv.Itoa(peer.LocalAddr().(*net.UDPAddr).Port))
-	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
-	v.comm = comm(v.pid)
+	v := e.startLogged(t, "udpserver", func(log string) []string {
+		return []string{"python3", script(t, "udpserver.py"), log, strconv.Itoa(port), strconv.Itoa(peer.LocalAddr().(*net.UDPAddr).Port)}
+	})
 	beat := func() int {
 		t.Helper()
 		buf := make([]byte, 100)
@@ -316,12 +305,9 @@ func sockOpt(t *testing.T, pid, fd, level, opt int) int {
 func TestEpollSockets(t *testing.T) {
 	e := setup(t)
 	port := freePort(t)
-	dir := t.TempDir()
-	v := &victim{name: "manyconns", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
-	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "python3",
-		filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata", "manyconns.py"), v.log, strconv.Itoa(port))
-	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
-	v.comm = comm(v.pid)
+	v := e.startLogged(t, "manyconns", func(log string) []string {
+		return []string{"python3", script(t, "manyconns.py"), log, strconv.Itoa(port)}
+	})
 	addr := fmt.Sprintf("127.0.0.1:%d", port)
 	var conns []net.Conn
 	for i := 0; i < 20; i++ {

@@ -693,50 +693,22 @@ func TestTreeUnsupportedFD(t *testing.T) {
 // line and datagram arrives once, in order, with its boundaries.
 func TestUnixSocketPairs(t *testing.T) {
 	e := setup(t)
-	dir := t.TempDir()
-	v := &victim{name: "unixpair", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
-	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "python3",
-		filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata", "unixpair.py"), v.log)
-	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
-	v.comm = comm(v.pid)
-	last := func(prefix string) int {
-		n := 0
-		for _, l := range v.lines() {
-			if strings.Contains(l, "FAIL") {
-				t.Fatalf("victim: %s", l)
-			}
-			if rest, ok := strings.CutPrefix(l, prefix); ok {
-				n, _ = strconv.Atoi(rest)
-			}
-		}
-		return n
-	}
-	waitMore := func(prefix string, than int) int {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for {
-			if n := last(prefix); n > than {
-				return n
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("no %q line past %d; log ends:\n%s", prefix, than, tail(v.lines(), 5))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitMore("child ok ", 20)
+	v := e.startLogged(t, "unixpair", func(log string) []string {
+		return []string{"python3", script(t, "unixpair.py"), log}
+	})
+	v.waitProgress(t, "child ok ", 20)
 	for i := 0; i < 2; i++ {
 		img := filepath.Join(t.TempDir(), "img")
 		e.dumpKill(t, v, img)
-		child, parent := last("child ok "), last("parent ok ")
+		child, parent := v.progress(t, "child ok "), v.progress(t, "parent ok ")
 		res := e.runRedo(t, nil, img)
 		if res.code != 0 {
 			t.Fatalf("cycle %d: ckpt-redo: %v", i, res)
 		}
-		waitMore("child ok ", child+40)
-		waitMore("parent ok ", parent+40)
+		v.waitProgress(t, "child ok ", child+40)
+		v.waitProgress(t, "parent ok ", parent+40)
 	}
-	last("") // no FAIL line
+	v.progress(t, "") // no FAIL line
 	e.killAndReap(t, v)
 }
 
@@ -745,14 +717,11 @@ func TestUnixSocketPairs(t *testing.T) {
 // the server's client count goes on.
 func TestUnixListeners(t *testing.T) {
 	e := setup(t)
-	dir := t.TempDir()
-	path := filepath.Join(dir, "sock")
+	path := filepath.Join(t.TempDir(), "sock")
 	name := fmt.Sprintf("ckpt-test-%d", time.Now().UnixNano())
-	v := &victim{name: "unixlisten", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
-	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "python3",
-		filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata", "unixlisten.py"), v.log, path, name)
-	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
-	v.comm = comm(v.pid)
+	v := e.startLogged(t, "unixlisten", func(log string) []string {
+		return []string{"python3", script(t, "unixlisten.py"), log, path, name}
+	})
 	n := 0
 	hello := func(addr string) {
 		t.Helper()
@@ -787,45 +756,20 @@ func TestUnixListeners(t *testing.T) {
 // dumped tree (a parent and the child that connected to it), twice.
 func TestTCPInsideTree(t *testing.T) {
 	e := setup(t)
-	dir := t.TempDir()
-	v := &victim{name: "tcppair", dir: dir, log: filepath.Join(dir, "log"), stderr: filepath.Join(dir, "stderr")}
-	v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir}, "python3",
-		filepath.Join(testenv.RepoRoot(t), "test", "e2e", "testdata", "tcppair.py"), v.log)
-	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
-	v.comm = comm(v.pid)
-	last := func(prefix string) int {
-		n := 0
-		for _, l := range v.lines() {
-			if strings.Contains(l, "FAIL") {
-				t.Fatalf("victim: %s", l)
-			}
-			if rest, ok := strings.CutPrefix(l, prefix); ok {
-				n, _ = strconv.Atoi(rest)
-			}
-		}
-		return n
-	}
-	waitPast := func(prefix string, n int) {
-		t.Helper()
-		deadline := time.Now().Add(10 * time.Second)
-		for last(prefix) <= n {
-			if time.Now().After(deadline) {
-				t.Fatalf("no %q past %d; log ends:\n%s", prefix, n, tail(v.lines(), 5))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitPast("parent ok ", 20)
+	v := e.startLogged(t, "tcppair", func(log string) []string {
+		return []string{"python3", script(t, "tcppair.py"), log}
+	})
+	v.waitProgress(t, "parent ok ", 20)
 	for i := 0; i < 2; i++ {
 		img := filepath.Join(t.TempDir(), "img")
 		e.dumpKill(t, v, img)
-		p, c := last("parent ok "), last("child ok ")
+		p, c := v.progress(t, "parent ok "), v.progress(t, "child ok ")
 		if res := e.runRedo(t, nil, img); res.code != 0 {
 			t.Fatalf("cycle %d: ckpt-redo: %v", i, res)
 		}
-		waitPast("parent ok ", p+40)
-		waitPast("child ok ", c+40)
+		v.waitProgress(t, "parent ok ", p+40)
+		v.waitProgress(t, "child ok ", c+40)
 	}
-	last("")
+	v.progress(t, "")
 	e.killAndReap(t, v)
 }
