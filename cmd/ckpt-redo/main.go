@@ -1,9 +1,12 @@
 // Command ckpt-redo restores a process from a ckpt image.
 //
-//	ckpt-redo [--shell-job] [--inherit-fd N]... [--stdio FILE] DIR
+//	ckpt-redo [--shell-job] [--inherit-fd N]... [--stdio FILE] [--rules FILE] DIR
+//	ckpt-redo --listen HOST:PORT [--keep DIR] [options]
 //
 // It returns once the process runs again under its old PID, detached: its
-// parent becomes init or the nearest child subreaper.
+// parent becomes init or the nearest child subreaper. With --listen it
+// receives one image from `ckpt dump --to` and restores it while it
+// arrives; the process is released only once its source is gone.
 package main
 
 import (
@@ -15,12 +18,15 @@ import (
 	"runtime"
 	"strconv"
 
+	"github.com/ckpt/ckpt/internal/control"
 	"github.com/ckpt/ckpt/internal/progress"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/restore"
 	"github.com/ckpt/ckpt/pkg/rewrite"
+	"github.com/ckpt/ckpt/pkg/transfer"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
+	"net"
 )
 
 func main() {
@@ -33,6 +39,9 @@ func main() {
 			&cli.StringSliceFlag{Name: "inherit-fd", Usage: "give the process's fd `N` this ckpt-redo's own fd N (repeatable)"},
 			&cli.StringFlag{Name: "stdio", Usage: "replace fds 0-2 that cannot be restored (a pipe or terminal outside the dump) with `FILE`, e.g. /dev/null"},
 			&cli.StringFlag{Name: "rules", Usage: "endpoint rewrite rules `FILE` (default: $" + rewrite.EnvVar + "): move TCP and UDP endpoints to new addresses"},
+			&cli.StringFlag{Name: "listen", Usage: "receive the image from `ckpt dump --to` on `HOST:PORT` (port 0: any) and restore it while it arrives"},
+			&cli.StringFlag{Name: "keep", Usage: "with --listen, also store the received image in `DIR`"},
+			&cli.IntFlag{Name: "control", Value: -1, Usage: "agent control socket `FD` (group operations; see ckpt agent)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
 		Action: run,
@@ -48,8 +57,12 @@ func main() {
 }
 
 func run(c *cli.Context) error {
-	if c.NArg() != 1 {
-		return cli.Exit("want one image directory", 2)
+	listen := c.String("listen")
+	if (c.NArg() == 1) == (listen != "") || c.NArg() > 1 {
+		return cli.Exit("want one image directory, or --listen HOST:PORT", 2)
+	}
+	if c.String("keep") != "" && listen == "" {
+		return cli.Exit("--keep goes with --listen", 2)
 	}
 	opts := restore.Options{
 		ShellJob: c.Bool("shell-job"),
@@ -75,16 +88,21 @@ func run(c *cli.Context) error {
 		}
 		opts.Inherit[n] = os.NewFile(uintptr(n), "inherited-"+s)
 	}
-	f, err := image.OpenDir(c.Args().First())
-	if err != nil {
-		return err
+	var ctl *control.Channel
+	if fd := c.Int("control"); fd >= 0 {
+		if ctl, err = control.Open(fd); err != nil {
+			return cli.Exit(err.Error(), 2)
+		}
 	}
-	defer f.Close()
 	bar := progress.New(os.Stderr, "restore")
 	opts.Progress = bar.Update
 	runtime.LockOSThread()
-	res, err := restore.Restore(f, opts)
-	bar.Done()
+	var res *restore.Result
+	if listen != "" {
+		res, err = receive(listen, c.String("keep"), opts, ctl, bar)
+	} else {
+		res, err = restoreDir(c.Args().First(), opts, ctl, bar)
+	}
 	if err != nil {
 		return err
 	}
@@ -96,4 +114,66 @@ func run(c *cli.Context) error {
 	fmt.Printf("restored %d: %d pages (%.1f MiB at %.0f MB/s) in %v\n", res.PID, res.Pages,
 		float64(res.Bytes)/(1<<20), res.MemoryRate, res.Build.Round(1e5))
 	return nil
+}
+
+// restoreDir restores the image in dir. With a control channel the
+// processes are held built until the group says "release".
+func restoreDir(dir string, opts restore.Options, ctl *control.Channel, bar *progress.Bar) (*restore.Result, error) {
+	f, err := image.OpenDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	r, err := restore.Build(f, opts)
+	bar.Done()
+	if err != nil {
+		return nil, err
+	}
+	if err := ctl.Await("built", "release"); err != nil {
+		r.Kill()
+		return nil, fmt.Errorf("restore %d: %w", r.PID, err)
+	}
+	if err := r.Release(); err != nil {
+		return nil, err
+	}
+	ctl.Event("released")
+	return &r.Result, nil
+}
+
+// receive accepts one image on addr and restores it while it arrives; the
+// processes run once the sender has killed their source.
+func receive(addr, keep string, opts restore.Options, ctl *control.Channel, bar *progress.Bar) (*restore.Result, error) {
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	defer l.Close()
+	if ctl != nil {
+		ctl.Event("listening %s", l.Addr())
+	} else {
+		fmt.Fprintf(os.Stderr, "ckpt-redo: listening on %s\n", l.Addr())
+	}
+	rc, err := transfer.Accept(l, keep)
+	if err != nil {
+		return nil, err
+	}
+	l.Close()
+	r, err := restore.Build(rc.Image(), opts)
+	bar.Done()
+	if err != nil {
+		rc.Fail(err)
+		return nil, fmt.Errorf("receive from %s: %w", rc.Peer, err)
+	}
+	ctl.Event("built")
+	if err := rc.Ready(); err != nil {
+		r.Kill()
+		return nil, fmt.Errorf("restore %d: %w", r.PID, err)
+	}
+	if err := r.Release(); err != nil {
+		rc.Fail(err)
+		return nil, err
+	}
+	rc.Released()
+	ctl.Event("released")
+	return &r.Result, nil
 }

@@ -8,10 +8,12 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/control"
 	"github.com/ckpt/ckpt/internal/progress"
 	"github.com/ckpt/ckpt/pkg/dump"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/sockets"
+	"github.com/ckpt/ckpt/pkg/transfer"
 	"github.com/urfave/cli/v2"
 )
 
@@ -21,7 +23,9 @@ func dumpCommand() *cli.Command {
 		Usage:     "freeze a process, write its image, and kill it (or let it go on)",
 		ArgsUsage: "PID",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "dir", Aliases: []string{"D"}, Usage: "image directory (created 0700; the image file is 0600)", Required: true},
+			&cli.StringFlag{Name: "dir", Aliases: []string{"D"}, Usage: "image directory (created 0700; the image file is 0600)"},
+			&cli.StringFlag{Name: "to", Usage: "stream the image to `HOST:PORT`, where `ckpt-redo --listen` restores it while it arrives, instead of writing it to disk; the process is killed once the receiver holds its copy"},
+			&cli.IntFlag{Name: "control", Value: -1, Usage: "agent control socket `FD` (group operations; see ckpt agent)"},
 			&cli.BoolFlag{Name: "leave-running", Aliases: []string{"R"}, Usage: "let the process go on after the dump instead of killing it"},
 			&cli.Int64Flag{Name: "ghost-limit", Value: dump.DefaultGhostLimit, Usage: "largest deleted file whose content is kept in the image, in bytes"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
@@ -34,6 +38,20 @@ func dumpCommand() *cli.Command {
 			if err != nil || pid <= 0 {
 				return cli.Exit(fmt.Sprintf("dump: %q is not a PID", c.Args().First()), 2)
 			}
+			dir, to := c.String("dir"), c.String("to")
+			if (dir == "") == (to == "") {
+				return cli.Exit("dump: want one of --dir DIR and --to HOST:PORT", 2)
+			}
+			if to != "" && c.Bool("leave-running") {
+				return cli.Exit("dump: --to migrates the process: with --leave-running there would be two live copies", 2)
+			}
+			var ctl *control.Channel
+			if fd := c.Int("control"); fd >= 0 {
+				var err error
+				if ctl, err = control.Open(fd); err != nil {
+					return cli.Exit("dump: "+err.Error(), 2)
+				}
+			}
 			bar := progress.New(os.Stderr, "dump")
 			exe, _ := os.Executable()
 			opts := dump.Options{
@@ -43,17 +61,37 @@ func dumpCommand() *cli.Command {
 				Progress:     bar.Update,
 				Fault:        cliutil.PhaseHook("ckpt"),
 				Log:          warn,
+				DropLock:     to != "",
+			}
+			if ctl != nil {
+				opts.AfterFreeze = func() error { return ctl.Await("frozen", "continue") }
+				opts.BeforeCommit = func() error { return ctl.Await("prepared", "commit") }
+			}
+			if to != "" {
+				sender, err := transfer.Dial(to, 10*time.Second)
+				if err != nil {
+					return fmt.Errorf("dump %d: %w", pid, err)
+				}
+				res, err := dump.Run(pid, sender, opts)
+				bar.Done()
+				if err != nil {
+					return err
+				}
+				if err := sender.Wait(); err != nil {
+					return fmt.Errorf("dump %d: %w", pid, err)
+				}
+				return report(c, pid, "to "+to, res)
 			}
 			var res *dump.Result
 			// Connections waiting in a listener's accept queue cannot be
 			// saved: let the process accept them and try again.
 			for try := 0; ; try++ {
-				sink, err := image.CreateDir(c.String("dir"))
+				sink, err := image.CreateDir(dir)
 				if err != nil {
 					return fmt.Errorf("dump %d: %w", pid, err)
 				}
 				res, err = dump.Run(pid, sink, opts)
-				if err == nil || !errors.Is(err, sockets.ErrAcceptQueue) || try == 20 {
+				if err == nil || !errors.Is(err, sockets.ErrAcceptQueue) || try == 20 || ctl != nil {
 					bar.Done()
 					if err != nil {
 						return err
@@ -62,17 +100,21 @@ func dumpCommand() *cli.Command {
 				}
 				time.Sleep(50 * time.Millisecond)
 			}
-			if c.Bool("json") {
-				return printJSON(res)
-			}
-			what := "killed"
-			if !res.Killed {
-				what = "left running"
-			}
-			fmt.Printf("dumped %d into %s: %d VMAs, %d fds, %d pages (%d zero), %.1f MiB at %.0f MB/s; frozen %v, %s\n",
-				pid, c.String("dir"), res.VMAs, res.FDs, res.Pages, res.ZeroPages, float64(res.Bytes)/(1<<20),
-				res.MemoryRate, res.Frozen.Round(1e5), what)
-			return nil
+			return report(c, pid, "into "+dir, res)
 		},
 	}
+}
+
+func report(c *cli.Context, pid int, where string, res *dump.Result) error {
+	if c.Bool("json") {
+		return printJSON(res)
+	}
+	what := "killed"
+	if !res.Killed {
+		what = "left running"
+	}
+	fmt.Printf("dumped %d %s: %d VMAs, %d fds, %d pages (%d zero), %.1f MiB at %.0f MB/s; frozen %v, %s\n",
+		pid, where, res.VMAs, res.FDs, res.Pages, res.ZeroPages, float64(res.Bytes)/(1<<20),
+		res.MemoryRate, res.Frozen.Round(1e5), what)
+	return nil
 }

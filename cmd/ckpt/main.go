@@ -4,6 +4,9 @@
 //	ckpt show [--json] DIR                      print what an image holds
 //	ckpt check [--json]                         check this kernel's features
 //	ckpt parity encode|recover ...              XOR parity across node images
+//	ckpt agent --listen ADDR --root DIR          serve group operations on a node
+//	ckpt group checkpoint|restore|parity|recover|migrate ...
+//	                                             drive a job spread over nodes
 //
 // Images are restored with ckpt-redo.
 package main
@@ -35,6 +38,8 @@ func main() {
 			showCommand(),
 			checkCommand(),
 			parityCommand(),
+			agentCommand(),
+			groupCommand(),
 			unlockCommand(),
 			{
 				Name:   netlock.GuardCommand,

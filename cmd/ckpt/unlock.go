@@ -11,8 +11,19 @@ func unlockCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "unlock",
 		Usage:     "lift the network lock an image holds on its TCP connections (their peers may then be reset)",
-		ArgsUsage: "DIR",
+		ArgsUsage: "DIR | --list",
+		Flags:     []cli.Flag{&cli.BoolFlag{Name: "list", Usage: "list the ckpt lock tables present in this network namespace, one per line"}},
 		Action: func(c *cli.Context) error {
+			if c.Bool("list") {
+				ts, err := netlock.Tables()
+				if err != nil {
+					return err
+				}
+				for _, t := range ts {
+					fmt.Println(t)
+				}
+				return nil
+			}
 			if c.NArg() != 1 {
 				return cli.Exit("unlock: want one image directory", 2)
 			}

@@ -147,6 +147,7 @@ var victims = map[string]victimSpec{
 	"evloop":          {"evloop.c", []string{"-O1", "-g"}},
 	"tree":            {"tree.c", []string{"-O1", "-g"}},
 	"miscstate":       {"miscstate.c", []string{"-O1", "-g"}},
+	"ringjob":         {"ringjob.c", []string{"-O2", "-g"}},
 }
 
 // victimHeaders are included by the C victims and so part of the cache key.

@@ -54,6 +54,28 @@ type Options struct {
 	// TABLE` to remove the network lock if ckpt dies during the dump.
 	// Empty means no guard.
 	GuardExe string
+	// AfterFreeze, if set, is called once every process is frozen and the
+	// network lock is in place, before any state is read. A group
+	// checkpoint waits there until every member is frozen. An error aborts
+	// the dump.
+	AfterFreeze func() error
+	// BeforeCommit, if set, is called once the whole image is written (and,
+	// for a sink with a Prepare method, prepared), before the sink commits
+	// and the processes are killed or released. A group checkpoint waits
+	// there until every member is dumped. An error aborts the dump: the
+	// processes resume.
+	BeforeCommit func() error
+	// DropLock lifts the network lock once the processes are killed,
+	// instead of leaving it for ckpt-redo: for an image restored in
+	// another network namespace, where nobody else would lift it.
+	DropLock bool
+}
+
+// A Preparer is a Sink that does the part of its commit that can fail
+// before the processes' fate is decided: DirWriter-like sinks sync,
+// a transfer waits for the receiver to have built the processes.
+type Preparer interface {
+	Prepare() error
 }
 
 // DefaultGhostLimit is the default size limit for deleted files kept in an
@@ -136,6 +158,11 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 	if err := t.takeSockets(); err != nil {
 		return nil, err
 	}
+	if opts.AfterFreeze != nil {
+		if err := opts.AfterFreeze(); err != nil {
+			return nil, err
+		}
+	}
 
 	for _, m := range t.members {
 		if m.p != nil { // a zombie, described when frozen
@@ -214,6 +241,16 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 		res.MemoryRate = float64(res.Bytes) / secs / 1e6
 	}
 	opts.fault(PhaseWritten)
+	if p, ok := sink.(Preparer); ok {
+		if err := p.Prepare(); err != nil {
+			return nil, err
+		}
+	}
+	if opts.BeforeCommit != nil {
+		if err := opts.BeforeCommit(); err != nil {
+			return nil, err
+		}
+	}
 	if err := sink.Commit(); err != nil {
 		return nil, err
 	}
@@ -230,6 +267,9 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 		t.silence()
 		t.kill()
 		res.Killed = true
+		if opts.DropLock {
+			t.releaseSockets()
+		}
 	}
 	if res.Frozen == 0 {
 		res.Frozen = time.Since(frozenAt)

@@ -12,18 +12,18 @@ import (
 // written: a dump that dies leaves this, never a FileName that looks whole.
 const partialName = FileName + ".partial"
 
-// A DirWriter writes the image stream of an image directory. The stream
-// goes to a temporary file, created 0600; Commit syncs it and renames it to
-// its final name.
-type DirWriter struct {
-	*Writer
+// A DirFile is the image file of an image directory while it is being
+// written: a temporary file, created 0600, that Commit syncs and renames to
+// its final name. Bytes written to it are not checked: DirWriter writes
+// records, a transfer receiver keeps a copy of the stream it reads.
+type DirFile struct {
 	f   *os.File
 	dir string
 }
 
-// CreateDir creates (if needed, mode 0700) the image directory dir and starts
-// the image stream in it.
-func CreateDir(dir string) (*DirWriter, error) {
+// CreateDirFile creates (if needed, mode 0700) the image directory dir and
+// its temporary image file.
+func CreateDirFile(dir string) (*DirFile, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("create image directory: %w", err)
 	}
@@ -31,24 +31,26 @@ func CreateDir(dir string) (*DirWriter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("create image file: %w", err)
 	}
-	w, err := NewWriter(f)
-	if err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return nil, err
-	}
-	return &DirWriter{Writer: w, f: f, dir: dir}, nil
+	return &DirFile{f: f, dir: dir}, nil
 }
 
-// Commit writes the end record, syncs the file and gives it its final name.
-func (d *DirWriter) Commit() error {
-	if err := d.Writer.Close(); err != nil {
+// Write appends to the temporary file.
+func (d *DirFile) Write(p []byte) (int, error) { return d.f.Write(p) }
+
+// Sync flushes the temporary file to disk.
+func (d *DirFile) Sync() error {
+	if err := d.f.Sync(); err != nil {
+		return fmt.Errorf("sync image: %w", err)
+	}
+	return nil
+}
+
+// Commit syncs the file and gives it its final name. On error the
+// temporary file is removed.
+func (d *DirFile) Commit() error {
+	if err := d.Sync(); err != nil {
 		d.Abort()
 		return err
-	}
-	if err := d.f.Sync(); err != nil {
-		d.Abort()
-		return fmt.Errorf("sync image: %w", err)
 	}
 	if err := d.f.Close(); err != nil {
 		os.Remove(d.f.Name())
@@ -65,11 +67,54 @@ func (d *DirWriter) Commit() error {
 	return nil
 }
 
-// Abort removes the partial image.
-func (d *DirWriter) Abort() {
+// Abort removes the temporary file.
+func (d *DirFile) Abort() {
 	d.f.Close()
 	os.Remove(d.f.Name())
 }
+
+// A DirWriter writes the image stream of an image directory into a DirFile.
+type DirWriter struct {
+	*Writer
+	file *DirFile
+}
+
+// CreateDir creates (if needed, mode 0700) the image directory dir and starts
+// the image stream in it.
+func CreateDir(dir string) (*DirWriter, error) {
+	df, err := CreateDirFile(dir)
+	if err != nil {
+		return nil, err
+	}
+	w, err := NewWriter(df)
+	if err != nil {
+		df.Abort()
+		return nil, err
+	}
+	return &DirWriter{Writer: w, file: df}, nil
+}
+
+// Prepare writes the end record and syncs the file, so that only the
+// rename is left for Commit.
+func (d *DirWriter) Prepare() error {
+	if err := d.Writer.Close(); err != nil {
+		return err
+	}
+	return d.file.Sync()
+}
+
+// Commit writes the end record (unless Prepare did), syncs the file and
+// gives it its final name.
+func (d *DirWriter) Commit() error {
+	if err := d.Writer.Close(); err != nil {
+		d.Abort()
+		return err
+	}
+	return d.file.Commit()
+}
+
+// Abort removes the partial image.
+func (d *DirWriter) Abort() { d.file.Abort() }
 
 // ErrNoImage means a directory holds no image.
 var ErrNoImage = errors.New("no ckpt image in directory")

@@ -6,7 +6,9 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 	"syscall"
 
 	"github.com/ckpt/ckpt/pkg/image"
@@ -379,7 +381,7 @@ type repairing struct {
 }
 
 // resumeSockets takes every restored connection out of repair mode, once
-// all are built, and then lifts the network lock the dump left.
+// all are built; the network lock stays until Release.
 func (t *tree) resumeSockets() error {
 	for _, r := range t.repairs {
 		st := &sockets.TCPState{TCPRepair: *r.s.TCP}
@@ -388,11 +390,6 @@ func (t *tree) resumeSockets() error {
 		}
 	}
 	t.repairs = nil
-	if lock := t.img.hdr.NetLock; lock != "" {
-		if err := netlock.Release(lock, -1); err != nil {
-			return err
-		}
-	}
 	return nil
 }
 
@@ -517,4 +514,62 @@ func (t *tree) makeGhost(ref *image.FileRef) (*os.File, error) {
 	}
 	t.ghosts[ref.DataID] = tmp
 	return tmp, nil
+}
+
+// takeLock makes sure a network lock covers the connections and listeners
+// about to be restored before any of them exists, when the dump's lock is
+// not in this network namespace (the image was moved to another node, or
+// the dump let the processes run): a connection leaving repair mode sends a
+// window probe, and a peer not restored yet would answer it with a RST.
+// The lock is lifted by Release, once the caller (a group restore: once
+// every member) lets the processes run.
+func (t *tree) takeLock() error {
+	var conns []netlock.Conn
+	for _, f := range t.files {
+		s := f.Socket
+		if s == nil || s.Type != unix.SOCK_STREAM || (s.Family != unix.AF_INET && s.Family != unix.AF_INET6) {
+			continue
+		}
+		c := *s
+		if t.opts.Rules != nil {
+			if err := rewriteEndpoints(t.opts.Rules, &c); err != nil {
+				return err
+			}
+		}
+		local, err := netip.ParseAddrPort(c.Local)
+		if err != nil {
+			continue
+		}
+		switch {
+		case c.TCP != nil:
+			remote, err := netip.ParseAddrPort(c.Remote)
+			if err != nil {
+				return fmt.Errorf("socket address %q: %w", c.Remote, image.ErrCorrupt)
+			}
+			conns = append(conns, netlock.Conn{Local: local, Remote: remote})
+		case c.State == sockets.StateListen:
+			conns = append(conns, netlock.Conn{Local: local})
+		}
+	}
+	if len(conns) == 0 {
+		return nil
+	}
+	name := strings.TrimPrefix(t.img.hdr.NetLock, netlock.TablePrefix)
+	if name == "" {
+		name = fmt.Sprintf("redo-%d", os.Getpid())
+	}
+	tables, err := netlock.Tables()
+	if err != nil {
+		return err
+	}
+	if slices.Contains(tables, netlock.TablePrefix+name) {
+		t.lock = netlock.TablePrefix + name
+		return nil
+	}
+	l, err := netlock.Take(name, conns, -1)
+	if err != nil {
+		return err
+	}
+	t.lock, t.ownLock = l.Table, true
+	return nil
 }

@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
 	"github.com/ckpt/ckpt/pkg/rewrite"
@@ -119,7 +120,18 @@ type Restored struct {
 	Result
 	tasks   []int
 	stopped map[int]bool // tasks to leave in group-stop
+	lock    string       // network lock table to lift once released
 	done    bool
+}
+
+// unlock lifts the network lock, if any.
+func (r *Restored) unlock() error {
+	if r.lock == "" {
+		return nil
+	}
+	err := netlock.Release(r.lock, -1)
+	r.lock = ""
+	return err
 }
 
 // Release lets the restored processes run, detached from ckpt-redo. It
@@ -140,6 +152,10 @@ func (r *Restored) Release() error {
 			return fmt.Errorf("release %d: %w", r.tasks[i], err)
 		}
 	}
+	// The connections are live and their processes run: let packets in.
+	if err := r.unlock(); err != nil {
+		return fmt.Errorf("released, but the network lock stays: %w", err)
+	}
 	return nil
 }
 
@@ -155,6 +171,7 @@ func (r *Restored) Kill() {
 	for _, t := range r.tasks {
 		ptrace.Detach(t, 0)
 	}
+	r.unlock()
 }
 
 // Restore builds the processes from the image stream and releases them.
@@ -205,6 +222,9 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 	}
 	opts.fault(PhaseChecked)
 	defer t.cleanup()
+	if err := t.takeLock(); err != nil {
+		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
+	}
 	if err := t.prepareFiles(); err != nil {
 		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}
@@ -225,7 +245,8 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 		t.kill()
 		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}
-	r := &Restored{stopped: map[int]bool{}}
+	r := &Restored{stopped: map[int]bool{}, lock: t.lock}
+	t.lock = "" // owned by r now
 	r.PID = root.PID
 	for _, b := range t.procs {
 		r.Processes++

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
 	"golang.org/x/sys/unix"
@@ -31,6 +32,11 @@ type tree struct {
 	gadget   uint64
 
 	repairs []repairing // restored connections still in repair mode
+	// lock is the network lock covering the restored connections, and
+	// ownLock tells that this restore took it (a failed restore lifts
+	// it; the dump's own lock stays for a retry).
+	lock    string
+	ownLock bool
 	// unixPeers holds the second end of a UNIX socket pair built when its
 	// first end was opened, by the inode it stands for.
 	unixPeers map[uint32]*os.File
@@ -95,6 +101,10 @@ func (t *tree) cleanup() {
 	}
 	t.owned = nil
 	t.ghosts = nil
+	if t.ownLock && t.lock != "" {
+		netlock.Release(t.lock, -1)
+	}
+	t.lock = ""
 }
 
 // kill kills every process built so far.
