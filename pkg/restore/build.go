@@ -353,11 +353,17 @@ func (b *builder) rlimits() error {
 // fds puts every file at its fd number and closes the helper's copies.
 func (b *builder) fds() error {
 	for _, e := range b.p.FDs {
-		src := b.t.fileFD[e.File]
 		flags := uint64(0)
 		if e.CloExec {
 			flags = unix.O_CLOEXEC
 		}
+		if f := b.t.files[e.File]; f != nil && b.t.ownProc(f) {
+			if err := b.openOwn(f, e.FD, flags); err != nil {
+				return err
+			}
+			continue
+		}
+		src := b.t.fileFD[e.File]
 		if _, err := b.call(fmt.Sprintf("dup3 fd %d", e.FD), unix.SYS_DUP3, uint64(src), uint64(e.FD), flags); err != nil {
 			return err
 		}
@@ -369,6 +375,31 @@ func (b *builder) fds() error {
 		return err
 	}
 	return nil
+}
+
+// openOwn makes the process open a file of its own /proc directory
+// itself and puts it at fd.
+func (b *builder) openOwn(f *image.File, fd int, cloexec uint64) error {
+	if err := b.writeString(scratchPathOff, f.Ref.Path); err != nil {
+		return err
+	}
+	flags := uint64(f.Flags) &^ (unix.O_CREAT | unix.O_TRUNC | unix.O_EXCL)
+	at := int64(unix.AT_FDCWD)
+	r, err := b.call("open "+f.Ref.Path, unix.SYS_OPENAT, uint64(at), b.gadget+scratchPathOff, flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("fd %d: %w", fd, err)
+	}
+	if int(r) == fd {
+		if cloexec == 0 {
+			_, err = b.call("fcntl F_SETFD", unix.SYS_FCNTL, r, unix.F_SETFD, 0)
+		}
+		return err
+	}
+	if _, err := b.call(fmt.Sprintf("dup3 fd %d", fd), unix.SYS_DUP3, r, uint64(fd), cloexec); err != nil {
+		return err
+	}
+	_, err = b.call("close", unix.SYS_CLOSE, r)
+	return err
 }
 
 func (b *builder) writeString(off uint64, s string) error {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -70,6 +71,10 @@ func (t *tree) prepareFiles() error {
 		f := t.files[id]
 		tfd, isUsed := used[id]
 		if _, done := t.fileFD[id]; done || !isUsed {
+			continue
+		}
+		if t.ownProc(f) {
+			// Opened by the process itself once it exists (see fds).
 			continue
 		}
 		of, err := t.openFile(f, tfd, pipes)
@@ -572,4 +577,25 @@ func (t *tree) takeLock() error {
 	}
 	t.lock, t.ownLock = l.Table, true
 	return nil
+}
+
+// ownProc tells whether f is a file or directory under /proc/PID of a
+// process of the dump (a program reading its own /proc/self/task, say).
+// Such a path does not exist before the process does, so the process opens
+// it itself, once created (builder.fds).
+func (t *tree) ownProc(f *image.File) bool {
+	if f.Kind != image.FileRegular && f.Kind != image.FileDir {
+		return false
+	}
+	rest, ok := strings.CutPrefix(f.Ref.Path, "/proc/")
+	if !ok {
+		return false
+	}
+	pid, _, _ := strings.Cut(rest, "/")
+	n, err := strconv.Atoi(pid)
+	if err != nil {
+		return false
+	}
+	_, inDump := t.byPID[n]
+	return inDump
 }

@@ -221,3 +221,25 @@ func TestGhostLimit(t *testing.T) {
 	testenv.CheckTicks(t, lines)
 	checkLogFile(t, v, 1)
 }
+
+// TestOwnProcFiles restores a process that keeps a directory and a file of
+// its own /proc open: they cannot be opened before the process exists, so
+// the process opens them itself once rebuilt, and they describe it, not
+// ckpt-redo.
+func TestOwnProcFiles(t *testing.T) {
+	e := setup(t)
+	v := e.startLogged(t, "ownproc", func(log string) []string {
+		return []string{"python3", script(t, "ownproc.py"), log}
+	})
+	v.waitProgress(t, "ok ", 5)
+	for i := 0; i < 2; i++ {
+		img := filepath.Join(t.TempDir(), "img")
+		e.dumpKill(t, v, img)
+		n := v.progress(t, "ok ")
+		if res := e.runRedo(t, nil, img); res.code != 0 {
+			t.Fatalf("cycle %d: ckpt-redo: %v", i, res)
+		}
+		v.waitProgress(t, "ok ", n+10)
+	}
+	e.killAndReap(t, v)
+}
