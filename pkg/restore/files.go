@@ -253,6 +253,9 @@ func (t *tree) openSocket(f *image.File) (*os.File, error) {
 	if errors.Is(err, unix.EADDRINUSE) {
 		return nil, fmt.Errorf("socket %s: the address is already in use on this machine: %w", s.Local, err)
 	}
+	if errors.Is(err, unix.EADDRNOTAVAIL) {
+		return nil, fmt.Errorf("socket %s: this machine has no such address; move the endpoint with a rewrite rules file (--rules): %w", s.Local, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("socket %s %s: %w", s.Local, s.Remote, err)
 	}

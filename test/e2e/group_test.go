@@ -1,0 +1,549 @@
+package e2e
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ckpt/ckpt/internal/testenv"
+)
+
+// cluster is a set of "nodes" made of namespaces, the way the tests of
+// group operations see machines: each node has its own network namespace
+// (a veth link to a bridge in a switch namespace, an address in a private
+// /24 that exists only inside these namespaces), its own PID namespace and
+// a mount namespace with its own /proc, and a ckpt agent as its PID 1.
+type cluster struct {
+	t      *testing.T
+	e      *env
+	id     int
+	dir    string // short: agents' UNIX sockets live here
+	sw     string // the switch namespace
+	prefix string // "10.232.ID."
+}
+
+// node is one node of a cluster.
+type node struct {
+	name  string
+	ns    string // network namespace (ip netns)
+	ip    string
+	ctl   string // agent control address
+	root  string // agent's image storage
+	agent int    // pid of the unshare process running the agent
+}
+
+// newCluster makes the switch namespace with its bridge.
+func newCluster(t *testing.T, e *env) *cluster {
+	t.Helper()
+	id := int(time.Now().UnixNano()%200) + 20
+	dir, err := os.MkdirTemp("", "ckg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	c := &cluster{t: t, e: e, id: id, dir: dir, sw: fmt.Sprintf("ck%dsw", id), prefix: fmt.Sprintf("10.232.%d.", id)}
+	c.ip("netns", "add", c.sw)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", c.sw).Run() })
+	c.ip("-n", c.sw, "link", "add", "br0", "type", "bridge")
+	c.ip("-n", c.sw, "link", "set", "br0", "up")
+	return c
+}
+
+func (c *cluster) ip(args ...string) {
+	c.t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		c.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// addNode makes node name with address PREFIX.host and starts its agent.
+func (c *cluster) addNode(name string, host int) *node {
+	c.t.Helper()
+	n := &node{name: name, ns: fmt.Sprintf("ck%d%s", c.id, name), ip: fmt.Sprintf("%s%d", c.prefix, host),
+		ctl: "unix:" + filepath.Join(c.dir, name+".sock"), root: filepath.Join(c.dir, name)}
+	veth, peer := fmt.Sprintf("v%d%s", c.id, name), fmt.Sprintf("p%d%s", c.id, name)
+	c.ip("netns", "add", n.ns)
+	c.t.Cleanup(func() { exec.Command("ip", "netns", "del", n.ns).Run() })
+	c.ip("link", "add", veth, "netns", n.ns, "type", "veth", "peer", "name", peer, "netns", c.sw)
+	c.ip("-n", c.sw, "link", "set", peer, "master", "br0", "up")
+	c.ip("-n", n.ns, "addr", "add", n.ip+"/24", "dev", veth)
+	c.ip("-n", n.ns, "link", "set", veth, "up")
+	c.ip("-n", n.ns, "link", "set", "lo", "up")
+	out := filepath.Join(c.dir, name+".out")
+	n.agent = c.e.r.Run(c.t, testenv.RunOpts{Stdout: out, Stderr: out},
+		"ip", "netns", "exec", n.ns, "unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+		c.e.ckpt(), "agent", "--listen", n.ctl, "--root", n.root, "--data-ip", n.ip, "--log", filepath.Join(c.dir, name+".log"))
+	deadline := time.Now().Add(wait)
+	for {
+		if res := c.e.runCkpt(c.t, nil, "group", "kill", "999999@"+n.ctl); res.code == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("agent of node %s did not come up: %s", name, readFile(out))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return n
+}
+
+// lose destroys a node the way a machine dies: its agent, and with it
+// every process of its PID namespace, its network and its disk.
+func (c *cluster) lose(n *node) {
+	c.t.Helper()
+	syscall.Kill(n.agent, syscall.SIGKILL)
+	c.e.r.WaitExit(c.t, n.agent, wait)
+	exec.Command("ip", "netns", "del", n.ns).Run()
+	if err := os.RemoveAll(n.root); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// locks lists the ckpt network lock tables in node n's namespace.
+func (c *cluster) locks(n *node) string {
+	c.t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", n.ns, c.e.ckpt(), "unlock", "--list").CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("ckpt unlock --list in %s: %v: %s", n.ns, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// group runs `ckpt group ARGS --json` and decodes its output into v.
+func (c *cluster) group(v any, args ...string) {
+	c.t.Helper()
+	res := c.e.runCkpt(c.t, nil, append([]string{"group"}, args...)...)
+	if res.code != 0 {
+		c.t.Fatalf("ckpt group %s: %v", strings.Join(args, " "), res)
+	}
+	if v != nil {
+		if err := json.Unmarshal([]byte(res.stdout), v); err != nil {
+			c.t.Fatalf("ckpt group %s: output %q: %v", args[0], res.stdout, err)
+		}
+	}
+}
+
+// ringMix is ringjob's mix.
+func ringMix(sum, index, round uint64) uint64 {
+	x := sum ^ ((index + 1) * 0x9E3779B97F4A7C15) ^ (round << 17)
+	x ^= x >> 31
+	x *= 0xff51afd7ed558ccd
+	x ^= x >> 29
+	return x
+}
+
+// ringSum is the token's sum after process index handled round.
+func ringSum(n, index, round int) uint64 {
+	var s uint64
+	for r := 1; r <= round; r++ {
+		for i := 0; i < n; i++ {
+			s = ringMix(s, uint64(i), uint64(r))
+			if r == round && i == index {
+				return s
+			}
+		}
+	}
+	return s
+}
+
+// ringTick is one "tick" line of ringjob.
+type ringTick struct {
+	k, round     int
+	sum          uint64
+	pid          int
+	lport, rport int
+}
+
+// jobLog is the log of one ringjob process.
+type jobLog struct {
+	index int
+	path  string
+}
+
+func (j jobLog) lines() []string { return testenv.ReadLines(j.path) }
+
+// ticks parses the tick lines of lines.
+func ticks(t *testing.T, lines []string) []ringTick {
+	t.Helper()
+	var out []ringTick
+	for _, l := range lines {
+		if !strings.HasPrefix(l, "tick ") {
+			continue
+		}
+		var k ringTick
+		if _, err := fmt.Sscanf(l, "tick %d round=%d sum=%d pid=%d lport=%d rport=%d", &k.k, &k.round, &k.sum, &k.pid, &k.lport, &k.rport); err != nil {
+			t.Fatalf("tick line %q: %v", l, err)
+		}
+		out = append(out, k)
+	}
+	return out
+}
+
+func (j jobLog) last(t *testing.T) int {
+	ts := ticks(t, j.lines())
+	if len(ts) == 0 {
+		return 0
+	}
+	return ts[len(ts)-1].k
+}
+
+// waitTicks waits until the job's last tick is past than.
+func (j jobLog) waitTicks(t *testing.T, than int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for j.last(t) <= than {
+		if time.Now().After(deadline) {
+			t.Fatalf("job %d: no tick past %d; log ends:\n%s", j.index, than, tail(j.lines(), 5))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitNewTicks waits until the log has count tick lines past its line
+// from.
+func (j jobLog) waitNewTicks(t *testing.T, from, count int) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ls := j.lines()
+		if len(ls) >= from && len(ticks(t, ls[from:])) >= count {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %d: fewer than %d ticks past line %d; log ends:\n%s", j.index, count, from, tail(ls, 5))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// checkSegment checks the tick lines of one run of a process (from its
+// start, or from a restore): consecutive counters from first, each with the
+// round equal to the counter, the right sum, and the PID and ports of the
+// original process.
+func checkSegment(t *testing.T, j jobLog, n int, ts []ringTick, first int, orig ringTick) {
+	t.Helper()
+	for i, k := range ts {
+		switch {
+		case k.k != first+i:
+			t.Fatalf("job %d: tick %d where %d was due (a restart, or a lost or repeated token)", j.index, k.k, first+i)
+		case k.round != k.k:
+			t.Fatalf("job %d: tick %d in round %d", j.index, k.k, k.round)
+		case k.sum != ringSum(n, j.index, k.round):
+			t.Fatalf("job %d: round %d sum %d, want %d", j.index, k.round, k.sum, ringSum(n, j.index, k.round))
+		case k.pid != orig.pid || k.lport != orig.lport || k.rport != orig.rport:
+			t.Fatalf("job %d: tick %d from pid %d ports %d/%d; the job started as pid %d ports %d/%d",
+				j.index, k.k, k.pid, k.lport, k.rport, orig.pid, orig.lport, orig.rport)
+		}
+	}
+}
+
+// netnsOf returns the network namespace inode of the process whose
+// command line holds arg (in the root PID namespace), or 0.
+func netnsOf(arg string) (pid int, ino uint64) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		p, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
+		if err != nil || !strings.Contains(string(b), arg) || !strings.Contains(string(b), "ringjob") {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", p), &st) == nil {
+			return p, st.Ino
+		}
+	}
+	return 0, 0
+}
+
+func nsIno(t *testing.T, ns string) uint64 {
+	var st syscall.Stat_t
+	if err := syscall.Stat("/run/netns/"+ns, &st); err != nil {
+		t.Fatal(err)
+	}
+	return st.Ino
+}
+
+// groupReport is the part of `ckpt group ... --json` the test reads.
+type groupReport struct {
+	Report struct {
+		Op      string `json:"op"`
+		Members []struct {
+			Member struct {
+				Agent string `json:"agent"`
+				PID   int    `json:"pid"`
+			} `json:"member"`
+		} `json:"members"`
+		Parity *struct {
+			N         int     `json:"n"`
+			BlockSize int     `json:"block_size"`
+			Lost      int     `json:"lost"`
+			Sizes     []int64 `json:"sizes"`
+			Nodes     []struct {
+				BytesSent, BytesStored int64
+			} `json:"nodes"`
+		} `json:"parity"`
+	} `json:"report"`
+}
+
+// TestGroupJobMovedWhileRunning is the test of the coordinator layer: a
+// parallel job of 4 processes on 4 nodes, a ring over TCP passing a token
+// whose checksum every process logs, goes through a group checkpoint with
+// XOR parity, the loss of a whole node (its process, its network, its
+// disk), the recovery of the lost image on a spare node from the parity,
+// the restore of the whole group (the lost member on the spare, its
+// endpoints moved by a rules file), a migration that fails and must leave
+// the job running where it was, and a migration of the whole running job
+// to 4 other nodes with other addresses by peer-to-peer transfer. The
+// processes keep their PIDs (inside their nodes), their connections (the
+// same local ports) and their counters all along, and the final checksum
+// is the one of an uninterrupted run.
+func TestGroupJobMovedWhileRunning(t *testing.T) {
+	e := setup(t)
+	job := testenv.BuildVictim(t, "ringjob")
+	c := newCluster(t, e)
+	const n = 4
+	a := make([]*node, n)
+	for i := range a {
+		a[i] = c.addNode(fmt.Sprintf("a%d", i), i+1)
+	}
+	stop := filepath.Join(c.dir, "stop")
+	logs := make([]jobLog, n)
+	members := make([]string, n)
+	for i := range a {
+		logs[i] = jobLog{index: i, path: filepath.Join(c.dir, fmt.Sprintf("job%d.log", i))}
+		right := a[(i+1)%n]
+		var pid int
+		out := e.runCkpt(t, nil, "group", "exec", "--agent", a[i].ctl, "--", job, logs[i].path, strconv.Itoa(i), strconv.Itoa(n),
+			a[i].ip+":5000", right.ip+":5000", stop, "15", "8")
+		if out.code != 0 {
+			t.Fatalf("group exec: %v", out)
+		}
+		fmt.Sscan(out.stdout, &pid)
+		if pid < 100 {
+			t.Fatalf("job %d got pid %d in its node: want one from the job range (100 up)", i, pid)
+		}
+		members[i] = fmt.Sprintf("%d@%s", pid, a[i].ctl)
+	}
+	for _, j := range logs {
+		j.waitTicks(t, 10)
+	}
+	orig := make([]ringTick, n)
+	for i, j := range logs {
+		orig[i] = ticks(t, j.lines())[0]
+	}
+
+	// A group checkpoint that cannot succeed (a member that does not
+	// exist) aborts everywhere: nobody stays frozen or locked, no image.
+	bad := append([]string{"checkpoint", "--name", "bad", "--manifest", filepath.Join(c.dir, "bad.json")}, members[:3]...)
+	bad = append(bad, "4242@"+a[3].ctl)
+	if res := e.runCkpt(t, nil, append([]string{"group"}, bad...)...); res.code == 0 || !strings.Contains(res.stderr, "aborted") {
+		t.Fatalf("group checkpoint with a missing member: %v", res)
+	}
+	for i, j := range logs {
+		j.waitTicks(t, j.last(t)+3)
+		if l := c.locks(a[i]); l != "" {
+			t.Fatalf("node %s keeps a lock after an aborted checkpoint: %s", a[i].name, l)
+		}
+		if _, err := os.Stat(filepath.Join(a[i].root, "bad")); err == nil {
+			if ents, _ := os.ReadDir(filepath.Join(a[i].root, "bad")); len(ents) > 0 {
+				t.Fatalf("node %s keeps images of an aborted checkpoint: %v", a[i].name, ents)
+			}
+		}
+	}
+
+	// Group checkpoint with parity, while the job runs on.
+	manifest := filepath.Join(c.dir, "ck.json")
+	before := make([]int, n)
+	for i, j := range logs {
+		before[i] = j.last(t)
+	}
+	const block = 1 << 20
+	var ck groupReport
+	c.group(&ck, append([]string{"checkpoint", "--json", "--name", "ck", "--manifest", manifest, "--parity",
+		"--block-size", strconv.Itoa(block)}, members...)...)
+	after := make([]int, n)
+	for i, j := range logs {
+		after[i] = j.last(t)
+	}
+	p := ck.Report.Parity
+	if p == nil || p.N != n || len(p.Nodes) != n {
+		t.Fatalf("checkpoint report has no parity of %d nodes: %+v", n, ck.Report)
+	}
+	var total, stored int64
+	for i, st := range p.Nodes {
+		padded := (p.Sizes[i] + block - 1) / block * block
+		if st.BytesSent != padded {
+			t.Errorf("node %d sent %d bytes in the parity ring, want its image size rounded to blocks, %d", i, st.BytesSent, padded)
+		}
+		if share := p.Sizes[i] / (n - 1); st.BytesStored < share-block || st.BytesStored > share+block {
+			t.Errorf("node %d stored %d bytes of parity, want 1/(N-1) of its image (%d) within a block", i, st.BytesStored, share)
+		}
+		total += p.Sizes[i]
+		stored += st.BytesStored
+	}
+	t.Logf("parity: images %v, %d bytes stored for %d of images", p.Sizes, stored, total)
+	for _, j := range logs {
+		j.waitTicks(t, j.last(t)+5) // the job went on
+	}
+
+	// Lose node 1 entirely; the others fail (their ring is broken).
+	lostImage := filepath.Join(a[1].root, "ck", strconv.Itoa(orig[1].pid))
+	saved := t.TempDir()
+	for _, f := range []string{"image.ckpt", "parity.ckpt"} {
+		b, err := os.ReadFile(filepath.Join(lostImage, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		os.WriteFile(filepath.Join(saved, f), b, 0o600)
+	}
+	c.lose(a[1])
+	survivors := []string{members[0], members[2], members[3]}
+	c.group(nil, append([]string{"kill"}, survivors...)...)
+
+	// Recover its image on a spare node from the others' parity.
+	spare := c.addNode("s", 5)
+	var rec groupReport
+	c.group(&rec, "recover", "--json", "--manifest", manifest, "--lost", "1", "--spare", spare.ctl)
+	for _, f := range []string{"image.ckpt", "parity.ckpt"} {
+		got := fileHash(t, filepath.Join(spare.root, "ck", strconv.Itoa(orig[1].pid), f))
+		if want := fileHash(t, filepath.Join(saved, f)); got != want {
+			t.Fatalf("recovered %s differs from the lost one", f)
+		}
+	}
+	if rp := rec.Report.Parity; rp == nil || rp.Lost != 1 || rp.Nodes[1].BytesSent != 0 {
+		t.Fatalf("recover report: %+v", rec.Report.Parity)
+	}
+
+	// Restore the whole group, member 1 on the spare with its endpoints
+	// moved there.
+	rules1 := filepath.Join(c.dir, "rules1")
+	os.WriteFile(rules1, []byte(fmt.Sprintf("# node a1 is lost: its member runs on the spare\n%s %s\n", a[1].ip, spare.ip)), 0o600)
+	restoredAt := make([]int, n)
+	for i, j := range logs {
+		restoredAt[i] = len(j.lines())
+	}
+	c.group(nil, "restore", "--json", "--manifest", manifest, "--rules", rules1)
+	for i, j := range logs {
+		j.waitNewTicks(t, restoredAt[i], 10)
+	}
+	check := func(what string) {
+		t.Helper()
+		for i, j := range logs {
+			ls := j.lines()
+			ts := ticks(t, ls[:restoredAt[i]])
+			checkSegment(t, j, n, ts, 1, orig[i])
+			for _, l := range ls[restoredAt[i]:] {
+				if strings.Contains(l, "FAIL") {
+					t.Fatalf("job %d %s: %s", i, what, l)
+				}
+			}
+			seg := ticks(t, ls[restoredAt[i]:])
+			if len(seg) == 0 {
+				t.Fatalf("job %d: no tick after the restore (line %d of %d):\n%s", i, restoredAt[i], len(ls), tail(ls, 8))
+			}
+			if first := seg[0].k; first < before[i]+1 || first > after[i]+1 {
+				t.Fatalf("job %d: first tick after the restore is %d; the checkpoint was taken between ticks %d and %d",
+					i, first, before[i], after[i])
+			}
+			checkSegment(t, j, n, seg, seg[0].k, orig[i])
+		}
+	}
+	check("after the group restore")
+	where := []*node{a[0], spare, a[2], a[3]}
+	members = []string{members[0], fmt.Sprintf("%d@%s", orig[1].pid, spare.ctl), members[2], members[3]}
+
+	// A migration that fails (no rules: the destinations do not have the
+	// sources' addresses) leaves the job running where it was.
+	b := make([]*node, n)
+	for i := range b {
+		b[i] = c.addNode(fmt.Sprintf("b%d", i), 11+i)
+	}
+	migrate := []string{"migrate"}
+	for _, d := range b {
+		migrate = append(migrate, "--to", d.ctl)
+	}
+	res := e.runCkpt(t, nil, append(append([]string{"group"}, migrate...), members...)...)
+	if res.code == 0 || !strings.Contains(res.stderr, "aborted") {
+		t.Fatalf("migration without rules: %v", res)
+	}
+	t.Logf("migration without rules fails as it should: %s", strings.TrimSpace(res.stderr))
+	for i, j := range logs {
+		j.waitTicks(t, j.last(t)+3)
+		if _, ino := netnsOf(j.path); ino != nsIno(t, where[i].ns) {
+			t.Fatalf("job %d is no longer on node %s after a failed migration", i, where[i].name)
+		}
+		for _, d := range []*node{where[i], b[i]} {
+			if l := c.locks(d); l != "" {
+				t.Fatalf("node %s keeps a lock after a failed migration: %s", d.name, l)
+			}
+		}
+	}
+	check("after a failed migration")
+
+	// Migrate the running job to the b nodes, endpoints moved by rules.
+	var rules strings.Builder
+	for i := range b {
+		fmt.Fprintf(&rules, "%s %s\n", where[i].ip, b[i].ip)
+	}
+	rules2 := filepath.Join(c.dir, "rules2")
+	os.WriteFile(rules2, []byte(rules.String()), 0o600)
+	var mig struct {
+		Members []struct {
+			Agent string `json:"agent"`
+			PID   int    `json:"pid"`
+		} `json:"members"`
+	}
+	c.group(&mig, append(append([]string{}, migrate...), append([]string{"--json", "--rules", rules2}, members...)...)...)
+	for i, j := range logs {
+		j.waitTicks(t, j.last(t)+10)
+		if _, ino := netnsOf(j.path); ino != nsIno(t, b[i].ns) {
+			t.Fatalf("job %d did not move to node %s", i, b[i].name)
+		}
+		if mig.Members[i].Agent != b[i].ctl || mig.Members[i].PID != orig[i].pid {
+			t.Fatalf("migrated member %d: %+v, want pid %d on %s", i, mig.Members[i], orig[i].pid, b[i].ctl)
+		}
+		for _, d := range []*node{where[i], b[i]} {
+			if l := c.locks(d); l != "" {
+				t.Fatalf("node %s keeps a lock after the migration: %s", d.name, l)
+			}
+		}
+	}
+	check("after the migration")
+
+	// Finish: the checksum is the one of an uninterrupted run.
+	if err := os.WriteFile(stop, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for i, j := range logs {
+		for {
+			ls := j.lines()
+			if len(ls) > 0 && strings.HasPrefix(ls[len(ls)-1], "bye ") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %d did not finish; log ends:\n%s", i, tail(ls, 5))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	check("at the end")
+	var rounds int
+	var sum uint64
+	for _, l := range logs[0].lines() {
+		fmt.Sscanf(l, "done rounds=%d sum=%d", &rounds, &sum)
+	}
+	if rounds == 0 || sum != ringSum(n, n-1, rounds) {
+		t.Fatalf("job finished with rounds=%d sum=%d, want sum %d", rounds, sum, ringSum(n, n-1, rounds))
+	}
+	t.Logf("job finished after %d rounds with the right checksum %d", rounds, sum)
+}
