@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
@@ -186,8 +187,35 @@ func (fz *frozen) kill() error {
 	if err := unix.Kill(fz.pid, unix.SIGKILL); err != nil {
 		return fmt.Errorf("kill %d: %w", fz.pid, err)
 	}
-	fz.tasks = nil
 	return nil
+}
+
+// waitDead waits until every thread of the killed process has exited, as
+// its tracer sees it: its memory is freed by then, and its PID is left
+// only as a zombie for its parent to reap. A restore of the same PID (a
+// migration back to this node) must not find it still dying.
+func (fz *frozen) waitDead(deadline time.Time) {
+	for _, t := range fz.tasks {
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(t.tid, &ws, unix.WALL|unix.WNOHANG, nil)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil || (pid == t.tid && (ws.Exited() || ws.Signaled())) {
+				break
+			}
+			if pid == t.tid && ws.Stopped() {
+				ptrace.Detach(t.tid, 0)
+				continue
+			}
+			if time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	fz.tasks = nil
 }
 
 func isKernelName(s string) bool { return strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") }

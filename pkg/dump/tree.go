@@ -3,6 +3,7 @@ package dump
 import (
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -100,6 +101,12 @@ func (t *tree) kill() {
 	for _, m := range t.members {
 		if m.fz != nil {
 			m.fz.kill()
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, m := range t.members {
+		if m.fz != nil {
+			m.fz.waitDead(deadline)
 		}
 	}
 }

@@ -91,9 +91,6 @@ func Dial(addr string, timeout time.Duration) (*Sender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transfer: connect to %s: %w", addr, err)
 	}
-	if tc, ok := conn.(*net.TCPConn); ok {
-		tc.SetWriteBuffer(4 << 20)
-	}
 	s := &Sender{conn: conn, bw: bufio.NewWriterSize(conn, bufSize), br: bufio.NewReader(conn), addr: addr}
 	s.Writer, err = image.NewWriter(s.bw)
 	if err != nil {
@@ -193,9 +190,6 @@ func Accept(l net.Listener, keep string) (*Receiver, error) {
 	conn, err := l.Accept()
 	if err != nil {
 		return nil, fmt.Errorf("transfer: accept: %w", err)
-	}
-	if tc, ok := conn.(*net.TCPConn); ok {
-		tc.SetReadBuffer(4 << 20)
 	}
 	r := &Receiver{conn: conn, br: bufio.NewReaderSize(conn, bufSize), Peer: conn.RemoteAddr().String()}
 	r.img = r.br

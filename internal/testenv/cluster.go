@@ -1,0 +1,155 @@
+package testenv
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Cluster is a set of "nodes" made of namespaces, the way the tests of
+// group operations see machines: each node has its own network namespace
+// (a veth link to a bridge in a switch namespace, an address in a private
+// /24 that exists only inside these namespaces), its own PID namespace and
+// a mount namespace with its own /proc, and a ckpt agent as its PID 1.
+// Everything is removed when the test ends.
+type Cluster struct {
+	t      testing.TB
+	ckpt   string
+	r      *Reaper
+	id     int
+	Dir    string // short, so that agents' UNIX socket paths fit
+	sw     string // the switch namespace
+	Prefix string // "10.232.ID."
+}
+
+// Node is one node of a Cluster.
+type Node struct {
+	Name  string
+	NS    string // network namespace (ip netns)
+	IP    string
+	Ctl   string // agent control address
+	Root  string // agent's image storage
+	Agent int    // pid of the unshare process running the agent
+}
+
+// NewCluster makes the switch namespace with its bridge. ckpt is the ckpt
+// executable; agents run under r.
+func NewCluster(t testing.TB, ckpt string, r *Reaper) *Cluster {
+	t.Helper()
+	id := int(time.Now().UnixNano()%200) + 20
+	dir, err := os.MkdirTemp("", "ckg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	c := &Cluster{t: t, ckpt: ckpt, r: r, id: id, Dir: dir, sw: fmt.Sprintf("ck%dsw", id), Prefix: fmt.Sprintf("10.232.%d.", id)}
+	c.ip("netns", "add", c.sw)
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", c.sw).Run() })
+	c.ip("-n", c.sw, "link", "add", "br0", "type", "bridge")
+	c.ip("-n", c.sw, "link", "set", "br0", "up")
+	return c
+}
+
+func (c *Cluster) ip(args ...string) {
+	c.t.Helper()
+	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+		c.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+}
+
+// AddNode makes node name with address PREFIX.host and starts its agent.
+func (c *Cluster) AddNode(name string, host int) *Node {
+	c.t.Helper()
+	n := &Node{Name: name, NS: fmt.Sprintf("ck%d%s", c.id, name), IP: fmt.Sprintf("%s%d", c.Prefix, host),
+		Ctl: "unix:" + filepath.Join(c.Dir, name+".sock"), Root: filepath.Join(c.Dir, name)}
+	veth, peer := fmt.Sprintf("v%d%s", c.id, name), fmt.Sprintf("p%d%s", c.id, name)
+	c.ip("netns", "add", n.NS)
+	c.t.Cleanup(func() { exec.Command("ip", "netns", "del", n.NS).Run() })
+	c.ip("link", "add", veth, "netns", n.NS, "type", "veth", "peer", "name", peer, "netns", c.sw)
+	c.ip("-n", c.sw, "link", "set", peer, "master", "br0", "up")
+	c.ip("-n", n.NS, "addr", "add", n.IP+"/24", "dev", veth)
+	c.ip("-n", n.NS, "link", "set", veth, "up")
+	c.ip("-n", n.NS, "link", "set", "lo", "up")
+	out := filepath.Join(c.Dir, name+".out")
+	n.Agent = c.r.Run(c.t, RunOpts{Stdout: out, Stderr: out},
+		"ip", "netns", "exec", n.NS, "unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
+		c.ckpt, "agent", "--listen", n.Ctl, "--root", n.Root, "--data-ip", n.IP, "--log", filepath.Join(c.Dir, name+".log"))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, _, err := c.Ckpt("group", "kill", "999999@"+n.Ctl); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			b, _ := os.ReadFile(out)
+			c.t.Fatalf("agent of node %s did not come up: %s", name, b)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return n
+}
+
+// Lose destroys a node the way a machine dies: its agent, and with it
+// every process of its PID namespace, its network and its disk.
+func (c *Cluster) Lose(n *Node) {
+	c.t.Helper()
+	syscall.Kill(n.Agent, syscall.SIGKILL)
+	c.r.WaitExit(c.t, n.Agent, 10*time.Second)
+	exec.Command("ip", "netns", "del", n.NS).Run()
+	if err := os.RemoveAll(n.Root); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// Locks lists the ckpt network lock tables in node n's namespace.
+func (c *Cluster) Locks(n *Node) string {
+	c.t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", n.NS, c.ckpt, "unlock", "--list").CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("ckpt unlock --list in %s: %v: %s", n.NS, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// Ckpt runs ckpt args (outside every node) and returns its stdout and
+// stderr; err is non-nil if it failed.
+func (c *Cluster) Ckpt(args ...string) (stdout, stderr string, err error) {
+	cmd := exec.Command(c.ckpt, args...)
+	var o, e bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &o, &e
+	err = cmd.Run()
+	return o.String(), e.String(), err
+}
+
+// InNetNS runs fn on a thread that has entered the network namespace ns
+// (sockets fn creates belong to it). The thread is never reused.
+func InNetNS(ns string, fn func() error) error {
+	errc := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		f, err := os.Open("/run/netns/" + ns)
+		if err != nil {
+			errc <- err
+			return
+		}
+		defer f.Close()
+		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
+			errc <- fmt.Errorf("setns %s: %w", ns, err)
+			return
+		}
+		errc <- fn()
+	}()
+	return <-errc
+}
+
+// ErrShort means a raw TCP measurement moved fewer bytes than asked.
+var ErrShort = errors.New("short transfer")
