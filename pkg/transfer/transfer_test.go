@@ -186,6 +186,13 @@ func receive(l net.Listener, keep string, fn func(r *Receiver) error) <-chan err
 	return done
 }
 
+// background runs f in a goroutine; the channel yields its result.
+func background(f func() error) <-chan error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	return done
+}
+
 // await returns what ch yields, failing the test if that takes longer than
 // hangTimeout: the side it waits for hangs.
 func await[T any](t testing.TB, ch <-chan T, what string) T {
@@ -280,19 +287,25 @@ func TestTransferCommit(t *testing.T) {
 				return nil
 			})
 			s := dial(t, l)
-			if err := writeRecords(s, recs); err != nil {
-				t.Fatal(err)
-			}
-			if !tt.implicit {
-				if err := s.Prepare(); err != nil {
-					t.Fatalf("prepare: %v", err)
+			sent := background(func() error {
+				if err := writeRecords(s, recs); err != nil {
+					return err
 				}
-			}
-			if err := s.Commit(); err != nil {
-				t.Fatalf("commit: %v", err)
-			}
-			if err := s.Wait(); err != nil {
-				t.Fatalf("wait: %v", err)
+				if !tt.implicit {
+					if err := s.Prepare(); err != nil {
+						return fmt.Errorf("prepare: %w", err)
+					}
+				}
+				if err := s.Commit(); err != nil {
+					return fmt.Errorf("commit: %w", err)
+				}
+				if err := s.Wait(); err != nil {
+					return fmt.Errorf("wait: %w", err)
+				}
+				return nil
+			})
+			if err := await(t, sent, "sender"); err != nil {
+				t.Fatalf("sender: %v", err)
 			}
 			if err := await(t, done, "receiver"); err != nil {
 				t.Fatalf("receiver: %v", err)
@@ -370,15 +383,14 @@ func TestTransferReceiverFails(t *testing.T) {
 				return nil
 			})
 			s := dial(t, l)
-			sent := make(chan error, 1)
-			go func() {
+			sent := background(func() error {
 				err := writeRecords(s, recs) // may fail mid-stream: Prepare reports it too
 				if perr := s.Prepare(); perr != nil || err == nil {
 					err = perr
 				}
 				s.Abort() // what dump.Run does on failure
-				sent <- err
-			}()
+				return err
+			})
 			err := await(t, sent, "sender")
 			if rerr := await(t, done, "receiver"); rerr != nil {
 				t.Fatalf("receiver: %v", rerr)
@@ -438,10 +450,13 @@ func TestTransferReady(t *testing.T) {
 				return err
 			})
 			s := dial(t, l)
-			if err := writeRecords(s, recs); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.Prepare(); err != nil {
+			prepared := background(func() error {
+				if err := writeRecords(s, recs); err != nil {
+					return err
+				}
+				return s.Prepare()
+			})
+			if err := await(t, prepared, "sender"); err != nil {
 				t.Fatalf("prepare: %v", err)
 			}
 			if err := tt.decide(s); err != nil {
@@ -452,7 +467,7 @@ func TestTransferReady(t *testing.T) {
 				if err != nil {
 					t.Fatalf("Ready: %v, want nil", err)
 				}
-				if err := s.Wait(); err != nil {
+				if err := await(t, background(s.Wait), "sender"); err != nil {
 					t.Fatalf("wait: %v", err)
 				}
 				return

@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -15,116 +14,24 @@ import (
 	"github.com/ckpt/ckpt/internal/testenv"
 )
 
-// cluster is a set of "nodes" made of namespaces, the way the tests of
-// group operations see machines: each node has its own network namespace
-// (a veth link to a bridge in a switch namespace, an address in a private
-// /24 that exists only inside these namespaces), its own PID namespace and
-// a mount namespace with its own /proc, and a ckpt agent as its PID 1.
+// cluster is testenv.Cluster with the e2e helpers' conventions.
 type cluster struct {
-	t      *testing.T
-	e      *env
-	id     int
-	dir    string // short: agents' UNIX sockets live here
-	sw     string // the switch namespace
-	prefix string // "10.232.ID."
+	*testenv.Cluster
+	t *testing.T
 }
 
-// node is one node of a cluster.
-type node struct {
-	name  string
-	ns    string // network namespace (ip netns)
-	ip    string
-	ctl   string // agent control address
-	root  string // agent's image storage
-	agent int    // pid of the unshare process running the agent
-}
+type node = testenv.Node
 
-// newCluster makes the switch namespace with its bridge.
-func newCluster(t *testing.T, e *env) *cluster {
-	t.Helper()
-	id := int(time.Now().UnixNano()%200) + 20
-	dir, err := os.MkdirTemp("", "ckg")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	c := &cluster{t: t, e: e, id: id, dir: dir, sw: fmt.Sprintf("ck%dsw", id), prefix: fmt.Sprintf("10.232.%d.", id)}
-	c.ip("netns", "add", c.sw)
-	t.Cleanup(func() { exec.Command("ip", "netns", "del", c.sw).Run() })
-	c.ip("-n", c.sw, "link", "add", "br0", "type", "bridge")
-	c.ip("-n", c.sw, "link", "set", "br0", "up")
-	return c
-}
-
-func (c *cluster) ip(args ...string) {
-	c.t.Helper()
-	if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
-		c.t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-}
-
-// addNode makes node name with address PREFIX.host and starts its agent.
-func (c *cluster) addNode(name string, host int) *node {
-	c.t.Helper()
-	n := &node{name: name, ns: fmt.Sprintf("ck%d%s", c.id, name), ip: fmt.Sprintf("%s%d", c.prefix, host),
-		ctl: "unix:" + filepath.Join(c.dir, name+".sock"), root: filepath.Join(c.dir, name)}
-	veth, peer := fmt.Sprintf("v%d%s", c.id, name), fmt.Sprintf("p%d%s", c.id, name)
-	c.ip("netns", "add", n.ns)
-	c.t.Cleanup(func() { exec.Command("ip", "netns", "del", n.ns).Run() })
-	c.ip("link", "add", veth, "netns", n.ns, "type", "veth", "peer", "name", peer, "netns", c.sw)
-	c.ip("-n", c.sw, "link", "set", peer, "master", "br0", "up")
-	c.ip("-n", n.ns, "addr", "add", n.ip+"/24", "dev", veth)
-	c.ip("-n", n.ns, "link", "set", veth, "up")
-	c.ip("-n", n.ns, "link", "set", "lo", "up")
-	out := filepath.Join(c.dir, name+".out")
-	n.agent = c.e.r.Run(c.t, testenv.RunOpts{Stdout: out, Stderr: out},
-		"ip", "netns", "exec", n.ns, "unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
-		c.e.ckpt(), "agent", "--listen", n.ctl, "--root", n.root, "--data-ip", n.ip, "--log", filepath.Join(c.dir, name+".log"))
-	deadline := time.Now().Add(wait)
-	for {
-		if res := c.e.runCkpt(c.t, nil, "group", "kill", "999999@"+n.ctl); res.code == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			c.t.Fatalf("agent of node %s did not come up: %s", name, readFile(out))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return n
-}
-
-// lose destroys a node the way a machine dies: its agent, and with it
-// every process of its PID namespace, its network and its disk.
-func (c *cluster) lose(n *node) {
-	c.t.Helper()
-	syscall.Kill(n.agent, syscall.SIGKILL)
-	c.e.r.WaitExit(c.t, n.agent, wait)
-	exec.Command("ip", "netns", "del", n.ns).Run()
-	if err := os.RemoveAll(n.root); err != nil {
-		c.t.Fatal(err)
-	}
-}
-
-// locks lists the ckpt network lock tables in node n's namespace.
-func (c *cluster) locks(n *node) string {
-	c.t.Helper()
-	out, err := exec.Command("ip", "netns", "exec", n.ns, c.e.ckpt(), "unlock", "--list").CombinedOutput()
-	if err != nil {
-		c.t.Fatalf("ckpt unlock --list in %s: %v: %s", n.ns, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// group runs `ckpt group ARGS --json` and decodes its output into v.
+// group runs `ckpt group ARGS` and decodes its output (--json) into v.
 func (c *cluster) group(v any, args ...string) {
 	c.t.Helper()
-	res := c.e.runCkpt(c.t, nil, append([]string{"group"}, args...)...)
-	if res.code != 0 {
-		c.t.Fatalf("ckpt group %s: %v", strings.Join(args, " "), res)
+	out, serr, err := c.Ckpt(append([]string{"group"}, args...)...)
+	if err != nil {
+		c.t.Fatalf("ckpt group %s: %v: %s", strings.Join(args, " "), err, serr)
 	}
 	if v != nil {
-		if err := json.Unmarshal([]byte(res.stdout), v); err != nil {
-			c.t.Fatalf("ckpt group %s: output %q: %v", args[0], res.stdout, err)
+		if err := json.Unmarshal([]byte(out), v); err != nil {
+			c.t.Fatalf("ckpt group %s: output %q: %v", args[0], out, err)
 		}
 	}
 }
@@ -309,21 +216,21 @@ type groupReport struct {
 func TestGroupJobMovedWhileRunning(t *testing.T) {
 	e := setup(t)
 	job := testenv.BuildVictim(t, "ringjob")
-	c := newCluster(t, e)
+	c := &cluster{testenv.NewCluster(t, e.ckpt(), e.r), t}
 	const n = 4
 	a := make([]*node, n)
 	for i := range a {
-		a[i] = c.addNode(fmt.Sprintf("a%d", i), i+1)
+		a[i] = c.AddNode(fmt.Sprintf("a%d", i), i+1)
 	}
-	stop := filepath.Join(c.dir, "stop")
+	stop := filepath.Join(c.Dir, "stop")
 	logs := make([]jobLog, n)
 	members := make([]string, n)
 	for i := range a {
-		logs[i] = jobLog{index: i, path: filepath.Join(c.dir, fmt.Sprintf("job%d.log", i))}
+		logs[i] = jobLog{index: i, path: filepath.Join(c.Dir, fmt.Sprintf("job%d.log", i))}
 		right := a[(i+1)%n]
 		var pid int
-		out := e.runCkpt(t, nil, "group", "exec", "--agent", a[i].ctl, "--", job, logs[i].path, strconv.Itoa(i), strconv.Itoa(n),
-			a[i].ip+":5000", right.ip+":5000", stop, "15", "8")
+		out := e.runCkpt(t, nil, "group", "exec", "--agent", a[i].Ctl, "--", job, logs[i].path, strconv.Itoa(i), strconv.Itoa(n),
+			a[i].IP+":5000", right.IP+":5000", stop, "15", "8")
 		if out.code != 0 {
 			t.Fatalf("group exec: %v", out)
 		}
@@ -331,7 +238,7 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 		if pid < 100 {
 			t.Fatalf("job %d got pid %d in its node: want one from the job range (100 up)", i, pid)
 		}
-		members[i] = fmt.Sprintf("%d@%s", pid, a[i].ctl)
+		members[i] = fmt.Sprintf("%d@%s", pid, a[i].Ctl)
 	}
 	for _, j := range logs {
 		j.waitTicks(t, 10)
@@ -343,25 +250,25 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 
 	// A group checkpoint that cannot succeed (a member that does not
 	// exist) aborts everywhere: nobody stays frozen or locked, no image.
-	bad := append([]string{"checkpoint", "--name", "bad", "--manifest", filepath.Join(c.dir, "bad.json")}, members[:3]...)
-	bad = append(bad, "4242@"+a[3].ctl)
+	bad := append([]string{"checkpoint", "--name", "bad", "--manifest", filepath.Join(c.Dir, "bad.json")}, members[:3]...)
+	bad = append(bad, "4242@"+a[3].Ctl)
 	if res := e.runCkpt(t, nil, append([]string{"group"}, bad...)...); res.code == 0 || !strings.Contains(res.stderr, "aborted") {
 		t.Fatalf("group checkpoint with a missing member: %v", res)
 	}
 	for i, j := range logs {
 		j.waitTicks(t, j.last(t)+3)
-		if l := c.locks(a[i]); l != "" {
-			t.Fatalf("node %s keeps a lock after an aborted checkpoint: %s", a[i].name, l)
+		if l := c.Locks(a[i]); l != "" {
+			t.Fatalf("node %s keeps a lock after an aborted checkpoint: %s", a[i].Name, l)
 		}
-		if _, err := os.Stat(filepath.Join(a[i].root, "bad")); err == nil {
-			if ents, _ := os.ReadDir(filepath.Join(a[i].root, "bad")); len(ents) > 0 {
-				t.Fatalf("node %s keeps images of an aborted checkpoint: %v", a[i].name, ents)
+		if _, err := os.Stat(filepath.Join(a[i].Root, "bad")); err == nil {
+			if ents, _ := os.ReadDir(filepath.Join(a[i].Root, "bad")); len(ents) > 0 {
+				t.Fatalf("node %s keeps images of an aborted checkpoint: %v", a[i].Name, ents)
 			}
 		}
 	}
 
 	// Group checkpoint with parity, while the job runs on.
-	manifest := filepath.Join(c.dir, "ck.json")
+	manifest := filepath.Join(c.Dir, "ck.json")
 	before := make([]int, n)
 	for i, j := range logs {
 		before[i] = j.last(t)
@@ -396,7 +303,7 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 	}
 
 	// Lose node 1 entirely; the others fail (their ring is broken).
-	lostImage := filepath.Join(a[1].root, "ck", strconv.Itoa(orig[1].pid))
+	lostImage := filepath.Join(a[1].Root, "ck", strconv.Itoa(orig[1].pid))
 	saved := t.TempDir()
 	for _, f := range []string{"image.ckpt", "parity.ckpt"} {
 		b, err := os.ReadFile(filepath.Join(lostImage, f))
@@ -405,16 +312,16 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 		}
 		os.WriteFile(filepath.Join(saved, f), b, 0o600)
 	}
-	c.lose(a[1])
+	c.Lose(a[1])
 	survivors := []string{members[0], members[2], members[3]}
 	c.group(nil, append([]string{"kill"}, survivors...)...)
 
 	// Recover its image on a spare node from the others' parity.
-	spare := c.addNode("s", 5)
+	spare := c.AddNode("s", 5)
 	var rec groupReport
-	c.group(&rec, "recover", "--json", "--manifest", manifest, "--lost", "1", "--spare", spare.ctl)
+	c.group(&rec, "recover", "--json", "--manifest", manifest, "--lost", "1", "--spare", spare.Ctl)
 	for _, f := range []string{"image.ckpt", "parity.ckpt"} {
-		got := fileHash(t, filepath.Join(spare.root, "ck", strconv.Itoa(orig[1].pid), f))
+		got := fileHash(t, filepath.Join(spare.Root, "ck", strconv.Itoa(orig[1].pid), f))
 		if want := fileHash(t, filepath.Join(saved, f)); got != want {
 			t.Fatalf("recovered %s differs from the lost one", f)
 		}
@@ -425,8 +332,8 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 
 	// Restore the whole group, member 1 on the spare with its endpoints
 	// moved there.
-	rules1 := filepath.Join(c.dir, "rules1")
-	os.WriteFile(rules1, []byte(fmt.Sprintf("# node a1 is lost: its member runs on the spare\n%s %s\n", a[1].ip, spare.ip)), 0o600)
+	rules1 := filepath.Join(c.Dir, "rules1")
+	os.WriteFile(rules1, []byte(fmt.Sprintf("# node a1 is lost: its member runs on the spare\n%s %s\n", a[1].IP, spare.IP)), 0o600)
 	restoredAt := make([]int, n)
 	for i, j := range logs {
 		restoredAt[i] = len(j.lines())
@@ -459,17 +366,17 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 	}
 	check("after the group restore")
 	where := []*node{a[0], spare, a[2], a[3]}
-	members = []string{members[0], fmt.Sprintf("%d@%s", orig[1].pid, spare.ctl), members[2], members[3]}
+	members = []string{members[0], fmt.Sprintf("%d@%s", orig[1].pid, spare.Ctl), members[2], members[3]}
 
 	// A migration that fails (no rules: the destinations do not have the
 	// sources' addresses) leaves the job running where it was.
 	b := make([]*node, n)
 	for i := range b {
-		b[i] = c.addNode(fmt.Sprintf("b%d", i), 11+i)
+		b[i] = c.AddNode(fmt.Sprintf("b%d", i), 11+i)
 	}
 	migrate := []string{"migrate"}
 	for _, d := range b {
-		migrate = append(migrate, "--to", d.ctl)
+		migrate = append(migrate, "--to", d.Ctl)
 	}
 	res := e.runCkpt(t, nil, append(append([]string{"group"}, migrate...), members...)...)
 	if res.code == 0 || !strings.Contains(res.stderr, "aborted") {
@@ -478,12 +385,12 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 	t.Logf("migration without rules fails as it should: %s", strings.TrimSpace(res.stderr))
 	for i, j := range logs {
 		j.waitTicks(t, j.last(t)+3)
-		if _, ino := netnsOf(j.path); ino != nsIno(t, where[i].ns) {
-			t.Fatalf("job %d is no longer on node %s after a failed migration", i, where[i].name)
+		if _, ino := netnsOf(j.path); ino != nsIno(t, where[i].NS) {
+			t.Fatalf("job %d is no longer on node %s after a failed migration", i, where[i].Name)
 		}
 		for _, d := range []*node{where[i], b[i]} {
-			if l := c.locks(d); l != "" {
-				t.Fatalf("node %s keeps a lock after a failed migration: %s", d.name, l)
+			if l := c.Locks(d); l != "" {
+				t.Fatalf("node %s keeps a lock after a failed migration: %s", d.Name, l)
 			}
 		}
 	}
@@ -492,9 +399,9 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 	// Migrate the running job to the b nodes, endpoints moved by rules.
 	var rules strings.Builder
 	for i := range b {
-		fmt.Fprintf(&rules, "%s %s\n", where[i].ip, b[i].ip)
+		fmt.Fprintf(&rules, "%s %s\n", where[i].IP, b[i].IP)
 	}
-	rules2 := filepath.Join(c.dir, "rules2")
+	rules2 := filepath.Join(c.Dir, "rules2")
 	os.WriteFile(rules2, []byte(rules.String()), 0o600)
 	var mig struct {
 		Members []struct {
@@ -505,15 +412,15 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 	c.group(&mig, append(append([]string{}, migrate...), append([]string{"--json", "--rules", rules2}, members...)...)...)
 	for i, j := range logs {
 		j.waitTicks(t, j.last(t)+10)
-		if _, ino := netnsOf(j.path); ino != nsIno(t, b[i].ns) {
-			t.Fatalf("job %d did not move to node %s", i, b[i].name)
+		if _, ino := netnsOf(j.path); ino != nsIno(t, b[i].NS) {
+			t.Fatalf("job %d did not move to node %s", i, b[i].Name)
 		}
-		if mig.Members[i].Agent != b[i].ctl || mig.Members[i].PID != orig[i].pid {
-			t.Fatalf("migrated member %d: %+v, want pid %d on %s", i, mig.Members[i], orig[i].pid, b[i].ctl)
+		if mig.Members[i].Agent != b[i].Ctl || mig.Members[i].PID != orig[i].pid {
+			t.Fatalf("migrated member %d: %+v, want pid %d on %s", i, mig.Members[i], orig[i].pid, b[i].Ctl)
 		}
 		for _, d := range []*node{where[i], b[i]} {
-			if l := c.locks(d); l != "" {
-				t.Fatalf("node %s keeps a lock after the migration: %s", d.name, l)
+			if l := c.Locks(d); l != "" {
+				t.Fatalf("node %s keeps a lock after the migration: %s", d.Name, l)
 			}
 		}
 	}
