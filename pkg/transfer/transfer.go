@@ -78,10 +78,20 @@ type Sender struct {
 	*image.Writer
 	conn     net.Conn
 	bw       *bufio.Writer
-	br       *bufio.Reader
 	addr     string
 	prepared bool
 	done     bool
+	// replies carries the receiver's lines (or the read error that ended
+	// them), read as they come so that a receiver that fails while the
+	// image is still streaming is heard at once.
+	replies chan reply
+	failed  chan struct{} // closed when the receiver said "fail"
+	failErr error
+}
+
+type reply struct {
+	line string
+	err  error
 }
 
 // Dial connects to a receiver at addr (HOST:PORT) and starts the image
@@ -91,13 +101,57 @@ func Dial(addr string, timeout time.Duration) (*Sender, error) {
 	if err != nil {
 		return nil, fmt.Errorf("transfer: connect to %s: %w", addr, err)
 	}
-	s := &Sender{conn: conn, bw: bufio.NewWriterSize(conn, bufSize), br: bufio.NewReader(conn), addr: addr}
+	s := &Sender{conn: conn, addr: addr, replies: make(chan reply, 4), failed: make(chan struct{})}
+	s.bw = bufio.NewWriterSize(senderConn{s}, bufSize)
+	go s.listen(bufio.NewReader(conn))
 	s.Writer, err = image.NewWriter(s.bw)
 	if err != nil {
 		conn.Close()
 		return nil, fmt.Errorf("transfer to %s: %w", addr, err)
 	}
 	return s, nil
+}
+
+// listen reads the receiver's lines. A "fail" closes the connection, so
+// that a sender blocked writing pages stops at once.
+func (s *Sender) listen(br *bufio.Reader) {
+	for {
+		line, err := readLine(br)
+		if err == nil && strings.HasPrefix(line, msgFail+" ") {
+			s.failErr = fmt.Errorf("transfer to %s: receiver: %s: %w", s.addr, strings.TrimPrefix(line, msgFail+" "), ErrPeer)
+			close(s.failed)
+			s.conn.Close()
+		}
+		s.replies <- reply{line, err}
+		if err != nil || s.failErr != nil {
+			return
+		}
+	}
+}
+
+// senderConn is the connection as the image writer sees it: a write that
+// fails because the receiver gave up reports the receiver's reason.
+type senderConn struct{ s *Sender }
+
+func (c senderConn) Write(p []byte) (int, error) {
+	n, err := c.s.conn.Write(p)
+	if err != nil {
+		select {
+		case <-c.s.failed:
+			return n, c.s.failErr
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	return n, err
+}
+
+// next waits for the receiver's next line.
+func (s *Sender) next() (string, error) {
+	r, ok := <-s.replies
+	if !ok {
+		return "", fmt.Errorf("%w: connection closed", ErrBroken)
+	}
+	return r.line, r.err
 }
 
 // Prepare ends the image stream and waits until the receiver has built the
@@ -110,15 +164,15 @@ func (s *Sender) Prepare() error {
 	if err := s.bw.Flush(); err != nil {
 		return fmt.Errorf("transfer to %s: %w: %w", s.addr, ErrBroken, err)
 	}
-	line, err := readLine(s.br)
+	line, err := s.next()
 	if err != nil {
 		return fmt.Errorf("transfer to %s: waiting for the receiver to build: %w", s.addr, err)
 	}
 	switch {
 	case line == msgReady:
 		return nil
-	case strings.HasPrefix(line, msgFail+" "):
-		return fmt.Errorf("transfer to %s: receiver: %s: %w", s.addr, strings.TrimPrefix(line, msgFail+" "), ErrPeer)
+	case s.failErr != nil:
+		return s.failErr
 	}
 	return fmt.Errorf("transfer to %s: unexpected reply %q: %w", s.addr, line, ErrBroken)
 }
@@ -143,7 +197,7 @@ func (s *Sender) Commit() error {
 func (s *Sender) Wait() error {
 	defer s.conn.Close()
 	s.conn.SetReadDeadline(time.Now().Add(ReleaseTimeout))
-	line, err := readLine(s.br)
+	line, err := s.next()
 	if err != nil {
 		return fmt.Errorf("transfer to %s: the source is gone but the receiver did not confirm the release: %w", s.addr, err)
 	}
@@ -216,6 +270,13 @@ func (r *Receiver) Fail(cause error) {
 	msg := strings.ReplaceAll(cause.Error(), "\n", " ")
 	r.conn.SetWriteDeadline(time.Now().Add(time.Second))
 	io.WriteString(r.conn, msgFail+" "+msg+"\n")
+	// Read what the sender still sends until it stops: closing with
+	// unread data would reset the connection and lose the message.
+	if tc, ok := r.conn.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	r.conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	io.Copy(io.Discard, r.br)
 	r.conn.Close()
 }
 
