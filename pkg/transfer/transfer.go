@@ -141,8 +141,9 @@ func (c senderConn) Write(p []byte) (int, error) {
 			return n, c.s.failErr
 		case <-time.After(500 * time.Millisecond):
 		}
+		return n, fmt.Errorf("transfer to %s: the receiver went away: %w: %w", c.s.addr, ErrBroken, err)
 	}
-	return n, err
+	return n, nil
 }
 
 // next waits for the receiver's next line.
