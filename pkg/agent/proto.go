@@ -90,6 +90,9 @@ type Event struct {
 	Header []byte            `json:"header,omitempty"`  // parity-survive
 	Result json.RawMessage   `json:"result,omitempty"`  // dump, restore: the tool's --json output
 	Stats  *parity.NodeStats `json:"stats,omitempty"`
+	// Timeout marks an EvError the coordinator made up because the agent
+	// did not answer in time; never sent by an agent.
+	Timeout bool `json:"-"`
 }
 
 // Conn is one control connection, from either side.

@@ -199,7 +199,7 @@ func (s *session) next(ctx context.Context, timeout time.Duration) agent.Event {
 	case <-ctx.Done():
 		return agent.Event{Event: agent.EvError, Error: ctx.Err().Error()}
 	case <-time.After(timeout):
-		return agent.Event{Event: agent.EvError, Error: fmt.Sprintf("no answer in %v", timeout)}
+		return agent.Event{Event: agent.EvError, Error: fmt.Sprintf("no answer in %v", timeout), Timeout: true}
 	}
 }
 
@@ -233,6 +233,9 @@ func (g *group) await(event string) error {
 				ev := s.next(g.ctx, g.c.timeout())
 				switch ev.Event {
 				case agent.EvOK, agent.EvError:
+					if ev.Timeout {
+						s.send(agent.OpAbort) // best effort: its connection closes too
+					}
 					mu.Lock()
 					g.final[i] = &ev
 					if ev.Event == agent.EvError {
@@ -314,16 +317,17 @@ func newGroup(c *Coordinator, ctx context.Context, sessions []*session) *group {
 	return &group{c: c, ctx: ctx, sessions: sessions, final: make([]*agent.Event, len(sessions))}
 }
 
-// openAll opens one session per request, closing them all on error.
-func openAll(ctx context.Context, names, addrs []string, reqs []agent.Request) ([]*session, error) {
+// openAll opens one session per request. If one cannot be opened, the
+// ones already started are aborted (and waited for) before it returns.
+func (c *Coordinator) openAll(ctx context.Context, names, addrs []string, reqs []agent.Request, barriers ...string) ([]*session, error) {
 	var ss []*session
 	for i := range reqs {
 		s, err := open(ctx, names[i], addrs[i], reqs[i])
 		if err != nil {
-			for _, s := range ss {
-				s.conn.Close()
-			}
-			return nil, err
+			g := newGroup(c, ctx, ss)
+			g.abortNow(barriers...)
+			g.close()
+			return nil, fmt.Errorf("%w: %w", ErrAborted, err)
 		}
 		ss = append(ss, s)
 	}

@@ -96,7 +96,7 @@ func checkMembers(members []Member, parity bool) error {
 // the commit.
 func (c *Coordinator) dumpGroup(ctx context.Context, op string, members []Member, reqs []agent.Request, recv *group) (*Report, error) {
 	start := time.Now()
-	ss, err := openAll(ctx, memberNames(members), memberAgents(members), reqs)
+	ss, err := c.openAll(ctx, memberNames(members), memberAgents(members), reqs, agent.EvFrozen, agent.EvPrepared)
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +210,7 @@ func (c *Coordinator) Restore(ctx context.Context, m *Manifest, rules string) (*
 	for i := range m.Members {
 		reqs[i] = agent.Request{Op: agent.OpRestore, Image: m.ImageOf(i), Rules: rules}
 	}
-	ss, err := openAll(ctx, memberNames(m.Members), memberAgents(m.Members), reqs)
+	ss, err := c.openAll(ctx, memberNames(m.Members), memberAgents(m.Members), reqs, agent.EvBuilt)
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +256,7 @@ func (c *Coordinator) Migrate(ctx context.Context, members []Member, dests []str
 		names[i] = "destination " + d
 		rreqs[i] = agent.Request{Op: agent.OpRestore, Listen: true, Rules: rules}
 	}
-	rs, err := openAll(ctx, names, dests, rreqs)
+	rs, err := c.openAll(ctx, names, dests, rreqs)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -117,7 +117,7 @@ func (c *Coordinator) Encode(ctx context.Context, m *Manifest) (*ParityReport, e
 	for i := range m.Members {
 		reqs[i] = agent.Request{Op: agent.OpParityEncode, Image: m.ImageOf(i), Index: i, BlockSize: bs, Sizes: sizes}
 	}
-	ss, err := openAll(ctx, memberNames(m.Members), memberAgents(m.Members), reqs)
+	ss, err := c.openAll(ctx, memberNames(m.Members), memberAgents(m.Members), reqs, agent.EvListening, agent.EvStats)
 	if err != nil {
 		return nil, err
 	}

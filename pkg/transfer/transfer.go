@@ -115,6 +115,7 @@ func Dial(addr string, timeout time.Duration) (*Sender, error) {
 // listen reads the receiver's lines. A "fail" closes the connection, so
 // that a sender blocked writing pages stops at once.
 func (s *Sender) listen(br *bufio.Reader) {
+	defer close(s.replies)
 	for {
 		line, err := readLine(br)
 		if err == nil && strings.HasPrefix(line, msgFail+" ") {
@@ -169,11 +170,13 @@ func (s *Sender) Prepare() error {
 	if err != nil {
 		return fmt.Errorf("transfer to %s: waiting for the receiver to build: %w", s.addr, err)
 	}
-	switch {
-	case line == msgReady:
+	if line == msgReady {
 		return nil
-	case s.failErr != nil:
+	}
+	select {
+	case <-s.failed:
 		return s.failErr
+	default:
 	}
 	return fmt.Errorf("transfer to %s: unexpected reply %q: %w", s.addr, line, ErrBroken)
 }

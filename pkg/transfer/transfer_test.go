@@ -339,8 +339,9 @@ func TestTransferCommit(t *testing.T) {
 }
 
 // TestTransferReceiverFails checks that a receiver's Fail reaches the
-// sender: Prepare fails (the source resumes), with the receiver's message
-// when the image was read whole, and a kept copy is discarded.
+// sender with the receiver's message, whether the image was read whole
+// (Prepare fails) or the sender is still writing pages (the write fails,
+// not with a bare reset), and that a kept copy is discarded.
 func TestTransferReceiverFails(t *testing.T) {
 	const msg = "build: no PID\nleft" // Fail puts it on one line
 	tests := []struct {
@@ -384,9 +385,9 @@ func TestTransferReceiverFails(t *testing.T) {
 			})
 			s := dial(t, l)
 			sent := background(func() error {
-				err := writeRecords(s, recs) // may fail mid-stream: Prepare reports it too
-				if perr := s.Prepare(); perr != nil || err == nil {
-					err = perr
+				err := writeRecords(s, recs) // fails mid-stream
+				if err == nil {
+					err = s.Prepare()
 				}
 				s.Abort() // what dump.Run does on failure
 				return err
@@ -397,13 +398,11 @@ func TestTransferReceiverFails(t *testing.T) {
 			}
 			switch {
 			case err == nil:
-				t.Fatal("Prepare succeeded although the receiver failed")
-			case tt.whole && !errors.Is(err, ErrPeer):
-				t.Fatalf("Prepare: %v, want ErrPeer", err)
-			case tt.whole && !strings.Contains(err.Error(), strings.ReplaceAll(msg, "\n", " ")):
-				t.Fatalf("Prepare: %v, want the receiver's message %q", err, msg)
-			case !errors.Is(err, ErrPeer) && !errors.Is(err, ErrBroken):
-				t.Fatalf("Prepare: %v, want ErrPeer or ErrBroken", err)
+				t.Fatal("the sender finished although the receiver failed")
+			case !errors.Is(err, ErrPeer):
+				t.Fatalf("sender: %v, want ErrPeer", err)
+			case !strings.Contains(err.Error(), strings.ReplaceAll(msg, "\n", " ")):
+				t.Fatalf("sender: %v, want the receiver's message %q", err, msg)
 			}
 			if tt.keep {
 				if names := dirNames(t, keep); len(names) != 0 {
@@ -412,6 +411,55 @@ func TestTransferReceiverFails(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestTransferSenderStopsOnFail checks that a sender streaming pages stops
+// soon after the receiver failed, with the receiver's reason, instead of
+// pushing the rest of a large image into a receiver that only discards it.
+func TestTransferSenderStopsOnFail(t *testing.T) {
+	const records = 256 // of 1 MiB: far more than socket buffers hold
+	l := listen(t)
+	done := receive(l, "", func(r *Receiver) error {
+		ir, err := image.NewReader(r.Image())
+		if err != nil {
+			return err
+		}
+		if _, err := ir.Next(); err != nil {
+			return err
+		}
+		r.Fail(errors.New("no room"))
+		return nil
+	})
+	s := dial(t, l)
+	page := randomPages(3, 256)
+	type result struct {
+		written int
+		err     error
+	}
+	res := make(chan result, 1)
+	go func() {
+		err := s.WriteRecord(image.TypeHeader, image.Header{Tool: "stop test"})
+		i := 0
+		for ; err == nil && i < records; i++ {
+			err = s.WriteRecord(image.TypePages, image.Pages{PID: 1, Runs: []image.PageRun{{Addr: uint64(i) << 20, Pages: 256}}}, page)
+		}
+		if err == nil {
+			err = s.Prepare()
+		}
+		s.Abort()
+		res <- result{i, err}
+	}()
+	got := await(t, res, "sender")
+	if err := await(t, done, "receiver"); err != nil {
+		t.Fatalf("receiver: %v", err)
+	}
+	if !errors.Is(got.err, ErrPeer) || !strings.Contains(got.err.Error(), "no room") {
+		t.Fatalf("sender: %v, want ErrPeer with the receiver's reason", got.err)
+	}
+	if got.written > records/2 {
+		t.Errorf("the sender wrote %d of %d page records after the receiver failed at the first", got.written, records)
+	}
+	t.Logf("sender stopped after %d MiB: %v", got.written, got.err)
 }
 
 // TestTransferReady checks what the receiver's Ready returns for each
@@ -652,16 +700,20 @@ func TestTransferDamagedStream(t *testing.T) {
 			defer conn.Close()
 			conn.SetDeadline(time.Now().Add(hangTimeout))
 			b, closeWrite := tt.damage(append([]byte(nil), good...))
-			conn.Write(b) // the receiver may stop reading and reset
+			if _, err := conn.Write(b); err != nil {
+				t.Fatal(err)
+			}
 			if closeWrite {
 				conn.(*net.TCPConn).CloseWrite()
 			}
+			// Like a Sender, hang up once the receiver says it failed.
+			line, lineErr := bufio.NewReader(conn).ReadString('\n')
+			conn.Close()
 			if err := await(t, done, "receiver"); !errors.Is(err, tt.want) {
 				t.Fatalf("receiver read: %v, want %v", err, tt.want)
 			}
-			line, err := bufio.NewReader(conn).ReadString('\n')
-			if err != nil {
-				t.Fatalf("no answer from the receiver: %v", err)
+			if lineErr != nil {
+				t.Fatalf("no answer from the receiver: %v", lineErr)
 			}
 			if !strings.HasPrefix(line, "fail ") || !strings.Contains(line, tt.want.Error()) {
 				t.Errorf("receiver answered %q, want \"fail ...%v...\"", line, tt.want)
