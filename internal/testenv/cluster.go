@@ -2,6 +2,7 @@ package testenv
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -28,6 +29,9 @@ type Cluster struct {
 	r      *Reaper
 	id     int
 	Dir    string // short, so that agents' UNIX socket paths fit
+	// Storage is where the nodes' image roots are made (default Dir);
+	// benchmarks set a tmpfs so that the disk is not what they measure.
+	Storage string
 	sw     string // the switch namespace
 	Prefix string // "10.232.ID."
 }
@@ -71,7 +75,7 @@ func (c *Cluster) ip(args ...string) {
 func (c *Cluster) AddNode(name string, host int) *Node {
 	c.t.Helper()
 	n := &Node{Name: name, NS: fmt.Sprintf("ck%d%s", c.id, name), IP: fmt.Sprintf("%s%d", c.Prefix, host),
-		Ctl: "unix:" + filepath.Join(c.Dir, name+".sock"), Root: filepath.Join(c.Dir, name)}
+		Ctl: "unix:" + filepath.Join(c.Dir, name+".sock"), Root: filepath.Join(cmp.Or(c.Storage, c.Dir), name)}
 	veth, peer := fmt.Sprintf("v%d%s", c.id, name), fmt.Sprintf("p%d%s", c.id, name)
 	c.ip("netns", "add", n.NS)
 	c.t.Cleanup(func() { exec.Command("ip", "netns", "del", n.NS).Run() })

@@ -134,7 +134,7 @@ func (c *Coordinator) Encode(ctx context.Context, m *Manifest) (*ParityReport, e
 	rand.Read(id[:])
 	hashes := make([][32]byte, n)
 	for i, st := range stats {
-		hashes[i] = st.ImageSHA256
+		hashes[i] = st.ImageDigest
 	}
 	if err := c.finish(ctx, ss, agent.Request{Op: agent.OpFinish, EncodeID: id, Hashes: hashes}); err != nil {
 		return nil, fmt.Errorf("parity encode: %w", err)

@@ -52,7 +52,9 @@
 // RecoverDir runs the same ring with goroutines and io.Pipe. Every block a
 // survivor contributes is checked against its recorded crc32c first, so a
 // corrupt block is named (*CorruptError) instead of silently poisoning the
-// result, and the rebuilt image is checked against its recorded SHA-256.
+// result, and the rebuilt image is checked against its recorded digest
+// (ImageDigestOf: a SHA-256 over the crc32c of its blocks, so that encoding
+// never pays for a SHA-256 pass over the images).
 //
 // # Share file format
 //
@@ -61,7 +63,7 @@
 // The share starts with a checksummed header (see Header for the exact
 // layout): magic "CKPTPAR\x00", format version, N, the node's index, the
 // block size, a random encode ID common to the N shares, every image's size
-// and SHA-256, the crc32c of each block of the node's image and of each of
+// and digest, the crc32c of each block of the node's image and of each of
 // its parity blocks, and a crc32c of the header itself. The parity blocks
 // follow at the next 4096-byte boundary, back to back, each as long as the
 // longest data block of its stripe. The schedule is a pure function of the

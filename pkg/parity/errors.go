@@ -11,7 +11,7 @@ import (
 var (
 	// ErrCorrupt reports data that fails a checksum or a structural check:
 	// a parity share header, a parity block, an image block, or a rebuilt
-	// image whose SHA-256 does not match the one recorded at encode time.
+	// image whose digest does not match the one recorded at encode time.
 	// Block-level failures are returned as a *CorruptError.
 	ErrCorrupt = errors.New("parity: corrupt data")
 

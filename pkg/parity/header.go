@@ -14,7 +14,7 @@ const (
 	// Magic opens every parity share file.
 	Magic = "CKPTPAR\x00"
 	// formatVersion is the share format and schedule version written.
-	formatVersion = 1
+	formatVersion = 2
 	// headerFixed is the size of the fixed part of the header.
 	headerFixed = 72
 	// PayloadAlign is the alignment of the parity payload in a share file.
@@ -34,7 +34,7 @@ func castagnoli() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) }
 // Encoding (little-endian, H = header length):
 //
 //	0    [8]byte  magic "CKPTPAR\x00"
-//	8    uint16   format version (1)
+//	8    uint16   format version (2)
 //	10   uint16   flags (0)
 //	12   uint32   H, including the trailing checksum
 //	16   uint32   N, nodes in the ring
@@ -47,7 +47,7 @@ func castagnoli() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) }
 //	56   uint64   payload offset: H rounded up to 4096
 //	64   uint64   payload length: bytes of parity stored
 //	72   N×uint64 image sizes, ring order
-//	     N×[32]byte SHA-256 of each image
+//	     N×[32]byte digest of each image (ImageDigestOf)
 //	     D×uint32 crc32c of each block of this node's image
 //	     P×uint32 crc32c of each parity block, in payload order
 //	H-4  uint32   crc32c of bytes [0, H-4)
@@ -55,13 +55,13 @@ func castagnoli() *crc32.Table { return crc32.MakeTable(crc32.Castagnoli) }
 // Zeros pad the header to the payload offset; the parity blocks follow back
 // to back, each as long as the longest data block of its stripe.
 type Header struct {
-	Version     int        // format version, 1
+	Version     int        // format version, 2
 	N           int        // nodes in the ring
 	Index       int        // this node's ring index
 	BlockSize   int        // bytes per block
 	EncodeID    [16]byte   // random identifier shared by all shares of one encode
 	Sizes       []int64    // image size of every node, ring order
-	Hashes      [][32]byte // SHA-256 of every node's image, ring order
+	Hashes      [][32]byte // digest of every node's image (ImageDigestOf), ring order
 	DataCRC     []uint32   // crc32c of each block of this node's image
 	ParityCRC   []uint32   // crc32c of each parity block this node stores
 	ParityBytes int64      // bytes of parity payload

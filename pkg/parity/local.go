@@ -169,7 +169,7 @@ func EncodeDirs(ctx context.Context, dirs []string, opts Options) (Report, error
 
 	hashes := make([][32]byte, n)
 	for i, st := range stats {
-		hashes[i] = st.ImageSHA256
+		hashes[i] = st.ImageDigest
 	}
 	for i, st := range stats {
 		h := &Header{
@@ -209,7 +209,7 @@ func EncodeDirs(ctx context.Context, dirs []string, opts Options) (Report, error
 // lost already holds an image or share (unless Options.Overwrite). During the
 // rebuild every block read is checked against its recorded crc32c (a
 // *CorruptError names the node, file and block) and the rebuilt image
-// against its recorded SHA-256.
+// against its recorded digest.
 //
 // Local mode runs the same ring as agents would: one goroutine per survivor
 // (RunSurvivor) and one for the replacement (RunReplacement) at the lost
@@ -340,8 +340,8 @@ func RecoverDir(ctx context.Context, lost string, survivors []string, opts Optio
 		return Report{}, err
 	}
 	st := stats[x]
-	if st.ImageSHA256 != ref.Hashes[x] {
-		return Report{}, fmt.Errorf("%w: rebuilt image of node %d has SHA-256 %x, the encode recorded %x", ErrCorrupt, x, st.ImageSHA256, ref.Hashes[x])
+	if st.ImageDigest != ref.Hashes[x] {
+		return Report{}, fmt.Errorf("%w: rebuilt image of node %d has digest %x, the encode recorded %x", ErrCorrupt, x, st.ImageDigest, ref.Hashes[x])
 	}
 	h := &Header{
 		Version: formatVersion, N: ref.N, Index: x, BlockSize: ref.BlockSize, EncodeID: ref.EncodeID,
@@ -387,7 +387,7 @@ func sameEncode(a, b *Header) error {
 	case !slices.Equal(a.Sizes, b.Sizes):
 		return fmt.Errorf("image sizes %v vs %v", a.Sizes, b.Sizes)
 	case !slices.Equal(a.Hashes, b.Hashes):
-		return errors.New("image SHA-256 differ")
+		return errors.New("image digests differ")
 	}
 	return nil
 }

@@ -3,7 +3,6 @@ package parity
 import (
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"crypto/subtle"
 	"errors"
 	"fmt"
@@ -160,7 +159,7 @@ func TestEncodeRecover(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if h.Index != i || h.N != len(dirs) || h.Hashes[i] != sha256.Sum256(imgs[i]) {
+				if h.Index != i || h.N != len(dirs) || h.Hashes[i] != ImageDigestOf(imgs[i], bs) {
 					t.Fatalf("node %d header %+v", i, h)
 				}
 				if got := shares[i][h.PayloadOffset():]; !bytes.Equal(got, ref[i]) {

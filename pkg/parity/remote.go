@@ -75,7 +75,7 @@ func (n *EncodeNode) Run(ctx context.Context, left io.Reader, right io.Writer) (
 // Finish writes the share header, with the encode id and every node's image
 // hash, and commits the share.
 func (n *EncodeNode) Finish(id [16]byte, hashes [][32]byte) error {
-	if len(hashes) != n.l.N() || hashes[n.index] != n.stats.ImageSHA256 {
+	if len(hashes) != n.l.N() || hashes[n.index] != n.stats.ImageDigest {
 		return fmt.Errorf("%w: node %d: hashes do not match this node's run", ErrMismatch, n.index)
 	}
 	h := &Header{
@@ -234,15 +234,15 @@ func (n *RecoverNode) Run(ctx context.Context, left io.Reader, right io.Writer) 
 	return st, err
 }
 
-// Finish checks the rebuilt image against its recorded SHA-256 and commits
+// Finish checks the rebuilt image against its recorded digest and commits
 // it and its share (replacement); a survivor has nothing to finish.
 func (n *RecoverNode) Finish() error {
 	if n.img == nil {
 		return nil
 	}
 	x := n.cfg.Lost
-	if n.stats.ImageSHA256 != n.ref.Hashes[x] {
-		return fmt.Errorf("%w: rebuilt image of node %d has SHA-256 %x, the encode recorded %x", ErrCorrupt, x, n.stats.ImageSHA256, n.ref.Hashes[x])
+	if n.stats.ImageDigest != n.ref.Hashes[x] {
+		return fmt.Errorf("%w: rebuilt image of node %d has digest %x, the encode recorded %x", ErrCorrupt, x, n.stats.ImageDigest, n.ref.Hashes[x])
 	}
 	h := &Header{
 		Version: formatVersion, N: n.ref.N, Index: x, BlockSize: n.ref.BlockSize, EncodeID: n.ref.EncodeID,

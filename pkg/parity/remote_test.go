@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
@@ -152,7 +151,7 @@ func encodeTCP(t *testing.T, dirs []string, l *Layout, opts Options) ([]NodeStat
 	rand.Read(id[:])
 	hashes := make([][32]byte, n)
 	for i, st := range stats {
-		hashes[i] = st.ImageSHA256
+		hashes[i] = st.ImageDigest
 	}
 	// A finish with hashes that do not match this node's run is refused
 	// and leaves nothing behind.
@@ -263,7 +262,7 @@ func TestRemoteEncodeRecover(t *testing.T) {
 				if err != nil {
 					t.Fatalf("node %d share: %v", i, err)
 				}
-				if h.Index != i || h.N != n || h.EncodeID != id || h.Hashes[i] != sha256.Sum256(imgs[i]) {
+				if h.Index != i || h.N != n || h.EncodeID != id || h.Hashes[i] != ImageDigestOf(imgs[i], bs) {
 					t.Fatalf("node %d share header: index %d of %d, id %x (want %x)", i, h.Index, h.N, h.EncodeID, id)
 				}
 				if got := shares[i][h.PayloadOffset():]; !bytes.Equal(got, ref[i]) {
@@ -288,7 +287,7 @@ func TestRemoteEncodeRecover(t *testing.T) {
 						if err := errors.Join(errs...); err != nil {
 							t.Fatalf("recover node %d over TCP: %v", x, err)
 						}
-						if st.BytesStored != sizes[x]+l.ParityBytes(x) || st.ImageSHA256 != sha256.Sum256(imgs[x]) {
+						if st.BytesStored != sizes[x]+l.ParityBytes(x) || st.ImageDigest != ImageDigestOf(imgs[x], bs) {
 							t.Errorf("recover node %d over TCP: stored %d bytes, want %d", x, st.BytesStored, sizes[x]+l.ParityBytes(x))
 						}
 					}

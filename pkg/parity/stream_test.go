@@ -75,7 +75,7 @@ func TestRingOverNetwork(t *testing.T) {
 				if !bytes.Equal(pars[i].Bytes(), ref[i]) {
 					t.Fatalf("node %d parity differs from reference", i)
 				}
-				hashes[i] = stats[i].ImageSHA256
+				hashes[i] = stats[i].ImageDigest
 			}
 			for i := range n {
 				hdrs[i] = &Header{Version: formatVersion, N: n, Index: i, BlockSize: bs, Sizes: sizes, Hashes: hashes,
@@ -108,7 +108,7 @@ func TestRingOverNetwork(t *testing.T) {
 						t.Fatalf("recover %d: %v", x, err)
 					}
 				}
-				if !bytes.Equal(img.Bytes(), imgs[x]) || !bytes.Equal(par.Bytes(), pars[x].Bytes()) || rstats.ImageSHA256 != hashes[x] {
+				if !bytes.Equal(img.Bytes(), imgs[x]) || !bytes.Equal(par.Bytes(), pars[x].Bytes()) || rstats.ImageDigest != hashes[x] {
 					t.Fatalf("recover %d over %s: rebuilt image/parity differ", x, kind)
 				}
 			}
