@@ -24,16 +24,16 @@ import (
 // a mount namespace with its own /proc, and a ckpt agent as its PID 1.
 // Everything is removed when the test ends.
 type Cluster struct {
-	t      testing.TB
-	ckpt   string
-	r      *Reaper
-	id     int
-	Dir    string // short, so that agents' UNIX socket paths fit
+	t    testing.TB
+	ckpt string
+	r    *Reaper
+	id   int
+	Dir  string // short, so that agents' UNIX socket paths fit
 	// Storage is where the nodes' image roots are made (default Dir);
 	// benchmarks set a tmpfs so that the disk is not what they measure.
 	Storage string
-	sw     string // the switch namespace
-	Prefix string // "10.232.ID."
+	sw      string // the switch namespace
+	Prefix  string // "10.232.ID."
 }
 
 // Node is one node of a Cluster.
