@@ -193,26 +193,31 @@ func (fz *frozen) kill() error {
 // waitDead waits until every thread of the killed process has exited, as
 // its tracer sees it: its memory is freed by then, and its PID is left
 // only as a zombie for its parent to reap. A restore of the same PID (a
-// migration back to this node) must not find it still dying.
+// migration back to this node) must not find it still dying. Threads are
+// polled together: a leader is reported only once the tracer has reaped
+// its other threads.
 func (fz *frozen) waitDead(deadline time.Time) {
+	left := map[int]bool{}
 	for _, t := range fz.tasks {
-		for {
+		left[t.tid] = true
+	}
+	for len(left) > 0 && time.Now().Before(deadline) {
+		progress := false
+		for tid := range left {
 			var ws unix.WaitStatus
-			pid, err := unix.Wait4(t.tid, &ws, unix.WALL|unix.WNOHANG, nil)
-			if err == unix.EINTR {
-				continue
+			pid, err := unix.Wait4(tid, &ws, unix.WALL|unix.WNOHANG, nil)
+			switch {
+			case err == unix.EINTR:
+			case err != nil || (pid == tid && (ws.Exited() || ws.Signaled())):
+				delete(left, tid)
+				progress = true
+			case pid == tid && ws.Stopped():
+				ptrace.Detach(tid, 0)
+				progress = true
 			}
-			if err != nil || (pid == t.tid && (ws.Exited() || ws.Signaled())) {
-				break
-			}
-			if pid == t.tid && ws.Stopped() {
-				ptrace.Detach(t.tid, 0)
-				continue
-			}
-			if time.Now().After(deadline) {
-				break
-			}
-			time.Sleep(time.Millisecond)
+		}
+		if !progress {
+			time.Sleep(500 * time.Microsecond)
 		}
 	}
 	fz.tasks = nil
