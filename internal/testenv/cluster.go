@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -157,3 +158,28 @@ func InNetNS(ns string, fn func() error) error {
 
 // ErrShort means a raw TCP measurement moved fewer bytes than asked.
 var ErrShort = errors.New("short transfer")
+
+// FindPID returns the PID (in the caller's PID namespace) of a process
+// whose command line holds every one of words, or 0: how a test finds a
+// process running inside a node.
+func FindPID(words ...string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err != nil {
+			continue
+		}
+		found := true
+		for _, w := range words {
+			found = found && strings.Contains(string(b), w)
+		}
+		if found {
+			return pid
+		}
+	}
+	return 0
+}

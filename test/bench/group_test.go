@@ -80,24 +80,6 @@ func rawTCP(t testing.TB, links []link, size int64) (float64, time.Duration) {
 	return float64(size) * float64(len(links)) / d.Seconds() / 1e6, d
 }
 
-// findPID finds the process (in the root PID namespace) whose command line
-// holds arg.
-func findPID(t testing.TB, arg string) int {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
-		if strings.Contains(string(b), arg) && strings.Contains(string(b), "memhog") {
-			return p
-		}
-	}
-	t.Fatalf("no memhog with %s", arg)
-	return 0
-}
-
 // BenchmarkMigrate moves a memhog of each size between two namespace
 // nodes with `ckpt group migrate` (peer-to-peer: the destination restores
 // while the image arrives), back and forth, and compares the end-to-end
@@ -158,7 +140,11 @@ func BenchmarkMigrate(b *testing.B) {
 			}
 			// The memory arrived intact.
 			lines := len(testenv.ReadLines(log))
-			syscall.Kill(findPID(b, log), syscall.SIGUSR1)
+			hogPID := testenv.FindPID("memhog", log)
+			if hogPID == 0 {
+				b.Fatalf("no memhog with %s", log)
+			}
+			syscall.Kill(hogPID, syscall.SIGUSR1)
 			if l := waitLine(b, log, "check", lines); l != "check ok" {
 				b.Fatalf("migrated memhog: %s", l)
 			}

@@ -150,25 +150,14 @@ func checkSegment(t *testing.T, j jobLog, n int, ts []ringTick, first int, orig 
 	}
 }
 
-// netnsOf returns the network namespace inode of the process whose
-// command line holds arg (in the root PID namespace), or 0.
-func netnsOf(arg string) (pid int, ino uint64) {
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		p, err := strconv.Atoi(e.Name())
-		if err != nil {
-			continue
-		}
-		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", p))
-		if err != nil || !strings.Contains(string(b), arg) || !strings.Contains(string(b), "ringjob") {
-			continue
-		}
-		var st syscall.Stat_t
-		if syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", p), &st) == nil {
-			return p, st.Ino
-		}
+// netnsOf returns the network namespace inode of the ringjob process whose
+// command line holds arg, or 0.
+func netnsOf(arg string) uint64 {
+	var st syscall.Stat_t
+	if pid := testenv.FindPID("ringjob", arg); pid == 0 || syscall.Stat(fmt.Sprintf("/proc/%d/ns/net", pid), &st) != nil {
+		return 0
 	}
-	return 0, 0
+	return st.Ino
 }
 
 func nsIno(t *testing.T, ns string) uint64 {
@@ -385,7 +374,7 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 	t.Logf("migration without rules fails as it should: %s", strings.TrimSpace(res.stderr))
 	for i, j := range logs {
 		j.waitTicks(t, j.last(t)+3)
-		if _, ino := netnsOf(j.path); ino != nsIno(t, where[i].NS) {
+		if ino := netnsOf(j.path); ino != nsIno(t, where[i].NS) {
 			t.Fatalf("job %d is no longer on node %s after a failed migration", i, where[i].Name)
 		}
 		for _, d := range []*node{where[i], b[i]} {
@@ -412,7 +401,7 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 	c.group(&mig, append(append([]string{}, migrate...), append([]string{"--json", "--rules", rules2}, members...)...)...)
 	for i, j := range logs {
 		j.waitTicks(t, j.last(t)+10)
-		if _, ino := netnsOf(j.path); ino != nsIno(t, b[i].NS) {
+		if ino := netnsOf(j.path); ino != nsIno(t, b[i].NS) {
 			t.Fatalf("job %d did not move to node %s", i, b[i].Name)
 		}
 		if mig.Members[i].Agent != b[i].Ctl || mig.Members[i].PID != orig[i].pid {
