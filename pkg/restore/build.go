@@ -52,6 +52,9 @@ type builder struct {
 	gadget uint64
 	pages  int64
 	bytes  int64
+	// filler, while the pages are written, fills private anonymous
+	// memory with UFFDIO_COPY (nil: process_vm_writev only).
+	filler *pageFiller
 	// ourChildren are the zombies restore made: their SIGCHLD is not the
 	// process's.
 	ourChildren map[int32]bool

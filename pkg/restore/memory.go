@@ -194,7 +194,12 @@ func (b *builder) writeChunk(c *pagesChunk, zero []byte) (int64, error) {
 		if off+n > uint64(len(c.buf)) {
 			return 0, fmt.Errorf("pages runs need more than the record's %d data bytes: %w", len(c.buf), image.ErrCorrupt)
 		}
-		if err := add(c.buf[off:off+n], r.Addr); err != nil {
+		if b.filler.covers(v) {
+			if err := b.filler.copy(b.target, r.Addr, c.buf[off:off+n]); err != nil {
+				return 0, err
+			}
+			b.bytes += int64(n)
+		} else if err := add(c.buf[off:off+n], r.Addr); err != nil {
 			return 0, err
 		}
 		off += n

@@ -289,7 +289,16 @@ func (t *tree) build(ir *image.Reader) error {
 		}
 	}
 	t.opts.fault(PhaseMemory)
-	if err := t.writePages(ir); err != nil {
+	for _, b := range live {
+		b.filler = b.openFiller()
+	}
+	err = t.writePages(ir)
+	// Every registration goes before anything else touches the memory.
+	for _, b := range live {
+		b.filler.close()
+		b.filler = nil
+	}
+	if err != nil {
 		return fmt.Errorf("pages: %w", err)
 	}
 	for _, b := range live {
