@@ -211,9 +211,6 @@ type group struct {
 	ctx      context.Context
 	sessions []*session
 	final    []*agent.Event // per session, once it ended
-	failed   error
-	// on is called with informational events (not barriers).
-	on func(i int, ev agent.Event)
 }
 
 // await waits until every live session reports event (skipping
@@ -247,11 +244,9 @@ func (g *group) await(event string) error {
 					return
 				case event:
 					return
-				default:
-					if g.on != nil {
-						g.on(i, ev)
-					}
 				}
+				// Anything else is informational ("built" and "released"
+				// from a receiver, say): read on.
 			}
 		}()
 	}
