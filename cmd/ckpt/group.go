@@ -1,11 +1,13 @@
 package main
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"strings"
 
 	"github.com/ckpt/ckpt/pkg/coord"
+	"github.com/ckpt/ckpt/pkg/rewrite"
 	"github.com/urfave/cli/v2"
 )
 
@@ -33,10 +35,12 @@ func groupCommand() *cli.Command {
 		}
 		return ms, nil
 	}
+	// rules reads the rules file and checks it here, before any agent is
+	// asked anything: a syntax error is reported once, with its line.
 	rules := func(c *cli.Context) (string, error) {
 		p := c.String("rules")
 		if p == "" {
-			p = os.Getenv("CKPT_REWRITE_RULES")
+			p = os.Getenv(rewrite.EnvVar)
 		}
 		if p == "" {
 			return "", nil
@@ -44,6 +48,9 @@ func groupCommand() *cli.Command {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			return "", fmt.Errorf("rules: %w", err)
+		}
+		if _, err := rewrite.Parse(bytes.NewReader(b), p); err != nil {
+			return "", cli.Exit("group: "+err.Error(), 2)
 		}
 		return string(b), nil
 	}

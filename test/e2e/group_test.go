@@ -321,6 +321,13 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 
 	// Restore the whole group, member 1 on the spare with its endpoints
 	// moved there.
+	// A rules file with a syntax error is refused, with its line, before
+	// any node is asked to do anything.
+	badRules := filepath.Join(c.Dir, "bad-rules")
+	os.WriteFile(badRules, []byte(fmt.Sprintf("%s %s\n%s to %s\n", a[1].IP, spare.IP, a[1].IP, spare.IP)), 0o600)
+	if _, serr, err := c.Ckpt("group", "restore", "--manifest", manifest, "--rules", badRules); err == nil || !strings.Contains(serr, badRules+":2:") {
+		t.Fatalf("group restore with a bad rules file: %v: %s", err, serr)
+	}
 	rules1 := filepath.Join(c.Dir, "rules1")
 	os.WriteFile(rules1, []byte(fmt.Sprintf("# node a1 is lost: its member runs on the spare\n%s %s\n", a[1].IP, spare.IP)), 0o600)
 	restoredAt := make([]int, n)
