@@ -4,7 +4,7 @@ BIN     := bin
 GOFLAGS ?=
 TESTTIMEOUT ?= 10m
 
-.PHONY: all build test demo deps vet fuzz bench clean
+.PHONY: all build test demo demo-group deps vet fuzz bench clean
 
 all: build
 
@@ -26,6 +26,10 @@ test: deps build vet
 
 demo: build
 	$(BIN)/ckpt-reaper exec -- bash scripts/demo.sh
+
+# A job on 3 namespace nodes: group checkpoint with parity, then migration.
+demo-group: build
+	bash scripts/demo-group.sh
 
 # Short fuzz runs of every parser.
 fuzz:
