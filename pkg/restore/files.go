@@ -396,6 +396,13 @@ func (t *tree) resumeSockets() error {
 		if err := sockets.Resume(int(r.f.Fd()), st, r.sendQ); err != nil {
 			return fmt.Errorf("socket %s-%s: %w", r.s.Local, r.s.Remote, err)
 		}
+		// A copy, so that a restore discarded before its release can
+		// silence the connection again (see Restored.Kill).
+		d, err := dupFile(r.f)
+		if err != nil {
+			return err
+		}
+		t.conns = append(t.conns, d)
 	}
 	t.repairs = nil
 	return nil

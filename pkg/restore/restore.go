@@ -44,6 +44,7 @@ import (
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
 	"github.com/ckpt/ckpt/pkg/rewrite"
+	"github.com/ckpt/ckpt/pkg/sockets"
 	"golang.org/x/sys/unix"
 )
 
@@ -121,7 +122,20 @@ type Restored struct {
 	tasks   []int
 	stopped map[int]bool // tasks to leave in group-stop
 	lock    string       // network lock table to lift once released
-	done    bool
+	ownLock bool         // taken by this restore (not the dump's)
+	// conns are ckpt-redo's copies of the restored connections: a copy
+	// discarded before its release puts them back in repair mode, so that
+	// they die silently (no FIN to a peer, no TIME_WAIT holding the
+	// 4-tuple against a retry).
+	conns []*os.File
+	done  bool
+}
+
+func (r *Restored) closeConns() {
+	for _, f := range r.conns {
+		f.Close()
+	}
+	r.conns = nil
 }
 
 // unlock lifts the network lock, if any.
@@ -152,6 +166,7 @@ func (r *Restored) Release() error {
 			return fmt.Errorf("release %d: %w", r.tasks[i], err)
 		}
 	}
+	r.closeConns()
 	// The connections are live and their processes run: let packets in.
 	if err := r.unlock(); err != nil {
 		return fmt.Errorf("released, but the network lock stays: %w", err)
@@ -165,13 +180,21 @@ func (r *Restored) Kill() {
 		return
 	}
 	r.done = true
+	for _, f := range r.conns {
+		sockets.EnterRepair(int(f.Fd()))
+	}
 	for _, t := range r.tasks {
 		unix.Kill(t, unix.SIGKILL)
 	}
 	for _, t := range r.tasks {
 		ptrace.Detach(t, 0)
 	}
-	r.unlock()
+	r.closeConns()
+	// Back to how things were: a lock this restore took goes, the dump's
+	// stays for a retry.
+	if r.ownLock {
+		r.unlock()
+	}
 }
 
 // Restore builds the processes from the image stream and releases them.
@@ -245,8 +268,8 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 		t.kill()
 		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}
-	r := &Restored{stopped: map[int]bool{}, lock: t.lock}
-	t.lock = "" // owned by r now
+	r := &Restored{stopped: map[int]bool{}, lock: t.lock, ownLock: t.ownLock, conns: t.conns}
+	t.lock, t.conns = "", nil // owned by r now
 	r.PID = root.PID
 	for _, b := range t.procs {
 		r.Processes++

@@ -37,6 +37,8 @@ type tree struct {
 	// it; the dump's own lock stays for a retry).
 	lock    string
 	ownLock bool
+	// conns are copies of the restored connections, live again.
+	conns []*os.File
 	// unixPeers holds the second end of a UNIX socket pair built when its
 	// first end was opened, by the inode it stands for.
 	unixPeers map[uint32]*os.File
@@ -105,6 +107,10 @@ func (t *tree) cleanup() {
 		netlock.Release(t.lock, -1)
 	}
 	t.lock = ""
+	for _, f := range t.conns {
+		f.Close()
+	}
+	t.conns = nil
 }
 
 // kill kills every process built so far.

@@ -450,3 +450,106 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 	}
 	t.Logf("job finished after %d rounds with the right checksum %d", rounds, sum)
 }
+
+// TestGroupRestoreAborts restores a group whose last member cannot come
+// back (its listening address is taken on its node): the members already
+// built are discarded, so nothing of the job runs and no node keeps a
+// lock; once the address is free, the same images restore and the job
+// finishes with the right checksum.
+func TestGroupRestoreAborts(t *testing.T) {
+	e := setup(t)
+	job := testenv.BuildVictim(t, "ringjob")
+	c := &cluster{testenv.NewCluster(t, e.ckpt(), e.r), t}
+	const n = 3
+	nodes := make([]*node, n)
+	for i := range nodes {
+		nodes[i] = c.AddNode(fmt.Sprintf("g%d", i), i+1)
+	}
+	stop := filepath.Join(c.Dir, "stop")
+	logs := make([]jobLog, n)
+	var members []string
+	for i := range nodes {
+		logs[i] = jobLog{index: i, path: filepath.Join(c.Dir, fmt.Sprintf("job%d.log", i))}
+		out, serr, err := c.Ckpt("group", "exec", "--agent", nodes[i].Ctl, "--", job, logs[i].path, strconv.Itoa(i), strconv.Itoa(n),
+			nodes[i].IP+":5000", nodes[(i+1)%n].IP+":5000", stop, "10", "1")
+		if err != nil {
+			t.Fatalf("group exec: %v: %s", err, serr)
+		}
+		members = append(members, strings.TrimSpace(out)+"@"+nodes[i].Ctl)
+	}
+	for _, j := range logs {
+		j.waitTicks(t, 5)
+	}
+	orig := make([]ringTick, n)
+	for i, j := range logs {
+		orig[i] = ticks(t, j.lines())[0]
+	}
+	manifest := filepath.Join(c.Dir, "ck.json")
+	c.group(nil, append([]string{"checkpoint", "--json", "--kill", "--name", "ck", "--manifest", manifest}, members...)...)
+	locks := make([]string, n)
+	for i, j := range logs {
+		if netnsOf(j.path) != 0 {
+			t.Fatalf("job %d still runs after a checkpoint with --kill", i)
+		}
+		// The dumps keep their connections locked until the restore.
+		if locks[i] = c.Locks(nodes[i]); locks[i] == "" {
+			t.Fatalf("node %s has no lock after a checkpoint with --kill", nodes[i].Name)
+		}
+	}
+	restoredAt := make([]int, n)
+	for i, j := range logs {
+		restoredAt[i] = len(j.lines())
+	}
+
+	// Something else listens on the last member's address.
+	blocker, serr, err := c.Ckpt("group", "exec", "--agent", nodes[n-1].Ctl, "--", "python3", "-c",
+		fmt.Sprintf("import socket,time\ns=socket.socket()\ns.bind(('%s',5000))\ns.listen()\nprint('listening',flush=True)\ntime.sleep(600)", nodes[n-1].IP))
+	if err != nil {
+		t.Fatalf("start the blocker: %v: %s", err, serr)
+	}
+	time.Sleep(300 * time.Millisecond)
+	_, serr, err = c.Ckpt("group", "restore", "--manifest", manifest)
+	if err == nil || !strings.Contains(serr, "aborted") || !strings.Contains(serr, "already in use") {
+		t.Fatalf("group restore with a taken address: %v: %s", err, serr)
+	}
+	time.Sleep(300 * time.Millisecond)
+	for i, j := range logs {
+		if netnsOf(j.path) != 0 {
+			t.Fatalf("job %d runs after an aborted group restore", i)
+		}
+		if len(j.lines()) != restoredAt[i] {
+			t.Fatalf("job %d wrote after an aborted group restore:\n%s", i, tail(j.lines(), 3))
+		}
+		if l := c.Locks(nodes[i]); l != locks[i] {
+			t.Fatalf("node %s: lock %q after an aborted restore; the dump left %q, which must stay for a retry", nodes[i].Name, l, locks[i])
+		}
+	}
+
+	// Free the address: the same images restore.
+	c.group(nil, "kill", strings.TrimSpace(blocker)+"@"+nodes[n-1].Ctl)
+	c.group(nil, "restore", "--json", "--manifest", manifest)
+	for i, j := range logs {
+		j.waitNewTicks(t, restoredAt[i], 5)
+		seg := ticks(t, j.lines()[restoredAt[i]:])
+		checkSegment(t, j, n, seg, seg[0].k, orig[i])
+		if l := c.Locks(nodes[i]); l != "" {
+			t.Fatalf("node %s keeps a lock after the restore: %s", nodes[i].Name, l)
+		}
+	}
+	os.WriteFile(stop, nil, 0o600)
+	deadline := time.Now().Add(30 * time.Second)
+	var rounds int
+	var sum uint64
+	for rounds == 0 {
+		for _, l := range logs[0].lines() {
+			fmt.Sscanf(l, "done rounds=%d sum=%d", &rounds, &sum)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job did not finish; log ends:\n%s", tail(logs[0].lines(), 3))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if sum != ringSum(n, n-1, rounds) {
+		t.Fatalf("job finished with rounds=%d sum=%d, want %d", rounds, sum, ringSum(n, n-1, rounds))
+	}
+}
