@@ -157,7 +157,9 @@ func EncodeDirs(ctx context.Context, dirs []string, opts Options) (Report, error
 	}
 
 	stats, err := runRing(ctx, l, -1, func(ctx context.Context, i int, left io.Reader, right io.Writer) (NodeStats, error) {
-		st, err := RunNode(ctx, NodeConfig{Layout: l, Index: i, Depth: opts.Depth}, left, right, images[i], outs[i])
+		src := mapImage(images[i], sizes[i])
+		defer unmapImage(src)
+		st, err := RunNode(ctx, NodeConfig{Layout: l, Index: i, Depth: opts.Depth}, left, right, src, outs[i])
 		if err != nil {
 			err = fmt.Errorf("%s: %w", dirs[i], err)
 		}
@@ -330,7 +332,9 @@ func RecoverDir(ctx context.Context, lost string, survivors []string, opts Optio
 			return RunReplacement(ctx, cfg, left, img.f, parityOut)
 		}
 		s := byIndex[i]
-		st, err := RunSurvivor(ctx, cfg, left, right, s.image, s.share)
+		src := mapImage(s.image, l.Size(i))
+		defer unmapImage(src)
+		st, err := RunSurvivor(ctx, cfg, left, right, src, s.share)
 		if err != nil {
 			err = fmt.Errorf("survivor %s: %w", s.dir, err)
 		}

@@ -235,8 +235,15 @@ type engine struct {
 
 type item struct {
 	buf  []byte
-	pool *pool
+	pool *pool // nil: buf is a mapped block, not the pool's
 	st   step
+}
+
+// blockSource is a data source whose blocks can be used in place (a
+// mapped image file), saving the copy into a pool buffer.
+type blockSource interface {
+	io.ReaderAt
+	block(off int64, n int) []byte
 }
 
 // pool is a bounded set of block buffers, allocated on first use.
@@ -265,7 +272,11 @@ func (p *pool) get(ctx context.Context) ([]byte, error) {
 	}
 }
 
-func (p *pool) put(b []byte) { p.ch <- b }
+func (p *pool) put(b []byte) {
+	if p != nil {
+		p.ch <- b
+	}
+}
 
 func send[T any](ctx context.Context, ch chan<- T, v T) error {
 	select {
@@ -344,7 +355,7 @@ func (e *engine) run(parent context.Context) (NodeStats, error) {
 	done := make(chan struct{}, len(stages))
 	for _, f := range stages {
 		go func() {
-			if err := f(ctx); err != nil && ctx.Err() == nil {
+			if err := guardFaults(func() error { return f(ctx) }); err != nil && ctx.Err() == nil {
 				fail(err)
 			}
 			done <- struct{}{}
@@ -405,16 +416,27 @@ func (e *engine) loader(ctx context.Context, p *pool, out chan<- item) error {
 		if st.role == roleSink || st.own.kind == kindNone {
 			continue
 		}
-		buf, err := p.get(ctx)
-		if err != nil {
-			return err
-		}
 		ref := st.own
 		src, what := e.data, KindData
 		if ref.kind == kindParity {
 			src, what = e.parity, KindParity
 		}
-		n, err := src.ReadAt(buf[:ref.len], ref.off)
+		// A whole block of a mapped file is used where it lies; a short
+		// one is copied, for its padding.
+		var buf []byte
+		var bp *pool
+		if m, ok := src.(blockSource); ok && ref.len == p.size {
+			buf = m.block(ref.off, ref.len) // nil if the file is short
+		}
+		n := ref.len
+		var err error
+		if buf == nil {
+			bp = p
+			if buf, err = p.get(ctx); err != nil {
+				return err
+			}
+			n, err = src.ReadAt(buf[:ref.len], ref.off)
+		}
 		if n < ref.len {
 			if err == nil || errors.Is(err, io.EOF) {
 				return fmt.Errorf("%w: %s ends at %d bytes, layout needs %d", ErrMismatch, what, ref.off+int64(n), ref.off+int64(ref.len))
@@ -436,7 +458,7 @@ func (e *engine) loader(ctx context.Context, p *pool, out chan<- item) error {
 			return &CorruptError{Node: e.cfg.Index, Kind: what, Block: ref.index, Stripe: st.stripe,
 				Offset: fileOff, Length: ref.len, Want: want[ref.index], Got: crc}
 		}
-		if err := send(ctx, out, item{buf: buf, pool: p, st: st}); err != nil {
+		if err := send(ctx, out, item{buf: buf, pool: bp, st: st}); err != nil {
 			return err
 		}
 	}

@@ -19,6 +19,7 @@ type EncodeNode struct {
 	l     *Layout
 	index int
 	image *os.File
+	src   io.ReaderAt // the image, mapped if it could be
 	share *tempFile
 	out   io.Writer
 	stats NodeStats
@@ -61,13 +62,13 @@ func OpenEncode(dir string, l *Layout, index int, opts Options) (*EncodeNode, er
 		f.Close()
 		return nil, fmt.Errorf("parity: node %d: %w", index, err)
 	}
-	return &EncodeNode{dir: dir, opts: opts, l: l, index: index, image: f, share: t,
+	return &EncodeNode{dir: dir, opts: opts, l: l, index: index, image: f, src: mapImage(f, fi.Size()), share: t,
 		out: io.NewOffsetWriter(t.f, alignUp(int64(headerLen(l, index))))}, nil
 }
 
 // Run runs the node's part of the ring (RunNode with the link handshake).
 func (n *EncodeNode) Run(ctx context.Context, left io.Reader, right io.Writer) (NodeStats, error) {
-	st, err := RunNode(ctx, NodeConfig{Layout: n.l, Index: n.index, Depth: n.opts.Depth, Handshake: true}, left, right, n.image, n.out)
+	st, err := RunNode(ctx, NodeConfig{Layout: n.l, Index: n.index, Depth: n.opts.Depth, Handshake: true}, left, right, n.src, n.out)
 	n.stats = st
 	return st, err
 }
@@ -94,6 +95,7 @@ func (n *EncodeNode) Finish(id [16]byte, hashes [][32]byte) error {
 
 // Close releases the node; an unfinished share is discarded.
 func (n *EncodeNode) Close() {
+	unmapImage(n.src)
 	n.image.Close()
 	n.share.discard()
 }
@@ -128,6 +130,7 @@ type RecoverNode struct {
 	cfg    RecoverConfig
 	ref    *Header
 	image  *os.File
+	src    io.ReaderAt // the image, mapped if it could be
 	share  *Share
 	shareF *os.File
 	// replacement only
@@ -177,7 +180,7 @@ func OpenSurvivor(dir string, lost int, opts Options) (*RecoverNode, error) {
 		return nil, fmt.Errorf("%w: survivor %s (node %d): image is %d bytes but the parity was encoded for %d",
 			ErrMismatch, dir, h.Index, ifi.Size(), l.Size(h.Index))
 	}
-	return &RecoverNode{dir: dir, opts: opts, ref: h, image: img, share: sh, shareF: sf,
+	return &RecoverNode{dir: dir, opts: opts, ref: h, image: img, src: mapImage(img, ifi.Size()), share: sh, shareF: sf,
 		cfg: RecoverConfig{NodeConfig: NodeConfig{Layout: l, Index: h.Index, Depth: opts.Depth, Handshake: true}, Lost: lost}}, nil
 }
 
@@ -228,7 +231,7 @@ func (n *RecoverNode) Run(ctx context.Context, left io.Reader, right io.Writer) 
 	if n.img != nil {
 		st, err = RunReplacement(ctx, n.cfg, left, n.img.f, n.out)
 	} else {
-		st, err = RunSurvivor(ctx, n.cfg, left, right, n.image, n.share)
+		st, err = RunSurvivor(ctx, n.cfg, left, right, n.src, n.share)
 	}
 	n.stats = st
 	return st, err
@@ -266,6 +269,7 @@ func (n *RecoverNode) Finish() error {
 
 // Close releases the node; an unfinished rebuild is discarded.
 func (n *RecoverNode) Close() {
+	unmapImage(n.src)
 	if n.image != nil {
 		n.image.Close()
 	}

@@ -569,3 +569,38 @@ func openReplacement(t *testing.T, dirs []string, dir string, lost int, overwrit
 	}
 	return err
 }
+
+// TestMappedImageTruncated truncates an image while its node is reading it
+// mapped: the node fails with ErrCorrupt instead of crashing the process.
+func TestMappedImageTruncated(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, DefaultImageName)
+	const bs = 64 << 10
+	if err := os.WriteFile(path, make([]byte, 8*bs), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	src := mapImage(f, 8*bs)
+	defer unmapImage(src)
+	m, ok := src.(*mappedFile)
+	if !ok {
+		t.Fatal("the image was not mapped")
+	}
+	if err := os.Truncate(path, 0); err != nil {
+		t.Fatal(err)
+	}
+	err = guardFaults(func() error {
+		var sum byte
+		for _, c := range m.block(4*bs, bs) {
+			sum += c
+		}
+		return fmt.Errorf("read %d from a truncated mapping without a fault", sum)
+	})
+	if !errors.Is(err, ErrCorrupt) {
+		t.Fatalf("reading a truncated mapped image: %v, want ErrCorrupt", err)
+	}
+}
