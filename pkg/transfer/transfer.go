@@ -134,6 +134,7 @@ func (s *Sender) listen(br *bufio.Reader) {
 // fails because the receiver gave up reports the receiver's reason.
 type senderConn struct{ s *Sender }
 
+// Write implements io.Writer.
 func (c senderConn) Write(p []byte) (int, error) {
 	n, err := c.s.conn.Write(p)
 	if err != nil {
