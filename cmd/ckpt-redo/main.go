@@ -39,7 +39,7 @@ func main() {
 			&cli.StringSliceFlag{Name: "inherit-fd", Usage: "give the process's fd `N` this ckpt-redo's own fd N (repeatable)"},
 			&cli.StringFlag{Name: "stdio", Usage: "replace fds 0-2 that cannot be restored (a pipe or terminal outside the dump) with `FILE`, e.g. /dev/null"},
 			&cli.StringFlag{Name: "rules", Usage: "endpoint rewrite rules `FILE` (default: $" + rewrite.EnvVar + "): move TCP and UDP endpoints to new addresses"},
-			&cli.StringFlag{Name: "listen", Usage: "receive the image from `ckpt dump --to` on `HOST:PORT` (port 0: any) and restore it while it arrives"},
+			&cli.StringFlag{Name: "listen", Usage: "receive one image (sent by ckpt dump --to) on `HOST:PORT` (port 0: any) and restore it while it arrives"},
 			&cli.StringFlag{Name: "keep", Usage: "with --listen, also store the received image in `DIR`"},
 			&cli.IntFlag{Name: "control", Value: -1, Usage: "agent control socket `FD` (group operations; see ckpt agent)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},

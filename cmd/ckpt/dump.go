@@ -24,7 +24,7 @@ func dumpCommand() *cli.Command {
 		ArgsUsage: "PID",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "dir", Aliases: []string{"D"}, Usage: "image directory (created 0700; the image file is 0600)"},
-			&cli.StringFlag{Name: "to", Usage: "stream the image to `HOST:PORT`, where `ckpt-redo --listen` restores it while it arrives, instead of writing it to disk; the process is killed once the receiver holds its copy"},
+			&cli.StringFlag{Name: "to", Usage: "stream the image to `HOST:PORT`, where ckpt-redo --listen restores it while it arrives, instead of writing it to disk; the process is killed once the receiver holds its copy"},
 			&cli.IntFlag{Name: "control", Value: -1, Usage: "agent control socket `FD` (group operations; see ckpt agent)"},
 			&cli.BoolFlag{Name: "leave-running", Aliases: []string{"R"}, Usage: "let the process go on after the dump instead of killing it"},
 			&cli.Int64Flag{Name: "ghost-limit", Value: dump.DefaultGhostLimit, Usage: "largest deleted file whose content is kept in the image, in bytes"},
