@@ -64,6 +64,10 @@ func dumpCommand() *cli.Command {
 				DropLock:     to != "",
 			}
 			if ctl != nil {
+				opts.Progress = func(done, total int64) {
+					bar.Update(done, total)
+					ctl.Progress(done, total)
+				}
 				opts.AfterFreeze = func() error { return ctl.Await("frozen", "continue") }
 				opts.BeforeCommit = func() error { return ctl.Await("prepared", "commit") }
 			}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/progress"
 	"github.com/ckpt/ckpt/pkg/coord"
 	"github.com/ckpt/ckpt/pkg/rewrite"
 	"github.com/urfave/cli/v2"
@@ -14,12 +15,20 @@ import (
 func groupCommand() *cli.Command {
 	jsonFlag := &cli.BoolFlag{Name: "json", Usage: "print the report as JSON"}
 	manifestFlag := &cli.StringFlag{Name: "manifest", Aliases: []string{"m"}, Required: true, Usage: "group manifest `FILE`"}
-	coordinator := func(c *cli.Context) *coord.Coordinator {
+	// coordinator logs phases and draws the members' memory progress on
+	// stderr (a terminal only), or stays quiet with --json.
+	coordinator := func(c *cli.Context) (*coord.Coordinator, *progress.Bar) {
 		co := &coord.Coordinator{}
+		var bar *progress.Bar
 		if !c.Bool("json") {
-			co.Log = func(format string, args ...any) { fmt.Fprintf(os.Stderr, "ckpt group: "+format+"\n", args...) }
+			bar = progress.New(os.Stderr, "memory")
+			co.Progress = bar.Update
+			co.Log = func(format string, args ...any) {
+				bar.Done()
+				fmt.Fprintf(os.Stderr, "ckpt group: "+format+"\n", args...)
+			}
 		}
-		return co
+		return co, bar
 	}
 	members := func(c *cli.Context) ([]coord.Member, error) {
 		if c.NArg() == 0 {
@@ -91,7 +100,9 @@ func groupCommand() *cli.Command {
 					if c.NArg() == 0 {
 						return cli.Exit("group exec: want a program", 2)
 					}
-					pid, err := coordinator(c).Exec(c.Context, c.String("agent"), c.Args().Slice(), c.String("stdout"))
+					co, bar := coordinator(c)
+					defer bar.Done()
+					pid, err := co.Exec(c.Context, c.String("agent"), c.Args().Slice(), c.String("stdout"))
 					if err != nil {
 						return err
 					}
@@ -108,7 +119,9 @@ func groupCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					return coordinator(c).Kill(c.Context, ms)
+					co, bar := coordinator(c)
+					defer bar.Done()
+					return co.Kill(c.Context, ms)
 				},
 			},
 			{
@@ -130,7 +143,9 @@ func groupCommand() *cli.Command {
 					if strings.ContainsAny(name, "/\x00") || name == "." || name == ".." {
 						return cli.Exit("group: --name must be a plain name", 2)
 					}
-					m, rep, err := coordinator(c).Checkpoint(c.Context, name, ms,
+					co, bar := coordinator(c)
+					defer bar.Done()
+					m, rep, err := co.Checkpoint(c.Context, name, ms,
 						coord.CheckpointOptions{Kill: c.Bool("kill"), Parity: c.Bool("parity"), BlockSize: c.Int("block-size")})
 					if m != nil {
 						if serr := m.Save(c.String("manifest")); serr != nil && err == nil {
@@ -157,7 +172,9 @@ func groupCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					rep, err := coordinator(c).Restore(c.Context, m, r)
+					co, bar := coordinator(c)
+					defer bar.Done()
+					rep, err := co.Restore(c.Context, m, r)
 					if err != nil {
 						return err
 					}
@@ -174,7 +191,9 @@ func groupCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					p, err := coordinator(c).Encode(c.Context, m)
+					co, bar := coordinator(c)
+					defer bar.Done()
+					p, err := co.Encode(c.Context, m)
 					if err != nil {
 						return err
 					}
@@ -198,7 +217,9 @@ func groupCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					nm, p, err := coordinator(c).Recover(c.Context, m, c.Int("lost"), c.String("spare"))
+					co, bar := coordinator(c)
+					defer bar.Done()
+					nm, p, err := co.Recover(c.Context, m, c.Int("lost"), c.String("spare"))
 					if err != nil {
 						return err
 					}
@@ -225,7 +246,9 @@ func groupCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					moved, rep, err := coordinator(c).Migrate(c.Context, ms, c.StringSlice("to"), r)
+					co, bar := coordinator(c)
+					defer bar.Done()
+					moved, rep, err := co.Migrate(c.Context, ms, c.StringSlice("to"), r)
 					if err != nil {
 						return err
 					}

@@ -8,6 +8,7 @@
 // the agent died) to abort. Lines are plain words, e.g.
 //
 //	ckpt dump:   "frozen" → "continue" | "abort"
+//	             "progress DONE TOTAL" (bytes of memory written, a few times a second)
 //	             "prepared" → "commit" | "abort"
 //	ckpt-redo:   "listening ADDR"
 //	             "built" → "release" | "abort"   (image from a directory)
@@ -21,6 +22,8 @@ import (
 	"io"
 	"os"
 	"strings"
+	"sync"
+	"time"
 )
 
 // ErrAborted means the group decided to abort.
@@ -28,8 +31,10 @@ var ErrAborted = errors.New("aborted by the group coordinator")
 
 // Channel is the child's end of the control socket.
 type Channel struct {
-	f *os.File
-	r *bufio.Reader
+	f    *os.File
+	r    *bufio.Reader
+	mu   sync.Mutex // events may come from several goroutines
+	last time.Time  // of the last progress event
 }
 
 // Open takes over fd as the control channel.
@@ -50,6 +55,8 @@ func (c *Channel) Event(format string, args ...any) error {
 		return nil
 	}
 	line := fmt.Sprintf(format, args...)
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if _, err := io.WriteString(c.f, line+"\n"); err != nil {
 		return fmt.Errorf("control: report %q: %w", line, err)
 	}
@@ -73,4 +80,22 @@ func (c *Channel) Await(event, want string) error {
 		return fmt.Errorf("after %q: told %q: %w", event, got, ErrAborted)
 	}
 	return nil
+}
+
+// Progress reports done of total bytes, at most four times a second (and
+// always at the end).
+func (c *Channel) Progress(done, total int64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	now := time.Now()
+	skip := now.Sub(c.last) < 250*time.Millisecond && done < total
+	if !skip {
+		c.last = now
+	}
+	c.mu.Unlock()
+	if !skip {
+		c.Event("progress %d %d", done, total)
+	}
 }

@@ -48,9 +48,10 @@ func (b *Bar) Update(done, total int64) {
 	b.shown = true
 }
 
-// Done ends the line.
+// Done ends the line, if one was drawn; a later Update starts a new one.
 func (b *Bar) Done() {
 	if b != nil && b.shown {
 		fmt.Fprintln(b.w)
+		b.shown = false
 	}
 }

@@ -457,7 +457,12 @@ func (a *Agent) relay(c *Conn, ch *child, barriers map[string]string) {
 				return
 			}
 			word, arg, _ := strings.Cut(line, " ")
-			c.Send(Event{Event: word, Addr: arg})
+			ev := Event{Event: word, Addr: arg}
+			if word == EvProgress {
+				ev.Addr = ""
+				fmt.Sscan(arg, &ev.Done, &ev.Total)
+			}
+			c.Send(ev)
 			want, ok := barriers[word]
 			if !ok {
 				continue

@@ -42,6 +42,7 @@ const (
 	EvBuilt     = "built"     // restore: processes built and held stopped
 	EvReleased  = "released"  // restore: processes run
 	EvStats     = "stats"     // parity: the node's ring is done
+	EvProgress  = "progress"  // dump: Done of Total bytes of memory written
 )
 
 // Request is one line from the coordinator.
@@ -90,6 +91,8 @@ type Event struct {
 	Header []byte            `json:"header,omitempty"`  // parity-survive
 	Result json.RawMessage   `json:"result,omitempty"`  // dump, restore: the tool's --json output
 	Stats  *parity.NodeStats `json:"stats,omitempty"`
+	Done   int64             `json:"done,omitempty"`  // progress
+	Total  int64             `json:"total,omitempty"` // progress
 	// Timeout marks an EvError the coordinator made up because the agent
 	// did not answer in time; never sent by an agent.
 	Timeout bool `json:"-"`

@@ -134,6 +134,9 @@ type Coordinator struct {
 	Log func(format string, args ...any)
 	// Timeout bounds each barrier wait; 0 means 10 minutes.
 	Timeout time.Duration
+	// Progress, if set, is called with the bytes of memory the members'
+	// dumps have written so far, and their total.
+	Progress func(done, total int64)
 }
 
 func (c *Coordinator) logf(format string, args ...any) {
@@ -211,6 +214,27 @@ type group struct {
 	ctx      context.Context
 	sessions []*session
 	final    []*agent.Event // per session, once it ended
+
+	mu       sync.Mutex
+	progress map[int][2]int64 // per session: done, total
+}
+
+// report records one member's progress and reports the group's.
+func (g *group) report(i int, ev agent.Event) {
+	if g.c.Progress == nil {
+		return
+	}
+	g.mu.Lock()
+	if g.progress == nil {
+		g.progress = map[int][2]int64{}
+	}
+	g.progress[i] = [2]int64{ev.Done, ev.Total}
+	var done, total int64
+	for _, p := range g.progress {
+		done, total = done+p[0], total+p[1]
+	}
+	g.c.Progress(done, total) // under g.mu: one call at a time
+	g.mu.Unlock()
 }
 
 // await waits until every live session reports event (skipping
@@ -244,6 +268,8 @@ func (g *group) await(event string) error {
 					return
 				case event:
 					return
+				case agent.EvProgress:
+					g.report(i, ev)
 				}
 				// Anything else is informational ("built" and "released"
 				// from a receiver, say): read on.
