@@ -31,6 +31,8 @@ import (
 // Sink receives the image records. *image.DirWriter is one.
 type Sink interface {
 	WriteRecord(t image.Type, meta any, data ...[]byte) error
+	// WritePrepared writes a record encoded and checksummed ahead.
+	WritePrepared(rec *image.Prepared) error
 	Commit() error
 	Abort()
 }

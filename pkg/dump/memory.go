@@ -120,12 +120,18 @@ type memStats struct {
 	elapsed            time.Duration
 }
 
-// batch is a buffer of pages read from the process, ready to be written.
+// batch is a buffer of pages read from the process, ready to be written:
+// its zero pages are left out and its record is encoded and checksummed
+// by the reading goroutine, so that the writing one (on a transfer, the
+// one that feeds the socket) only writes.
 type batch struct {
-	pid  int
-	buf  []byte
-	runs []run
-	err  error
+	pid   int
+	buf   []byte
+	runs  []run
+	rec   *image.Prepared
+	n     int   // bytes of buf the record holds
+	nzero int64 // zero pages left out
+	err   error
 }
 
 // dumpMemory reads the planned pages with process_vm_readv in large
@@ -171,6 +177,7 @@ func dumpMemory(jobs []memJob, sink Sink, progress func(done, total int64), read
 			unix.Munmap(b)
 		}
 	}()
+	zero := make([]byte, pageSize)
 	go func() {
 		defer close(exited)
 		defer close(full)
@@ -192,12 +199,17 @@ func dumpMemory(jobs []memJob, sink Sink, progress func(done, total int64), read
 				}
 				allocated <- buf
 			}
-			err := readBatch(b.pid, buf, b.runs)
-			if err != nil {
-				err = fmt.Errorf("process %d: %w", b.pid, err)
+			bt := batch{pid: b.pid, buf: buf, runs: b.runs}
+			if err := readBatch(b.pid, buf, b.runs); err != nil {
+				bt.err = fmt.Errorf("process %d: %w", b.pid, err)
+			} else {
+				var meta []image.PageRun
+				meta, bt.n, bt.nzero = compact(buf, b.runs, zero)
+				bt.rec, bt.err = image.Prepare(image.TypePages, image.Pages{PID: b.pid, Runs: meta}, buf[:bt.n])
 			}
+			err := bt.err
 			select {
-			case full <- batch{pid: b.pid, buf: buf, runs: b.runs, err: err}:
+			case full <- bt:
 			case <-stop:
 				return
 			}
@@ -208,7 +220,6 @@ func dumpMemory(jobs []memJob, sink Sink, progress func(done, total int64), read
 		close(allRead)
 	}()
 	var done int64
-	zero := make([]byte, pageSize)
 	ready := allRead
 	if readDone == nil {
 		ready = nil
@@ -229,13 +240,12 @@ func dumpMemory(jobs []memJob, sink Sink, progress func(done, total int64), read
 		if b.err != nil {
 			return st, b.err
 		}
-		meta, n, nzero := compact(b.buf, b.runs, zero)
-		if err := sink.WriteRecord(image.TypePages, image.Pages{PID: b.pid, Runs: meta}, b.buf[:n]); err != nil {
+		if err := sink.WritePrepared(b.rec); err != nil {
 			return st, err
 		}
-		st.bytes += int64(n)
-		st.pages += int64(n / pageSize)
-		st.zero += nzero
+		st.bytes += int64(b.n)
+		st.pages += int64(b.n / pageSize)
+		st.zero += b.nzero
 		for _, r := range b.runs {
 			done += int64(r.pages * pageSize)
 		}

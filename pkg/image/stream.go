@@ -70,12 +70,50 @@ func (w *Writer) WriteRecord(t Type, meta any, data ...[]byte) error {
 	return w.writeRaw(t, m, data...)
 }
 
+// Prepared is a record whose metadata is encoded and whose checksum is
+// computed ahead of its writing, so that a pipeline can do that work in
+// another goroutine than the one that writes (to a socket, say).
+type Prepared struct {
+	typ  Type
+	meta []byte
+	data [][]byte
+	sum  uint32
+}
+
+// Prepare encodes meta and checksums the record. The data must not change
+// until the record is written.
+func Prepare(t Type, meta any, data ...[]byte) (*Prepared, error) {
+	m, err := json.Marshal(meta)
+	if err != nil {
+		return nil, fmt.Errorf("image: encode %s record: %w", t, err)
+	}
+	sum := crc32.Update(0, castagnoli, m)
+	for _, d := range data {
+		sum = crc32.Update(sum, castagnoli, d)
+	}
+	return &Prepared{typ: t, meta: m, data: data, sum: sum}, nil
+}
+
+// WritePrepared writes a record made by Prepare.
+func (w *Writer) WritePrepared(p *Prepared) error {
+	if w.closed {
+		return errors.New("image: write after close")
+	}
+	return w.writeSum(p.typ, p.meta, p.sum, p.data...)
+}
+
 func (w *Writer) writeRaw(t Type, meta []byte, data ...[]byte) error {
-	var dlen uint64
 	sum := crc32.Update(0, castagnoli, meta)
 	for _, d := range data {
-		dlen += uint64(len(d))
 		sum = crc32.Update(sum, castagnoli, d)
+	}
+	return w.writeSum(t, meta, sum, data...)
+}
+
+func (w *Writer) writeSum(t Type, meta []byte, sum uint32, data ...[]byte) error {
+	var dlen uint64
+	for _, d := range data {
+		dlen += uint64(len(d))
 	}
 	if dlen%PageSize != 0 {
 		return fmt.Errorf("image: %s record data is %d bytes, not a multiple of %d", t, dlen, PageSize)
@@ -283,6 +321,28 @@ func (r *Reader) ReadData(p []byte) (int, error) {
 		}
 	}
 	return len(p), nil
+}
+
+// ReadDataLater reads all of the current record's data into p (exactly
+// its length) without checking it, and returns the check: it must be
+// called, and succeed, before the data is used. A pipeline uses it to move
+// the checksum off the goroutine that reads from a socket.
+func (r *Reader) ReadDataLater(p []byte) (check func() error, err error) {
+	if r.cur == nil || int64(len(p)) != r.left || r.left != r.cur.DataLen {
+		return nil, fmt.Errorf("image: deferred read of %d data bytes, %d left in record", len(p), r.left)
+	}
+	if err := r.readFull(p, r.cur.String()+": data"); err != nil {
+		return nil, err
+	}
+	rec, metaSum, want := r.cur, r.sum, r.want
+	r.left = 0
+	r.dataBytes += int64(len(p))
+	return func() error {
+		if sum := crc32.Update(metaSum, castagnoli, p); sum != want {
+			return fmt.Errorf("%s: checksum %08x, want %08x: %w", rec, sum, want, ErrCorrupt)
+		}
+		return nil
+	}, nil
 }
 
 // Offset is the number of stream bytes consumed so far.

@@ -20,7 +20,12 @@ const (
 type pagesChunk struct {
 	meta image.Pages
 	buf  []byte
-	err  error
+	// check verifies buf against the record's checksum. The writing
+	// goroutine runs it before a byte goes into a process, so that the
+	// reading one (on a transfer, the one that drains the socket) only
+	// reads.
+	check func() error
+	err   error
 }
 
 // writePages reads the pages records in one goroutine and writes their
@@ -70,7 +75,8 @@ func (t *tree) writePages(ir *image.Reader) error {
 					buf = make([]byte, rec.DataLen)
 				}
 				c.buf = buf[:rec.DataLen]
-				_, err := ir.ReadData(c.buf)
+				var err error
+				c.check, err = ir.ReadDataLater(c.buf)
 				return err
 			}()
 			if c.err == io.EOF {
@@ -104,6 +110,9 @@ func (t *tree) writePages(ir *image.Reader) error {
 	for c := range chunks {
 		if c.err != nil {
 			return c.err
+		}
+		if err := c.check(); err != nil {
+			return err
 		}
 		b, ok := t.byPID[c.meta.PID]
 		if !ok || b.p.Zombie {
