@@ -36,6 +36,7 @@ fuzz:
 	$(GO) test ./pkg/image -run '^$$' -fuzz FuzzReader -fuzztime 30s -fuzzminimizetime 10x
 	$(GO) test ./pkg/rewrite -run '^$$' -fuzz FuzzParse -fuzztime 30s -fuzzminimizetime 10x
 	$(GO) test ./pkg/parity -run '^$$' -fuzz FuzzDecodeHeader -fuzztime 30s -fuzzminimizetime 10x
+	$(GO) test ./pkg/coord -run '^$$' -fuzz FuzzParseMember -fuzztime 30s -fuzzminimizetime 10x
 
 bench: build
 	$(GO) test ./test/bench -run '^$$' -bench . -benchtime 1x -timeout 30m

@@ -657,3 +657,21 @@ func TestRestore(t *testing.T) {
 		})
 	}
 }
+
+// FuzzParseMember: ParseMember never panics, and what it accepts
+// round-trips through String.
+func FuzzParseMember(f *testing.F) {
+	for _, s := range []string{"12@unix:/x", "12@10.0.0.1:7000", "1@[::1]:7", "x@a", "@", "0@a"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := ParseMember(s)
+		if err != nil {
+			return
+		}
+		back, err := ParseMember(m.String())
+		if err != nil || back != m {
+			t.Fatalf("%q parsed as %+v, which prints as %q and parses back as %+v (%v)", s, m, m.String(), back, err)
+		}
+	})
+}

@@ -141,10 +141,79 @@ func FuzzReader(f *testing.F) {
 			_ = rec.Decode(&pg)
 			if rec.DataLen > 0 && rec.DataLen < 1<<20 {
 				buf := make([]byte, rec.DataLen)
-				if _, err := r.ReadData(buf); err != nil {
+				// Pages records the way a restore reads them: checked
+				// later; everything else checked as it is read. Either
+				// way a corrupt record must fail its check.
+				if rec.Type == TypePages {
+					check, err := r.ReadDataLater(buf)
+					if err != nil {
+						return
+					}
+					if err := check(); err != nil {
+						if !errors.Is(err, ErrCorrupt) {
+							t.Fatalf("deferred check: %v, want ErrCorrupt", err)
+						}
+						return
+					}
+				} else if _, err := r.ReadData(buf); err != nil {
 					return
 				}
 			}
 		}
 	})
+}
+
+// TestReadDataLater checks that a record read without its check is
+// verified by the check it returns: a flipped data byte fails it, and the
+// stream goes on to its end record either way.
+func TestReadDataLater(t *testing.T) {
+	var out bytes.Buffer
+	w, err := NewWriter(&out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte{7}, 2*PageSize)
+	rec, err := Prepare(TypePages, Pages{PID: 1}, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WritePrepared(rec); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	good := out.Bytes()
+	bad := bytes.Clone(good)
+	bad[len(bad)-200-PageSize] ^= 1 // in the data, before the end record
+	for _, tt := range []struct {
+		name string
+		img  []byte
+		ok   bool
+	}{{"intact", good, true}, {"flipped data byte", bad, false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			r, err := NewReader(bytes.NewReader(tt.img))
+			if err != nil {
+				t.Fatal(err)
+			}
+			rec, err := r.Next()
+			if err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]byte, rec.DataLen)
+			if _, err := r.ReadDataLater(buf[:PageSize]); err == nil {
+				t.Fatal("ReadDataLater of part of the data succeeded")
+			}
+			check, err := r.ReadDataLater(buf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.Next(); err != io.EOF {
+				t.Fatalf("after the record: %v, want the end", err)
+			}
+			if err := check(); (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrCorrupt)) {
+				t.Fatalf("check: %v, want ok=%v", err, tt.ok)
+			}
+		})
+	}
 }
