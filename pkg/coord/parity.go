@@ -24,11 +24,11 @@ type ParityReport struct {
 	MBps      float64            `json:"mb_per_s"`
 }
 
-// ring runs one ring: sessions[i] is ring position i (nil for a position
-// without a node). It collects each node's listening address, tells each
-// node its right-hand neighbour, waits for every node's stats and says
-// finish to all; on any failure it aborts them all.
-func (c *Coordinator) ring(ctx context.Context, op string, ss []*session, rights func(addrs []string, i int) string, hdr func(i int, ev agent.Event)) ([]parity.NodeStats, error) {
+// ring runs one ring: sessions[i] is ring position i. It collects each
+// node's listening address (from listening[i] if the caller already read
+// that event), tells each node its right-hand neighbour and waits for every
+// node's stats; on any failure it aborts them all. The caller says finish.
+func (c *Coordinator) ring(ctx context.Context, op string, ss []*session, listening map[int]agent.Event, rights func(addrs []string, i int) string) ([]parity.NodeStats, error) {
 	g := newGroup(c, ctx, ss) // the caller closes the sessions
 	n := len(ss)
 	addrs := make([]string, n)
@@ -39,14 +39,14 @@ func (c *Coordinator) ring(ctx context.Context, op string, ss []*session, rights
 	// await cannot hand back event fields: read EvListening directly.
 	for i, s := range ss {
 		for addrs[i] == "" {
-			ev := s.next(ctx, c.timeout())
+			ev, ok := listening[i]
+			if !ok {
+				ev = s.next(ctx, c.timeout())
+			}
 			if ev.Event == agent.EvListening {
 				addrs[i] = ev.Addr
 				if addrs[i] == "" {
 					addrs[i] = "-" // needs no left link
-				}
-				if hdr != nil {
-					hdr(i, ev)
 				}
 				continue
 			}
@@ -126,7 +126,7 @@ func (c *Coordinator) Encode(ctx context.Context, m *Manifest) (*ParityReport, e
 			s.conn.Close()
 		}
 	}()
-	stats, err := c.ring(ctx, "encode", ss, func(addrs []string, i int) string { return addrs[(i+1)%n] }, nil)
+	stats, err := c.ring(ctx, "encode", ss, nil, func(addrs []string, i int) string { return addrs[(i+1)%n] })
 	if err != nil {
 		return nil, err
 	}
@@ -182,11 +182,11 @@ func (c *Coordinator) Recover(ctx context.Context, m *Manifest, lost int, spare 
 		ss[i] = s
 	}
 	var ref []byte
+	listening := map[int]agent.Event{} // read here for the headers, handed to ring()
 	for i, s := range ss {
 		if s == nil {
 			continue
 		}
-		// Peek the first event for the header; ring() reads the rest.
 		ev := s.next(ctx, c.timeout())
 		if ev.Event != agent.EvListening {
 			g := newGroup(c, ctx, compact(ss))
@@ -199,8 +199,7 @@ func (c *Coordinator) Recover(ctx context.Context, m *Manifest, lost int, spare 
 			return nil, nil, fmt.Errorf("recover: %s holds the parity share of ring position %d, the manifest says %d", s.name, ev.Index, i)
 		}
 		ref = ev.Header
-		// Put the event back for ring().
-		s.events = prepend(ev, s.events)
+		listening[i] = ev
 	}
 	rs, err := open(ctx, "spare "+spare, spare, agent.Request{Op: agent.OpParityReplace, Image: m.ImageOf(lost), Lost: lost, Header: ref})
 	if err != nil {
@@ -213,7 +212,7 @@ func (c *Coordinator) Recover(ctx context.Context, m *Manifest, lost int, spare 
 	if err != nil {
 		return nil, nil, err
 	}
-	stats, err := c.ring(ctx, "recover", ss, func(addrs []string, i int) string {
+	stats, err := c.ring(ctx, "recover", ss, listening, func(addrs []string, i int) string {
 		if i == lost {
 			return "" // the link from the lost node is unused
 		}
@@ -222,7 +221,7 @@ func (c *Coordinator) Recover(ctx context.Context, m *Manifest, lost int, spare 
 			return ""
 		}
 		return a
-	}, nil)
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -246,18 +245,5 @@ func compact(ss []*session) []*session {
 			out = append(out, s)
 		}
 	}
-	return out
-}
-
-// prepend returns a channel that yields ev, then everything from ch.
-func prepend(ev agent.Event, ch chan agent.Event) chan agent.Event {
-	out := make(chan agent.Event, 16)
-	out <- ev
-	go func() {
-		defer close(out)
-		for e := range ch {
-			out <- e
-		}
-	}()
 	return out
 }
