@@ -24,6 +24,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrAborted means the group decided to abort.
@@ -46,6 +48,9 @@ func Open(fd int) (*Channel, error) {
 	if _, err := f.Stat(); err != nil {
 		return nil, fmt.Errorf("--control %d: %w", fd, err)
 	}
+	// Not for the tool's own children (the network lock guard, say): the
+	// agent learns that the tool is done when the channel closes.
+	unix.CloseOnExec(fd)
 	return &Channel{f: f, r: bufio.NewReader(f)}, nil
 }
 
