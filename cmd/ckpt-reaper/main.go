@@ -73,6 +73,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/ckpt/ckpt/internal/reap"
 )
 
 // prSetChildSubreaper is PR_SET_CHILD_SUBREAPER from <linux/prctl.h>. Only
@@ -92,17 +94,7 @@ type reaper struct {
 func (r *reaper) reap() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG|syscall.WALL, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil || pid <= 0 {
-			return
-		}
-		r.onExit(pid, ws)
-	}
+	reap.Exited(r.onExit)
 }
 
 // loop reaps on every SIGCHLD (and every 500 ms, in case one is missed).

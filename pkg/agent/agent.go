@@ -51,6 +51,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/reap"
 	"golang.org/x/sys/unix"
 )
 
@@ -172,23 +173,17 @@ func (a *Agent) Reap(ctx context.Context) {
 	}
 }
 
+// reapOnce collects exited children and hands the ones the agent started
+// to their waiters.
 func (a *Agent) reapOnce() {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for {
-		var ws syscall.WaitStatus
-		pid, err := syscall.Wait4(-1, &ws, syscall.WNOHANG|syscall.WALL, nil)
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil || pid <= 0 {
-			return
-		}
+	reap.Exited(func(pid int, ws syscall.WaitStatus) {
 		if ch, ok := a.waiters[pid]; ok {
 			ch <- ws
 			delete(a.waiters, pid)
 		}
-	}
+	})
 }
 
 // child is a program the agent started.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ckpt/ckpt/internal/testenv"
+	"github.com/ckpt/ckpt/pkg/agent"
 )
 
 // cluster is testenv.Cluster with the e2e helpers' conventions.
@@ -34,6 +35,37 @@ func (c *cluster) group(v any, args ...string) {
 			c.t.Fatalf("ckpt group %s: output %q: %v", args[0], out, err)
 		}
 	}
+}
+
+// startRing starts ringjob on every node (process i listens on node i's
+// address, port 5000, and connects to node i+1's), with delayMs between
+// hops and memMB of checked heap, and waits until every process has
+// ticked past ticks. It returns the stop file, the logs, the members
+// (PID@AGENT) and every process's first tick (its PID and ports).
+func (c *cluster) startRing(job string, nodes []*node, delayMs, memMB, ticksPast int) (stop string, logs []jobLog, members []string, first []ringTick) {
+	t := c.t
+	t.Helper()
+	n := len(nodes)
+	stop = filepath.Join(c.Dir, "stop")
+	for i, nd := range nodes {
+		j := jobLog{index: i, path: filepath.Join(c.Dir, fmt.Sprintf("job%d.log", i))}
+		out, serr, err := c.Ckpt("group", "exec", "--agent", nd.Ctl, "--", job, j.path, strconv.Itoa(i), strconv.Itoa(n),
+			nd.IP+":5000", nodes[(i+1)%n].IP+":5000", stop, strconv.Itoa(delayMs), strconv.Itoa(memMB))
+		if err != nil {
+			t.Fatalf("group exec: %v: %s", err, serr)
+		}
+		pid, err := strconv.Atoi(strings.TrimSpace(out))
+		if err != nil || pid < agent.JobPIDBase {
+			t.Fatalf("job %d got pid %q in its node: want one from the job range (%d up)", i, out, agent.JobPIDBase)
+		}
+		logs = append(logs, j)
+		members = append(members, fmt.Sprintf("%d@%s", pid, nd.Ctl))
+	}
+	for _, j := range logs {
+		j.waitTicks(t, ticksPast)
+		first = append(first, ticks(t, j.lines())[0])
+	}
+	return stop, logs, members, first
 }
 
 // ringMix is ringjob's mix.
@@ -211,31 +243,7 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 	for i := range a {
 		a[i] = c.AddNode(fmt.Sprintf("a%d", i), i+1)
 	}
-	stop := filepath.Join(c.Dir, "stop")
-	logs := make([]jobLog, n)
-	members := make([]string, n)
-	for i := range a {
-		logs[i] = jobLog{index: i, path: filepath.Join(c.Dir, fmt.Sprintf("job%d.log", i))}
-		right := a[(i+1)%n]
-		var pid int
-		out := e.runCkpt(t, nil, "group", "exec", "--agent", a[i].Ctl, "--", job, logs[i].path, strconv.Itoa(i), strconv.Itoa(n),
-			a[i].IP+":5000", right.IP+":5000", stop, "15", "8")
-		if out.code != 0 {
-			t.Fatalf("group exec: %v", out)
-		}
-		fmt.Sscan(out.stdout, &pid)
-		if pid < 100 {
-			t.Fatalf("job %d got pid %d in its node: want one from the job range (100 up)", i, pid)
-		}
-		members[i] = fmt.Sprintf("%d@%s", pid, a[i].Ctl)
-	}
-	for _, j := range logs {
-		j.waitTicks(t, 10)
-	}
-	orig := make([]ringTick, n)
-	for i, j := range logs {
-		orig[i] = ticks(t, j.lines())[0]
-	}
+	stop, logs, members, orig := c.startRing(job, a, 15, 8, 10)
 
 	// A group checkpoint that cannot succeed (a member that does not
 	// exist) aborts everywhere: nobody stays frozen or locked, no image.
@@ -465,25 +473,7 @@ func TestGroupRestoreAborts(t *testing.T) {
 	for i := range nodes {
 		nodes[i] = c.AddNode(fmt.Sprintf("g%d", i), i+1)
 	}
-	stop := filepath.Join(c.Dir, "stop")
-	logs := make([]jobLog, n)
-	var members []string
-	for i := range nodes {
-		logs[i] = jobLog{index: i, path: filepath.Join(c.Dir, fmt.Sprintf("job%d.log", i))}
-		out, serr, err := c.Ckpt("group", "exec", "--agent", nodes[i].Ctl, "--", job, logs[i].path, strconv.Itoa(i), strconv.Itoa(n),
-			nodes[i].IP+":5000", nodes[(i+1)%n].IP+":5000", stop, "10", "1")
-		if err != nil {
-			t.Fatalf("group exec: %v: %s", err, serr)
-		}
-		members = append(members, strings.TrimSpace(out)+"@"+nodes[i].Ctl)
-	}
-	for _, j := range logs {
-		j.waitTicks(t, 5)
-	}
-	orig := make([]ringTick, n)
-	for i, j := range logs {
-		orig[i] = ticks(t, j.lines())[0]
-	}
+	stop, logs, members, orig := c.startRing(job, nodes, 10, 1, 5)
 	manifest := filepath.Join(c.Dir, "ck.json")
 	c.group(nil, append([]string{"checkpoint", "--json", "--kill", "--name", "ck", "--manifest", manifest}, members...)...)
 	locks := make([]string, n)
