@@ -68,6 +68,39 @@ func (c *cluster) startRing(job string, nodes []*node, delayMs, memMB, ticksPast
 	return stop, logs, members, first
 }
 
+// finishRing stops the ring job, waits until every process has said bye,
+// and checks that the final checksum is the one of an uninterrupted run of
+// as many rounds.
+func finishRing(t *testing.T, stop string, logs []jobLog) {
+	t.Helper()
+	if err := os.WriteFile(stop, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for i, j := range logs {
+		for {
+			ls := j.lines()
+			if len(ls) > 0 && strings.HasPrefix(ls[len(ls)-1], "bye ") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %d did not finish; log ends:\n%s", i, tail(ls, 5))
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	var rounds int
+	var sum uint64
+	for _, l := range logs[0].lines() {
+		fmt.Sscanf(l, "done rounds=%d sum=%d", &rounds, &sum)
+	}
+	n := len(logs)
+	if rounds == 0 || sum != ringSum(n, n-1, rounds) {
+		t.Fatalf("job finished with rounds=%d sum=%d, want sum %d", rounds, sum, ringSum(n, n-1, rounds))
+	}
+	t.Logf("job finished after %d rounds with the right checksum %d", rounds, sum)
+}
+
 // ringMix is ringjob's mix.
 func ringMix(sum, index, round uint64) uint64 {
 	x := sum ^ ((index + 1) * 0x9E3779B97F4A7C15) ^ (round << 17)
@@ -431,32 +464,8 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 	check("after the migration")
 
 	// Finish: the checksum is the one of an uninterrupted run.
-	if err := os.WriteFile(stop, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for i, j := range logs {
-		for {
-			ls := j.lines()
-			if len(ls) > 0 && strings.HasPrefix(ls[len(ls)-1], "bye ") {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("job %d did not finish; log ends:\n%s", i, tail(ls, 5))
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
+	finishRing(t, stop, logs)
 	check("at the end")
-	var rounds int
-	var sum uint64
-	for _, l := range logs[0].lines() {
-		fmt.Sscanf(l, "done rounds=%d sum=%d", &rounds, &sum)
-	}
-	if rounds == 0 || sum != ringSum(n, n-1, rounds) {
-		t.Fatalf("job finished with rounds=%d sum=%d, want sum %d", rounds, sum, ringSum(n, n-1, rounds))
-	}
-	t.Logf("job finished after %d rounds with the right checksum %d", rounds, sum)
 }
 
 // TestGroupRestoreAborts restores a group whose last member cannot come
@@ -526,20 +535,5 @@ func TestGroupRestoreAborts(t *testing.T) {
 			t.Fatalf("node %s keeps a lock after the restore: %s", nodes[i].Name, l)
 		}
 	}
-	os.WriteFile(stop, nil, 0o600)
-	deadline := time.Now().Add(30 * time.Second)
-	var rounds int
-	var sum uint64
-	for rounds == 0 {
-		for _, l := range logs[0].lines() {
-			fmt.Sscanf(l, "done rounds=%d sum=%d", &rounds, &sum)
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the job did not finish; log ends:\n%s", tail(logs[0].lines(), 3))
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	if sum != ringSum(n, n-1, rounds) {
-		t.Fatalf("job finished with rounds=%d sum=%d, want %d", rounds, sum, ringSum(n, n-1, rounds))
-	}
+	finishRing(t, stop, logs)
 }
