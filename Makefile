@@ -4,7 +4,7 @@ BIN     := bin
 GOFLAGS ?=
 TESTTIMEOUT ?= 10m
 
-.PHONY: all build test demo demo-group deps vet fuzz bench clean
+.PHONY: all build test demo demo-group deps vet fuzz bench cover clean
 
 all: build
 
@@ -37,6 +37,14 @@ fuzz:
 	$(GO) test ./pkg/rewrite -run '^$$' -fuzz FuzzParse -fuzztime 30s -fuzzminimizetime 10x
 	$(GO) test ./pkg/parity -run '^$$' -fuzz FuzzDecodeHeader -fuzztime 30s -fuzzminimizetime 10x
 	$(GO) test ./pkg/coord -run '^$$' -fuzz FuzzParseMember -fuzztime 30s -fuzzminimizetime 10x
+
+# Coverage per package: unit and in-process tests alone (go test -short),
+# then the end-to-end tests through commands built for coverage.
+cover: deps
+	$(GO) test -short -count=1 -cover ./pkg/... ./internal/... ./cmd/...
+	rm -rf .cover && mkdir -p .cover/e2e
+	GOCOVERDIR=$(CURDIR)/.cover/e2e $(GO) test -count=1 -timeout $(TESTTIMEOUT) ./test/e2e
+	$(GO) tool covdata percent -i .cover/e2e
 
 bench: build
 	$(GO) test ./test/bench -run '^$$' -bench . -benchtime 1x -timeout 30m

@@ -94,6 +94,8 @@ func ReaperBinary(t testing.TB) string {
 
 // goBuild builds pkgs into a fresh directory ckpt-bin-PID-* under
 // os.TempDir(), after removing such directories left by dead processes.
+// With $GOCOVERDIR set, the commands are built for coverage of every
+// package of the module, and write it into that directory.
 func goBuild(pkgs ...string) (string, error) {
 	root, err := repoRoot()
 	if err != nil {
@@ -105,7 +107,12 @@ func goBuild(pkgs ...string) (string, error) {
 		return "", err
 	}
 	// go test puts $GOROOT/bin first in $PATH, so this is the same go.
-	cmd := exec.Command("go", append([]string{"build", "-o", dir + "/"}, pkgs...)...)
+	args := []string{"build", "-o", dir + "/"}
+	if os.Getenv("GOCOVERDIR") != "" {
+		// `make cover`: the commands write their coverage there as they exit.
+		args = append(args, "-cover", "-coverpkg=github.com/ckpt/ckpt/...")
+	}
+	cmd := exec.Command("go", append(args, pkgs...)...)
 	cmd.Dir = root
 	if out, err := cmd.CombinedOutput(); err != nil {
 		os.RemoveAll(dir)
