@@ -75,11 +75,8 @@ import (
 	"time"
 
 	"github.com/ckpt/ckpt/internal/reap"
+	"golang.org/x/sys/unix"
 )
-
-// prSetChildSubreaper is PR_SET_CHILD_SUBREAPER from <linux/prctl.h>. Only
-// package syscall is used: go.sum has no entry for golang.org/x/sys yet.
-const prSetChildSubreaper = 36
 
 // reaper reaps children and reports them through onExit.
 type reaper struct {
@@ -203,14 +200,15 @@ func status(ws syscall.WaitStatus) string {
 }
 
 func main() {
-	if _, _, e := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); e != 0 {
-		fatalf("prctl(PR_SET_CHILD_SUBREAPER): %v", e)
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fatalf("prctl(PR_SET_CHILD_SUBREAPER): %v", err)
 	}
 	// Children get stdin, stdout and stderr only: an fd leaked into the
 	// reaper by whatever started it (a pipe to some other process) must not
 	// end up in the programs it runs, which tests checkpoint.
-	const closeRangeCloexec = 1 << 2
-	syscall.RawSyscall(436 /* close_range */, 3, ^uintptr(0), closeRangeCloexec)
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		fatalf("close_range(CLOSE_RANGE_CLOEXEC): %v", err)
+	}
 	// Ask for SIGCHLD before any child exists. SIGPIPE is caught (not
 	// ignored, which children would inherit) so that writing to a closed
 	// stdout gives EPIPE instead of killing the reaper.

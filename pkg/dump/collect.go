@@ -8,10 +8,10 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
-	"golang.org/x/sys/unix"
 )
 
 type fileData struct {
@@ -182,9 +182,9 @@ func (d *dumper) collectThread(t *task) (*image.Thread, error) {
 	if err := d.fixRseq(th); err != nil {
 		return nil, err
 	}
-	var head, hlen uint64
-	if _, _, e := unix.Syscall(unix.SYS_GET_ROBUST_LIST, uintptr(t.tid), uintptr(unsafe.Pointer(&head)), uintptr(unsafe.Pointer(&hlen))); e != 0 {
-		return nil, fmt.Errorf("get_robust_list: %w", e)
+	head, hlen, err := sys.GetRobustList(sys.TID(t.tid))
+	if err != nil {
+		return nil, fmt.Errorf("thread %d: %w", t.tid, err)
 	}
 	th.Robust = image.Robust{Head: head, Len: hlen}
 	if b, err := os.ReadFile(proc.Path(d.pid, "task", strconv.Itoa(t.tid), "comm")); err == nil {

@@ -4,14 +4,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
 )
-
-const kcmpEpollTFD = 7
 
 // describeAnon describes an anonymous-inode file from its fdinfo.
 func (d *dumper) describeAnon(fd int, link string, info *proc.FDInfo) (*image.File, error) {
@@ -123,11 +121,9 @@ func linkEpollItems(pid int, p *image.Process) error {
 		}
 		for i := range f.Event.Items {
 			it := &f.Event.Items[i]
-			slot := struct{ Efd, Tfd, Toff uint32 }{uint32(epfd), uint32(it.FD), 0}
 			watches := func(fd int) bool {
-				r, _, errno := unix.Syscall6(unix.SYS_KCMP, uintptr(pid), uintptr(pid), kcmpEpollTFD,
-					uintptr(fd), uintptr(unsafe.Pointer(&slot)), 0)
-				return errno == 0 && r == 0
+				ok, err := sys.EpollWatches(sys.PID(pid), sys.TargetFD(epfd), sys.TargetFD(it.FD), sys.TargetFD(fd))
+				return err == nil && ok
 			}
 			found := false
 			// Usually the fd it was registered under still holds it; only

@@ -7,18 +7,17 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
 )
 
-const kcmpFile = 0
-
 // sameFile reports whether fd1 of pid1 and fd2 of pid2 share one open file
 // description.
 func sameFile(pid1, fd1, pid2, fd2 int) bool {
-	r, _, e := unix.Syscall6(unix.SYS_KCMP, uintptr(pid1), uintptr(pid2), kcmpFile, uintptr(fd1), uintptr(fd2), 0)
-	return e == 0 && r == 0
+	ok, err := sys.SameFile(sys.PID(pid1), sys.TargetFD(fd1), sys.PID(pid2), sys.TargetFD(fd2))
+	return err == nil && ok
 }
 
 // openFile is an open file description already in the image, and one fd
@@ -225,8 +224,10 @@ func peekPipe(pid, readFD int) ([]byte, error) {
 	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		return nil, err
 	}
-	defer unix.Close(p[0])
-	defer unix.Close(p[1])
+	pr, _ := sys.NewFD(p[0])
+	pw, _ := sys.NewFD(p[1])
+	defer pr.Close()
+	defer pw.Close()
 	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, size); err != nil {
 		return nil, fmt.Errorf("F_SETPIPE_SZ %d: %w", size, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -47,19 +48,19 @@ func (t *tree) takeSockets() error {
 		if err != nil {
 			return fmt.Errorf("process %d: list fds: %w", m.pid, err)
 		}
-		pidfd := -1
+		var pidfd *sys.FD
 		for _, fd := range fds {
 			var st syscall.Stat_t
 			if err := syscall.Stat(proc.Path(m.pid, "fd", strconv.Itoa(fd)), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
 				continue
 			}
-			if pidfd < 0 {
-				if pidfd, err = unix.PidfdOpen(m.pid, 0); err != nil {
-					return fmt.Errorf("process %d: pidfd_open: %w", m.pid, err)
+			if pidfd == nil {
+				if pidfd, err = sys.PidfdOpen(sys.PID(m.pid), 0); err != nil {
+					return fmt.Errorf("process %d: %w", m.pid, err)
 				}
-				defer unix.Close(pidfd)
+				defer pidfd.Close()
 			}
-			our, err := unix.PidfdGetfd(pidfd, fd, 0)
+			our, err := unix.PidfdGetfd(pidfd.Int(), fd, 0)
 			if err != nil {
 				return fmt.Errorf("process %d fd %d: pidfd_getfd: %w", m.pid, fd, err)
 			}
@@ -92,7 +93,7 @@ func (t *tree) takeSockets() error {
 				}
 			}
 		}
-		if pidfd >= 0 {
+		if pidfd != nil {
 			if err := t.socks.setNetns(m.pid); err != nil {
 				return fmt.Errorf("process %d: %w", m.pid, err)
 			}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
 )
 
@@ -31,9 +32,9 @@ var checks = []check{
 		return "mapped files reachable through /proc/PID/map_files", err
 	}},
 	{"kcmp", true, func() (string, error) {
-		_, _, e := unix.Syscall6(unix.SYS_KCMP, uintptr(os.Getpid()), uintptr(os.Getpid()), 0, 0, 0, 0)
-		if e != 0 {
-			return "", e
+		me := sys.PID(os.Getpid())
+		if _, err := sys.SameFile(me, 0, me, 0); err != nil {
+			return "", err
 		}
 		return "shared open files detected with kcmp(KCMP_FILE)", nil
 	}},
@@ -87,11 +88,11 @@ var checks = []check{
 		return "restore helper runs from memory", err
 	}},
 	{"userfaultfd", false, func() (string, error) {
-		fd, _, e := unix.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC, 0, 0)
-		if e != 0 {
-			return "", e
+		fd, err := sys.Userfaultfd(unix.O_CLOEXEC)
+		if err != nil {
+			return "", err
 		}
-		unix.Close(int(fd))
+		fd.Close()
 		return "lazy restore and write tracking possible", nil
 	}},
 	{"TCP_REPAIR", false, func() (string, error) {

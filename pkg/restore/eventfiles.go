@@ -4,14 +4,11 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
-
-// tfdIocSetTicks is TFD_IOC_SET_TICKS: sets a timerfd's unread expirations.
-const tfdIocSetTicks = 0x40085400
 
 // openEvent creates an event file like the one in the image. Its flags
 // (O_NONBLOCK) are set on the new open file description.
@@ -21,8 +18,16 @@ func openEvent(f *image.File) (*os.File, error) {
 		return nil, fmt.Errorf("%s without its state: %w", f.Kind, image.ErrCorrupt)
 	}
 	nonblock := f.Flags & unix.O_NONBLOCK
-	var fd int
-	var err error
+	// own holds the new fd until it is handed over to the *os.File; on an
+	// error it is closed.
+	var own *sys.FD
+	defer func() { own.Close() }()
+	take := func(raw int, err error) error {
+		if err == nil {
+			own, err = sys.NewFD(raw)
+		}
+		return err
+	}
 	switch f.Kind {
 	case image.FileEventfd:
 		flags := unix.EFD_CLOEXEC | nonblock
@@ -30,19 +35,18 @@ func openEvent(f *image.File) (*os.File, error) {
 			flags |= unix.EFD_SEMAPHORE
 		}
 		init := uint(min(ev.Count, 0xffffffff))
-		if fd, err = unix.Eventfd(init, flags); err != nil {
+		if err := take(unix.Eventfd(init, flags)); err != nil {
 			return nil, fmt.Errorf("eventfd: %w", err)
 		}
 		if rest := ev.Count - uint64(init); rest > 0 {
 			var b [8]byte
 			binary.LittleEndian.PutUint64(b[:], rest)
-			if _, err := unix.Write(fd, b[:]); err != nil {
-				unix.Close(fd)
+			if _, err := unix.Write(own.Int(), b[:]); err != nil {
 				return nil, fmt.Errorf("eventfd counter %d: %w", ev.Count, err)
 			}
 		}
 	case image.FileTimerfd:
-		if fd, err = unix.TimerfdCreate(ev.Clock, unix.TFD_CLOEXEC|nonblock); err != nil {
+		if err := take(unix.TimerfdCreate(ev.Clock, unix.TFD_CLOEXEC|nonblock)); err != nil {
 			return nil, fmt.Errorf("timerfd_create clock %d: %w", ev.Clock, err)
 		}
 		if ev.ValueNs != 0 || ev.IntervalNs != 0 {
@@ -51,36 +55,33 @@ func openEvent(f *image.File) (*os.File, error) {
 				spec.Value.Nsec = 1 // armed, and due now
 			}
 			// The remaining time is relative; TFD_TIMER_ABSTIME is dropped.
-			if err := unix.TimerfdSettime(fd, 0, &spec, nil); err != nil {
-				unix.Close(fd)
+			if err := unix.TimerfdSettime(own.Int(), 0, &spec, nil); err != nil {
 				return nil, fmt.Errorf("timerfd_settime: %w", err)
 			}
 		}
 		if ev.Ticks > 0 {
-			t := ev.Ticks
-			if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), tfdIocSetTicks, uintptr(unsafe.Pointer(&t))); e != 0 {
-				unix.Close(fd)
-				return nil, fmt.Errorf("timerfd: set %d unread expirations: %w", ev.Ticks, e)
+			if err := sys.TimerfdSetTicks(own, ev.Ticks); err != nil {
+				return nil, fmt.Errorf("timerfd: set %d unread expirations: %w", ev.Ticks, err)
 			}
 		}
 	case image.FileSigfd:
 		mask := unix.Sigset_t{Val: [16]uint64{ev.SigMask}}
-		if fd, err = unix.Signalfd(-1, &mask, unix.SFD_CLOEXEC|nonblock); err != nil {
+		if err := take(unix.Signalfd(-1, &mask, unix.SFD_CLOEXEC|nonblock)); err != nil {
 			return nil, fmt.Errorf("signalfd: %w", err)
 		}
 	case image.FileEpoll:
-		if fd, err = unix.EpollCreate1(unix.EPOLL_CLOEXEC); err != nil {
+		if err := take(unix.EpollCreate1(unix.EPOLL_CLOEXEC)); err != nil {
 			return nil, fmt.Errorf("epoll_create1: %w", err)
 		}
 	case image.FilePidfd:
-		if fd, err = unix.PidfdOpen(ev.PID, nonblock); err != nil {
+		if err := take(unix.PidfdOpen(ev.PID, nonblock)); err != nil {
 			return nil, fmt.Errorf("pidfd of process %d: %w", ev.PID, err)
 		}
-		unix.CloseOnExec(fd)
+		unix.CloseOnExec(own.Int())
 	default:
 		return nil, fmt.Errorf("file kind %q: not supported", f.Kind)
 	}
-	return os.NewFile(uintptr(fd), string(f.Kind)), nil
+	return own.File(string(f.Kind)), nil
 }
 
 // epollItems registers the watched files of every epoll set, by injected

@@ -6,6 +6,7 @@ import (
 	"os"
 	"syscall"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/ptrace"
 	"golang.org/x/sys/unix"
 )
@@ -64,11 +65,13 @@ type helper struct {
 // stops it. The helper dies with ckpt-redo (PR_SET_PDEATHSIG and
 // PTRACE_O_EXITKILL), and so does everything it forks.
 func startHelper(files []*os.File) (*helper, error) {
-	mfd, err := unix.MemfdCreate("ckpt-restore-helper", unix.MFD_CLOEXEC)
+	raw, err := unix.MemfdCreate("ckpt-restore-helper", unix.MFD_CLOEXEC)
 	if err != nil {
 		return nil, fmt.Errorf("memfd_create: %w", err)
 	}
-	defer unix.Close(mfd)
+	mem, _ := sys.NewFD(raw)
+	defer mem.Close()
+	mfd := mem.Int()
 	if _, err := unix.Write(mfd, helperELF()); err != nil {
 		return nil, fmt.Errorf("write helper: %w", err)
 	}

@@ -3,31 +3,12 @@ package restore
 import (
 	"errors"
 	"fmt"
-	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/ptrace"
 	"golang.org/x/sys/unix"
 )
-
-// userfaultfd ABI (linux/userfaultfd.h); x/sys/unix does not define it.
-const (
-	uffdAPI             = 0xAA
-	uffdUserModeOnly    = 1
-	uffdioAPI           = 0xc018aa3f // _IOWR(0xAA, 0x3F, struct uffdio_api)
-	uffdioRegister      = 0xc020aa00 // _IOWR(0xAA, 0x00, struct uffdio_register)
-	uffdioCopy          = 0xc028aa03 // _IOWR(0xAA, 0x03, struct uffdio_copy)
-	uffdioRegisterModeM = 1          // UFFDIO_REGISTER_MODE_MISSING
-)
-
-type uffdioAPIArg struct{ API, Features, Ioctls uint64 }
-
-type uffdioRegisterArg struct{ Start, Len, Mode, Ioctls uint64 }
-
-type uffdioCopyArg struct {
-	Dst, Src, Len, Mode uint64
-	Copy                int64
-}
 
 // pageFiller fills the fresh private anonymous memory of a process being
 // built with UFFDIO_COPY instead of process_vm_writev: the kernel
@@ -40,7 +21,7 @@ type uffdioCopyArg struct {
 // registered page that is still missing fails with EFAULT instead of
 // waiting for a fault handler that does not exist.
 type pageFiller struct {
-	fd         int
+	fd         *sys.FD
 	registered map[*image.VMA]bool // VMAs whose pages go in with UFFDIO_COPY
 }
 
@@ -48,24 +29,23 @@ type pageFiller struct {
 // nil (and b falls back to process_vm_writev everywhere) if this kernel or
 // process does not allow it.
 func (b *builder) openFiller() *pageFiller {
-	ret, err := b.in.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC|unix.O_NONBLOCK|uffdUserModeOnly)
+	ret, err := b.in.Syscall(unix.SYS_USERFAULTFD, unix.O_CLOEXEC|unix.O_NONBLOCK|sys.UffdUserModeOnly)
 	if err != nil || ptrace.Errno(ret) != nil {
 		return nil
 	}
 	theirs := ret
 	defer b.call("close userfaultfd", unix.SYS_CLOSE, theirs)
-	pidfd, err := unix.PidfdOpen(b.target, 0)
+	pidfd, err := sys.PidfdOpen(sys.PID(b.target), 0)
 	if err != nil {
 		return nil
 	}
-	defer unix.Close(pidfd)
-	fd, err := unix.PidfdGetfd(pidfd, int(theirs), 0)
+	defer pidfd.Close()
+	fd, err := sys.PidfdGetfd(pidfd, sys.TargetFD(theirs))
 	if err != nil {
 		return nil
 	}
 	f := &pageFiller{fd: fd, registered: map[*image.VMA]bool{}}
-	api := uffdioAPIArg{API: uffdAPI}
-	if err := f.ioctl(uffdioAPI, unsafe.Pointer(&api)); err != nil {
+	if _, err := sys.UffdioAPI(f.fd, 0); err != nil {
 		f.close()
 		return nil
 	}
@@ -79,20 +59,11 @@ func (b *builder) openFiller() *pageFiller {
 		if v.Shared || v.Pages == 0 {
 			continue
 		}
-		reg := uffdioRegisterArg{Start: v.Start, Len: v.Len(), Mode: uffdioRegisterModeM}
-		if f.ioctl(uffdioRegister, unsafe.Pointer(&reg)) == nil {
+		if _, err := sys.UffdioRegister(f.fd, v.Start, v.Len(), sys.UffdioRegisterModeMissing); err == nil {
 			f.registered[v] = true
 		}
 	}
 	return f
-}
-
-func (f *pageFiller) ioctl(req uintptr, arg unsafe.Pointer) error {
-	_, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(f.fd), req, uintptr(arg))
-	if e != 0 {
-		return e
-	}
-	return nil
 }
 
 // covers tells whether v's pages go in through the filler.
@@ -105,9 +76,7 @@ func (f *pageFiller) covers(v *image.VMA) bool {
 // which needs no fault for a present page.
 func (f *pageFiller) copy(pid int, addr uint64, src []byte) error {
 	for len(src) > 0 {
-		c := uffdioCopyArg{Dst: addr, Src: uint64(uintptr(unsafe.Pointer(&src[0]))), Len: uint64(len(src))}
-		err := f.ioctl(uffdioCopy, unsafe.Pointer(&c))
-		n := max(c.Copy, 0)
+		n, err := sys.UffdioCopy(f.fd, addr, src, 0)
 		addr, src = addr+uint64(n), src[n:]
 		switch {
 		case err == nil && n > 0:
@@ -124,7 +93,7 @@ func (f *pageFiller) copy(pid int, addr uint64, src []byte) error {
 			}
 			addr, src = addr+image.PageSize, src[image.PageSize:]
 		case err != nil:
-			return fmt.Errorf("UFFDIO_COPY at %#x: %w", addr, err)
+			return fmt.Errorf("at %#x: %w", addr, err)
 		default:
 			return fmt.Errorf("UFFDIO_COPY at %#x copied nothing", addr)
 		}
@@ -134,8 +103,7 @@ func (f *pageFiller) copy(pid int, addr uint64, src []byte) error {
 
 // close drops every registration.
 func (f *pageFiller) close() {
-	if f != nil && f.fd >= 0 {
-		unix.Close(f.fd)
-		f.fd = -1
+	if f != nil {
+		f.fd.Close()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -46,7 +47,7 @@ func Describe(fd int) (*image.Socket, error) {
 		return s, fmt.Errorf("%s socket: %w", familyName(s.Family), ErrState)
 	case s.Type == unix.SOCK_STREAM && s.Protocol == unix.IPPROTO_TCP:
 		var info [256]byte
-		if err := getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_INFO, ptr(&info[0]), uintptr(len(info))); err != nil {
+		if _, err := sys.Getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_INFO, ptr(&info[0]), uintptr(len(info))); err != nil {
 			return nil, fmt.Errorf("TCP_INFO: %w", err)
 		}
 		s.State = int(info[0])

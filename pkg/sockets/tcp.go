@@ -21,6 +21,7 @@ import (
 	"net/netip"
 	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -74,28 +75,7 @@ func setQueue(fd, q int) error {
 	return nil
 }
 
-func getsockopt(fd, level, opt int, p unsafe.Pointer, size uintptr) error {
-	l := uint32(size)
-	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(p), uintptr(unsafe.Pointer(&l)), 0)
-	if e != 0 {
-		return e
-	}
-	return nil
-}
-
-func setsockopt(fd, level, opt int, p unsafe.Pointer, size uintptr) error {
-	_, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(p), size, 0)
-	if e != 0 {
-		return e
-	}
-	return nil
-}
-
 func ptr(b *byte) unsafe.Pointer { return unsafe.Pointer(b) }
-
-func ioctlInt(fd int, req uint) (int, error) {
-	return unix.IoctlGetInt(fd, req)
-}
 
 // AddrPort converts a socket address.
 func AddrPort(sa unix.Sockaddr) netip.AddrPort {
@@ -119,7 +99,7 @@ func Sockaddr(ap netip.AddrPort) unix.Sockaddr {
 // State returns the TCP state of a socket (tcp_info.tcpi_state).
 func State(fd int) (int, error) {
 	var info [256]byte
-	if err := getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_INFO, unsafe.Pointer(&info[0]), uintptr(len(info))); err != nil {
+	if _, err := sys.Getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_INFO, unsafe.Pointer(&info[0]), uintptr(len(info))); err != nil {
 		return 0, fmt.Errorf("TCP_INFO: %w", err)
 	}
 	return int(info[0]), nil
@@ -130,7 +110,7 @@ func State(fd int) (int, error) {
 // silent; LeaveRepair lets it go on instead.
 func DumpTCP(fd int) (st *TCPState, recvQ, sendQ []byte, err error) {
 	var info [256]byte
-	if err := getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_INFO, unsafe.Pointer(&info[0]), uintptr(len(info))); err != nil {
+	if _, err := sys.Getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_INFO, unsafe.Pointer(&info[0]), uintptr(len(info))); err != nil {
 		return nil, nil, nil, fmt.Errorf("TCP_INFO: %w", err)
 	}
 	if info[0] != StateEstablished {
@@ -163,18 +143,18 @@ func DumpTCP(fd int) (st *TCPState, recvQ, sendQ []byte, err error) {
 		return nil, nil, nil, fmt.Errorf("TCP_TIMESTAMP: %w", err)
 	}
 	st.Timestamp = uint32(ts)
-	if err := getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_WINDOW, unsafe.Pointer(&st.Window), unsafe.Sizeof(st.Window)); err != nil {
+	if _, err := sys.Getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_WINDOW, unsafe.Pointer(&st.Window), unsafe.Sizeof(st.Window)); err != nil {
 		return nil, nil, nil, fmt.Errorf("TCP_REPAIR_WINDOW: %w", err)
 	}
-	inq, err := ioctlInt(fd, unix.SIOCINQ)
+	inq, err := sys.IoctlInt(fd, unix.SIOCINQ)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("SIOCINQ: %w", err)
 	}
-	outq, err := ioctlInt(fd, unix.SIOCOUTQ)
+	outq, err := sys.IoctlInt(fd, unix.SIOCOUTQ)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("SIOCOUTQ: %w", err)
 	}
-	if st.Unsent, err = ioctlInt(fd, unix.SIOCOUTQNSD); err != nil {
+	if st.Unsent, err = sys.IoctlInt(fd, unix.SIOCOUTQNSD); err != nil {
 		return nil, nil, nil, fmt.Errorf("SIOCOUTQNSD: %w", err)
 	}
 	if recvQ, st.RcvSeq, err = peekQueue(fd, tcpRecvQueue, inq); err != nil {
@@ -294,7 +274,7 @@ func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
 	if st.Options&optTimestamps != 0 {
 		opts = append(opts, opt{unix.TCPOPT_TIMESTAMP, 0})
 	}
-	if err := setsockopt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_OPTIONS, unsafe.Pointer(&opts[0]), uintptr(len(opts))*8); err != nil {
+	if err := sys.Setsockopt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_OPTIONS, unsafe.Pointer(&opts[0]), uintptr(len(opts))*8); err != nil {
 		return fmt.Errorf("TCP_REPAIR_OPTIONS: %w", err)
 	}
 	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_TIMESTAMP, int(st.Timestamp)); err != nil {
@@ -316,7 +296,7 @@ func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
 		return err
 	}
 	w := st.Window
-	if err := setsockopt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_WINDOW, unsafe.Pointer(&w), unsafe.Sizeof(w)); err != nil {
+	if err := sys.Setsockopt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_WINDOW, unsafe.Pointer(&w), unsafe.Sizeof(w)); err != nil {
 		return fmt.Errorf("TCP_REPAIR_WINDOW: %w", err)
 	}
 	return nil

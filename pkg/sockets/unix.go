@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,11 +34,13 @@ const (
 // UnixSockets lists the UNIX sockets of the caller's network namespace,
 // by inode, through sock_diag.
 func UnixSockets() (map[uint32]UnixInfo, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	raw, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	if err != nil {
 		return nil, fmt.Errorf("sock_diag: %w", err)
 	}
-	defer unix.Close(fd)
+	nl, _ := sys.NewFD(raw)
+	defer nl.Close()
+	fd := nl.Int()
 	req := make([]byte, 16+24)
 	le := binary.LittleEndian
 	le.PutUint32(req[0:], uint32(len(req)))
@@ -212,13 +215,14 @@ func OpenUnix(typ int, name string, listen bool, backlog int, queue [][]byte) (i
 		if name == "" || typ == unix.SOCK_STREAM {
 			return fail(fmt.Errorf("queued data on an unconnected socket: %w", ErrState))
 		}
-		tmp, err := unix.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
+		raw, err := unix.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return fail(err)
 		}
-		defer unix.Close(tmp)
+		tmp, _ := sys.NewFD(raw)
+		defer tmp.Close()
 		for _, m := range queue {
-			if err := unix.Sendto(tmp, m, 0, unixAddr(name)); err != nil {
+			if err := unix.Sendto(tmp.Int(), m, 0, unixAddr(name)); err != nil {
 				return fail(fmt.Errorf("refill queue: %w", err))
 			}
 		}

@@ -1,0 +1,46 @@
+package sys
+
+import (
+	"os"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// KcmpType is the type argument of kcmp(2) (enum kcmp_type in
+// linux/kcmp.h; x/sys/unix does not define it).
+type KcmpType int
+
+// The kcmp types ckpt uses.
+const (
+	KcmpFile     KcmpType = 0 // KCMP_FILE: two fds, one open file description?
+	KcmpEpollTFD KcmpType = 7 // KCMP_EPOLL_TFD: the file an epoll item watches
+)
+
+// kcmp calls kcmp(2); 0 means equal.
+func kcmp(pid1, pid2 PID, typ KcmpType, idx1, idx2 uintptr) (uintptr, error) {
+	r, _, e := unix.Syscall6(unix.SYS_KCMP, uintptr(pid1), uintptr(pid2), uintptr(typ), idx1, idx2, 0)
+	if e != 0 {
+		return 0, os.NewSyscallError("kcmp", e)
+	}
+	return r, nil
+}
+
+// SameFile reports whether fd1 of pid1 and fd2 of pid2 refer to one open
+// file description (kcmp KCMP_FILE).
+func SameFile(pid1 PID, fd1 TargetFD, pid2 PID, fd2 TargetFD) (bool, error) {
+	r, err := kcmp(pid1, pid2, KcmpFile, uintptr(fd1), uintptr(fd2))
+	return err == nil && r == 0, err
+}
+
+// epollSlot is struct kcmp_epoll_slot.
+type epollSlot struct{ efd, tfd, toff uint32 }
+
+// EpollWatches reports whether the item that epoll fd epfd of pid
+// registered under fd number tfd watches the file that pid's fd candidate
+// refers to (kcmp KCMP_EPOLL_TFD). A missing item is ENOENT.
+func EpollWatches(pid PID, epfd, tfd, candidate TargetFD) (bool, error) {
+	slot := epollSlot{efd: uint32(epfd), tfd: uint32(tfd)}
+	r, err := kcmp(pid, pid, KcmpEpollTFD, uintptr(candidate), uintptr(unsafe.Pointer(&slot)))
+	return err == nil && r == 0, err
+}

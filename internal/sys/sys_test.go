@@ -1,0 +1,233 @@
+package sys
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"runtime"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func pipe(t *testing.T) (r, w *FD) {
+	t.Helper()
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	r, _ = NewFD(p[0])
+	w, _ = NewFD(p[1])
+	t.Cleanup(func() { r.Close(); w.Close() })
+	return r, w
+}
+
+func TestFD(t *testing.T) {
+	r, _ := pipe(t)
+	n := r.Int()
+	if got := r.String(); got != "fd "+itoa(n) {
+		t.Errorf("String() = %q", got)
+	}
+	if err := r.Close(); err != nil {
+		t.Fatalf("first Close: %v", err)
+	}
+	if err := r.Close(); err != nil {
+		t.Errorf("second Close: %v, want nil", err)
+	}
+	if r.Int() != -1 || r.String() != "fd closed" {
+		t.Errorf("after Close: Int %d, String %q", r.Int(), r.String())
+	}
+	var nilFD *FD
+	if nilFD.Int() != -1 || nilFD.Close() != nil {
+		t.Error("nil FD is not closed")
+	}
+	if _, err := NewFD(-1); err == nil {
+		t.Error("NewFD(-1) succeeded")
+	}
+	_, w := pipe(t)
+	f := w.File("w")
+	defer f.Close()
+	if w.Int() != -1 {
+		t.Error("File did not take the fd over")
+	}
+	if _, err := f.Write([]byte("x")); err != nil {
+		t.Errorf("write through the handed-over file: %v", err)
+	}
+}
+
+func itoa(n int) string { return TargetFD(n).String() }
+
+func TestSameFile(t *testing.T) {
+	me := PID(os.Getpid())
+	r, w := pipe(t)
+	d, err := unix.Dup(r.Int())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup, _ := NewFD(d)
+	defer dup.Close()
+	tests := []struct {
+		name   string
+		a, b   int
+		want   bool
+		errnum error
+	}{
+		{"dup", r.Int(), dup.Int(), true, nil},
+		{"other end", r.Int(), w.Int(), false, nil},
+		{"closed fd", r.Int(), 1 << 20, false, unix.EBADF},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := SameFile(me, TargetFD(tt.a), me, TargetFD(tt.b))
+			if got != tt.want || (err == nil) != (tt.errnum == nil) || !errors.Is(err, tt.errnum) {
+				t.Errorf("SameFile = %v, %v; want %v, %v", got, err, tt.want, tt.errnum)
+			}
+			if err != nil && !strings.Contains(err.Error(), "kcmp") {
+				t.Errorf("error %q does not name kcmp", err)
+			}
+		})
+	}
+}
+
+func TestEpollWatches(t *testing.T) {
+	me := PID(os.Getpid())
+	r, w := pipe(t)
+	e, err := unix.EpollCreate1(unix.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, _ := NewFD(e)
+	defer ep.Close()
+	if err := unix.EpollCtl(ep.Int(), unix.EPOLL_CTL_ADD, r.Int(), &unix.EpollEvent{Events: unix.EPOLLIN}); err != nil {
+		t.Fatal(err)
+	}
+	epfd, rfd, wfd := TargetFD(ep.Int()), TargetFD(r.Int()), TargetFD(w.Int())
+	if ok, err := EpollWatches(me, epfd, rfd, rfd); !ok || err != nil {
+		t.Errorf("registered item: %v, %v", ok, err)
+	}
+	if ok, err := EpollWatches(me, epfd, rfd, wfd); ok || err != nil {
+		t.Errorf("other file: %v, %v", ok, err)
+	}
+	if ok, err := EpollWatches(me, epfd, wfd, wfd); ok || !errors.Is(err, unix.ENOENT) {
+		t.Errorf("unregistered item: %v, %v; want ENOENT", ok, err)
+	}
+}
+
+func TestGetRobustList(t *testing.T) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if _, _, err := GetRobustList(TID(unix.Gettid())); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := GetRobustList(TID(1 << 30)); !errors.Is(err, unix.ESRCH) || !strings.Contains(err.Error(), "get_robust_list") {
+		t.Errorf("missing thread: %v", err)
+	}
+}
+
+func TestSockopt(t *testing.T) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _ := NewFD(fd)
+	defer s.Close()
+	v := int32(1)
+	if err := Setsockopt(s.Int(), unix.SOL_SOCKET, unix.SO_KEEPALIVE, unsafe.Pointer(&v), 4); err != nil {
+		t.Fatal(err)
+	}
+	var got int32
+	n, err := Getsockopt(s.Int(), unix.SOL_SOCKET, unix.SO_KEEPALIVE, unsafe.Pointer(&got), 4)
+	if err != nil || n != 4 || got != 1 {
+		t.Errorf("SO_KEEPALIVE = %d (%d bytes), %v", got, n, err)
+	}
+	if _, err := Getsockopt(s.Int(), unix.IPPROTO_TCP, unix.TCP_REPAIR_WINDOW, unsafe.Pointer(&got), 4); err == nil || !strings.Contains(err.Error(), "getsockopt") {
+		t.Errorf("TCP_REPAIR_WINDOW outside repair: %v", err)
+	}
+	if q, err := IoctlInt(s.Int(), unix.SIOCOUTQ); err != nil || q != 0 {
+		t.Errorf("SIOCOUTQ = %d, %v", q, err)
+	}
+	r, _ := pipe(t)
+	if _, err := IoctlInt(r.Int(), unix.SIOCOUTQNSD); err == nil || !strings.Contains(err.Error(), "SIOCOUTQNSD") {
+		t.Errorf("SIOCOUTQNSD on a pipe: %v", err)
+	}
+}
+
+func TestUserfaultfd(t *testing.T) {
+	fd, err := Userfaultfd(unix.O_CLOEXEC | unix.O_NONBLOCK | UffdUserModeOnly)
+	if err != nil {
+		t.Skipf("userfaultfd: %v", err)
+	}
+	defer fd.Close()
+	if _, err := UffdioAPI(fd, 0); err != nil {
+		t.Fatal(err)
+	}
+	const size = 2 * 4096
+	mem, err := unix.Mmap(-1, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(mem)
+	start := uint64(uintptr(unsafe.Pointer(&mem[0])))
+	if _, err := UffdioRegister(fd, start, size, UffdioRegisterModeMissing); err != nil {
+		t.Fatal(err)
+	}
+	src := make([]byte, 4096)
+	for i := range src {
+		src[i] = byte(i)
+	}
+	n, err := UffdioCopy(fd, start, src, 0)
+	if err != nil || n != 4096 {
+		t.Fatalf("UFFDIO_COPY = %d, %v", n, err)
+	}
+	if mem[4095] != src[4095] {
+		t.Errorf("copied page reads %d, want %d", mem[4095], src[4095])
+	}
+	if _, err := UffdioCopy(fd, start, src, 0); !errors.Is(err, unix.EEXIST) || !strings.Contains(err.Error(), "UFFDIO_COPY") {
+		t.Errorf("copy onto a present page: %v, want EEXIST", err)
+	}
+}
+
+func TestTimerfdSetTicks(t *testing.T) {
+	raw, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_CLOEXEC|unix.TFD_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, _ := NewFD(raw)
+	defer fd.Close()
+	if err := TimerfdSetTicks(fd, 7); err != nil {
+		t.Fatal(err)
+	}
+	var b [8]byte
+	if _, err := unix.Read(fd.Int(), b[:]); err != nil {
+		t.Fatal(err)
+	}
+	if got := binary.LittleEndian.Uint64(b[:]); got != 7 {
+		t.Errorf("read %d expirations, want 7", got)
+	}
+	r, _ := pipe(t)
+	if err := TimerfdSetTicks(r, 1); err == nil || !strings.Contains(err.Error(), "TFD_IOC_SET_TICKS") {
+		t.Errorf("on a pipe: %v", err)
+	}
+}
+
+func TestPidfd(t *testing.T) {
+	r, _ := pipe(t)
+	pfd, err := PidfdOpen(PID(os.Getpid()), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pfd.Close()
+	cp, err := PidfdGetfd(pfd, TargetFD(r.Int()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cp.Close()
+	if ok, err := SameFile(PID(os.Getpid()), TargetFD(r.Int()), PID(os.Getpid()), TargetFD(cp.Int())); !ok || err != nil {
+		t.Errorf("pidfd_getfd copy is another file: %v, %v", ok, err)
+	}
+	if _, err := PidfdOpen(PID(1<<30), 0); err == nil || !strings.Contains(err.Error(), "pidfd_open") {
+		t.Errorf("missing process: %v", err)
+	}
+}
