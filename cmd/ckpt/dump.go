@@ -27,6 +27,7 @@ func dumpCommand() *cli.Command {
 			&cli.StringFlag{Name: "to", Usage: "stream the image to `HOST:PORT`, where ckpt-redo --listen restores it while it arrives, instead of writing it to disk; the process is killed once the receiver holds its copy"},
 			&cli.IntFlag{Name: "control", Value: -1, Usage: "agent control socket `FD` (group operations; see ckpt agent)"},
 			&cli.BoolFlag{Name: "leave-running", Aliases: []string{"R"}, Usage: "let the process go on after the dump instead of killing it"},
+			&cli.BoolFlag{Name: "shell-job", Aliases: []string{"j"}, Usage: "accept a session or process group led by a process outside the dump (a job of an interactive shell): ckpt-redo --shell-job puts them into its own"},
 			&cli.Int64Flag{Name: "ghost-limit", Value: dump.DefaultGhostLimit, Usage: "largest deleted file whose content is kept in the image, in bytes"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
@@ -57,6 +58,7 @@ func dumpCommand() *cli.Command {
 			opts := dump.Options{
 				GuardExe:     exe,
 				LeaveRunning: c.Bool("leave-running"),
+				ShellJob:     c.Bool("shell-job"),
 				GhostLimit:   c.Int64("ghost-limit"),
 				Progress:     bar.Update,
 				Fault:        cliutil.PhaseHook("ckpt"),

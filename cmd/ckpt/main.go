@@ -1,6 +1,6 @@
 // Command ckpt checkpoints running Linux processes.
 //
-//	ckpt dump --dir DIR [--leave-running] PID   write PID's image into DIR
+//	ckpt dump --dir DIR [--leave-running] [--shell-job] PID   write PID's image into DIR
 //	ckpt show [--json] DIR                      print what an image holds
 //	ckpt check [--json]                         check this kernel's features
 //	ckpt parity encode|recover ...              XOR parity across node images

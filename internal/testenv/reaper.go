@@ -39,7 +39,13 @@ type Reaper struct {
 type RunOpts struct {
 	Stdout, Stderr string
 	Dir            string
-	Setsid         bool // start the process in a new session
+	// Setsid starts the process in a new session. It is the default now:
+	// a process whose session or process group is led from outside the
+	// dump is refused by ckpt dump unless --shell-job.
+	Setsid bool
+	// InheritSession keeps the process in the reaper's session and
+	// process group (those of the test).
+	InheritSession bool
 	Env            []string
 }
 
@@ -159,7 +165,7 @@ func (r *Reaper) Run(t testing.TB, opts RunOpts, argv ...string) int {
 	t.Helper()
 	req, err := json.Marshal(map[string]any{
 		"cmd": "run", "argv": argv, "stdout": opts.Stdout, "stderr": opts.Stderr,
-		"cwd": opts.Dir, "setsid": opts.Setsid, "env": opts.Env,
+		"cwd": opts.Dir, "setsid": opts.Setsid || !opts.InheritSession, "env": opts.Env,
 	})
 	if err != nil {
 		t.Fatal(err)

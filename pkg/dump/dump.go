@@ -67,6 +67,11 @@ type Options struct {
 	// there until every member is dumped. An error aborts the dump: the
 	// processes resume.
 	BeforeCommit func() error
+	// ShellJob accepts sessions and process groups led by processes
+	// outside the dump (the shell of a job started from a terminal): the
+	// restore puts their members into ckpt-redo's own session and group.
+	// Without it such a dump is refused.
+	ShellJob bool
 	// DropLock lifts the network lock once the processes are killed,
 	// instead of leaving it for ckpt-redo: for an image restored in
 	// another network namespace, where nobody else would lift it.
@@ -156,6 +161,10 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 			err = fmt.Errorf("dump %d (%s): %w", pid, st.Comm, err)
 		}
 	}()
+	external, err := t.checkIDs()
+	if err != nil {
+		return nil, err
+	}
 	opts.fault(PhaseFrozen)
 	if err := t.takeSockets(); err != nil {
 		return nil, err
@@ -194,6 +203,7 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 		return nil, err
 	}
 	hdr.LeaveRunning = opts.LeaveRunning
+	hdr.ExternalIDs = external
 	hdr.Processes = len(t.members)
 	if t.socks.lock != nil && !opts.LeaveRunning {
 		hdr.NetLock = t.socks.lock.Table

@@ -3,6 +3,7 @@ package dump
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/ckpt/ckpt/pkg/image"
@@ -109,4 +110,63 @@ func (t *tree) kill() {
 			m.fz.waitDead(deadline)
 		}
 	}
+}
+
+// checkIDs checks that every session and process group of the tree can be
+// rebuilt: its leader is a process of the tree, or it is gone (a helper
+// process then takes its PID at restore). A leader alive outside the tree
+// is refused by name, unless opts.ShellJob: those IDs are returned, and the
+// restore puts their members into ckpt-redo's own session and group. Each
+// process must be in its own session or its parent's: a session is only
+// inherited over fork.
+func (t *tree) checkIDs() (external []int, err error) {
+	ids := map[int]*proc.Stat{}
+	for _, m := range t.members {
+		st, err := proc.ReadStat(m.pid, 0)
+		if err != nil {
+			return nil, fmt.Errorf("process %d: %w", m.pid, err)
+		}
+		ids[m.pid] = st
+	}
+	ext := map[int]bool{}
+	for i, m := range t.members {
+		st := ids[m.pid]
+		for _, id := range []struct {
+			what string
+			id   int
+			of   func(*proc.Stat) int
+		}{
+			{"session", st.Session, func(s *proc.Stat) int { return s.Session }},
+			{"process group", st.PGRP, func(s *proc.Stat) int { return s.PGRP }},
+		} {
+			if lst, in := ids[id.id]; in {
+				if id.of(lst) != id.id {
+					return nil, fmt.Errorf("process %d: %s %d: its leader left it and its PID %d is now a process of the tree: %w",
+						m.pid, id.what, id.id, id.id, ErrUnsupported)
+				}
+				continue
+			}
+			lst, err := proc.ReadStat(id.id, 0)
+			if err != nil || id.of(lst) != id.id {
+				continue // the leader is gone: recreated at restore
+			}
+			if !t.opts.ShellJob {
+				return nil, fmt.Errorf("process %d: %s %d is led by process %d (%s) outside the dump; use --shell-job: %w",
+					m.pid, id.what, id.id, id.id, lst.Comm, ErrUnsupported)
+			}
+			ext[id.id] = true
+		}
+		if i == 0 || st.Session == m.pid {
+			continue
+		}
+		if parent, ok := ids[st.PPID]; ok && parent.Session != st.Session {
+			return nil, fmt.Errorf("process %d: session %d is neither its own nor its parent's (%d, process %d): cannot be rebuilt: %w",
+				m.pid, st.Session, parent.Session, st.PPID, ErrUnsupported)
+		}
+	}
+	for id := range ext {
+		external = append(external, id)
+	}
+	slices.Sort(external)
+	return external, nil
 }

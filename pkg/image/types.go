@@ -18,6 +18,12 @@ type Header struct {
 	NetLock string `json:"net_lock,omitempty"`
 	CPU     CPU    `json:"cpu"`
 	VDSO    VDSO   `json:"vdso"`
+	// ExternalIDs are the sessions and process groups of the tree led by
+	// processes outside the dump (accepted with --shell-job): their
+	// members are restored into ckpt-redo's own session and group. Any
+	// other session or group whose leader is not in the image had no
+	// leader left: a helper process takes its PID at restore.
+	ExternalIDs []int `json:"external_ids,omitempty"`
 }
 
 // CPU describes the processor features the dumped processes could use.

@@ -131,8 +131,8 @@ func (t *tree) kill() {
 // create makes every process with its old PID: the root forked from the
 // helper, each child forked from its parent, all still skeletons holding
 // the helper's memory. Sessions are made as the tree is built (a child
-// inherits its parent's), then process groups; zombies then exit with
-// their old status. The helper dies at the end: the root's parent becomes
+// inherits its parent's), then process groups (see ids.go); zombies then
+// exit with their old status. The helper dies at the end: the root's parent becomes
 // init or the nearest child subreaper.
 func (t *tree) create() error {
 	files := make([]*os.File, t.passBase, t.passBase+len(t.passed))
@@ -146,8 +146,23 @@ func (t *tree) create() error {
 		return err
 	}
 	hb := &builder{t: t, in: h.in}
+	rootParent, sh, err := t.rootParent(hb)
+	var helpers []*idHelper
+	if sh != nil {
+		helpers = append(helpers, sh)
+	}
+	defer func() {
+		for _, h := range helpers {
+			if h.b.target != 0 {
+				unix.Kill(h.b.target, unix.SIGKILL)
+			}
+		}
+	}()
+	if err != nil {
+		return err
+	}
 	for i, b := range t.procs {
-		parent := hb
+		parent := rootParent
 		if i > 0 {
 			parent = t.byPID[b.p.PPID]
 		}
@@ -160,30 +175,18 @@ func (t *tree) create() error {
 			}
 		}
 	}
-	for pass := 0; pass < 2; pass++ { // group leaders first
-		for _, b := range t.procs {
-			if (pass == 0) != (b.p.PGID == b.p.PID) {
-				continue
-			}
-			st, err := proc.ReadStat(b.target, 0)
-			if err != nil {
-				return err
-			}
-			if st.PGRP == b.p.PGID {
-				continue
-			}
-			_, inTree := t.byPID[b.p.PGID]
-			if st.Session != b.p.SID || !inTree {
-				b.warnf("process %d: session %d and process group %d are not restored (they belong to processes outside the dump); now %d and %d",
-					b.p.PID, b.p.SID, b.p.PGID, st.Session, st.PGRP)
-				continue
-			}
-			if _, err := b.call("setpgid", unix.SYS_SETPGID, 0, uint64(b.p.PGID)); err != nil {
-				return fmt.Errorf("process %d: %w", b.p.PID, err)
-			}
+	if helpers, err = t.groups(helpers); err != nil {
+		return err
+	}
+	for i := len(helpers) - 1; i >= 0; i-- {
+		if err := helpers[i].exit(); err != nil {
+			return err
 		}
 	}
 	zombies := map[int32]bool{}
+	for _, h := range helpers {
+		zombies[int32(h.b.p.PID)] = true
+	}
 	for _, b := range t.procs {
 		if b.p.Zombie {
 			zombies[int32(b.p.PID)] = true

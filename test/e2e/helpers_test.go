@@ -341,7 +341,7 @@ func (e *env) runRedo(t *testing.T, extraEnv []string, args ...string) result {
 		envv = append(os.Environ(), extraEnv...)
 	}
 	argv := append([]string{e.redo(), "--json"}, args...)
-	pid := e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: errf, Env: envv}, argv...)
+	pid := e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: errf, Env: envv, InheritSession: true}, argv...)
 	es := e.r.WaitExit(t, pid, 30*time.Second)
 	res := result{code: es.Code, signal: es.Signal, stdout: readFile(out), stderr: readFile(errf)}
 	if es.Signal != 0 {
@@ -556,7 +556,7 @@ func (e *env) runRedoArgv(t *testing.T, argv []string) result {
 	t.Helper()
 	d := t.TempDir()
 	out, errf := filepath.Join(d, "redo.out"), filepath.Join(d, "redo.err")
-	pid := e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: errf}, argv...)
+	pid := e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: errf, InheritSession: true}, argv...)
 	es := e.r.WaitExit(t, pid, 30*time.Second)
 	res := result{code: es.Code, signal: es.Signal, stdout: readFile(out), stderr: readFile(errf)}
 	if es.Signal != 0 {

@@ -215,7 +215,7 @@ func TestTree(t *testing.T) {
 			if !tc.zombie {
 				argv = append(argv, "nozombie")
 			}
-			v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir, Setsid: setsid}, argv...)
+			v.pid = e.r.Run(t, testenv.RunOpts{Stderr: v.stderr, Dir: dir, InheritSession: !setsid}, argv...)
 			start := v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
 			roles := treeRoles(t, start)
 			if roles["pid"] != v.pid {
@@ -247,7 +247,25 @@ func TestTree(t *testing.T) {
 				seq0, got0 := lastSeq(v.lines()), lastGot(v.lines())
 
 				img := filepath.Join(t.TempDir(), "img")
-				e.dumpKill(t, v, img)
+				if setsid {
+					e.dumpKill(t, v, img)
+				} else {
+					// The session and group are the test's: refused by
+					// name, the tree going on untouched, unless
+					// --shell-job (and ckpt-redo runs in the test's
+					// session too).
+					res := e.runCkpt(t, nil, "dump", "--dir", img, strconv.Itoa(v.pid))
+					want := fmt.Sprintf("process %d: session ", v.pid)
+					if res.code == 0 || !strings.Contains(res.stderr, want) || !strings.Contains(res.stderr, "outside the dump; use --shell-job") {
+						t.Fatalf("%s: dump without --shell-job: %v; want a refusal naming %q", why, res, want)
+					}
+					compareTree(t, why+": after the refused dump", before, treeSnapshot(v.pid), nil)
+					v.waitNewTicks(t, 2)
+					e.dump(t, v.pid, img, "--shell-job")
+					if es := e.r.WaitExit(t, v.pid, wait); es.Signal != int(syscall.SIGKILL) {
+						t.Fatalf("%s: after dump: %v, want killed by SIGKILL", why, es)
+					}
+				}
 				e.checkTreeImage(t, why, img, before, roles["zombie"], v.log)
 				pids := make([]int, 0, len(before))
 				for pid := range before {
