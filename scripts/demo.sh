@@ -18,7 +18,7 @@ gcc -O1 -o "$work/counter" testdata/victims/dynamic_counter.c
 say() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
 
 say "start a program that counts, checks its own memory and keeps data in a pipe"
-"$work/counter" "$work/log" </dev/null >/dev/null 2>&1 &
+setsid "$work/counter" "$work/log" </dev/null >/dev/null 2>&1 &
 pid=$!
 sleep 1
 tail -n 3 "$work/log"

@@ -153,6 +153,7 @@ var victims = map[string]victimSpec{
 	"mthreads":        {"mthreads.c", []string{"-O1", "-g", "-pthread"}},
 	"evloop":          {"evloop.c", []string{"-O1", "-g"}},
 	"tree":            {"tree.c", []string{"-O1", "-g"}},
+	"tree_session":    {"tree_session.c", []string{"-O1", "-g"}},
 	"miscstate":       {"miscstate.c", []string{"-O1", "-g"}},
 	"ringjob":         {"ringjob.c", []string{"-O2", "-g"}},
 }
