@@ -156,6 +156,7 @@ var victims = map[string]victimSpec{
 	"tree_session":    {"tree_session.c", []string{"-O1", "-g"}},
 	"miscstate":       {"miscstate.c", []string{"-O1", "-g"}},
 	"ringjob":         {"ringjob.c", []string{"-O2", "-g"}},
+	"mem_shared":      {"mem_shared.c", []string{"-O1", "-g"}},
 }
 
 // victimHeaders are included by the C victims and so part of the cache key.

@@ -187,7 +187,7 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 	if err := t.linkPipes(); err != nil {
 		return nil, err
 	}
-	shm := map[shmRange]bool{}
+	shm := shmObjects{}
 	for _, m := range t.members {
 		if m.p.Zombie {
 			continue
@@ -195,6 +195,9 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 		if m.plan, err = planMemory(m.pid, m.p.VMAs, shm); err != nil {
 			return nil, fmt.Errorf("process %d: %w", m.pid, err)
 		}
+	}
+	if err := shm.unreachable(); err != nil {
+		return nil, err
 	}
 	opts.fault(PhaseCollected)
 	root := t.members[0].p

@@ -56,15 +56,11 @@ func wantPages(v *image.VMA) (want bool, onlyAnon bool) {
 	return true, false
 }
 
-// shmRange is a range of a shared memory object.
-type shmRange struct {
-	id, off, len uint64
-}
-
 // planMemory reads pagemap and picks the pages to store, counting them in
-// each VMA. A range of shared memory already planned for another process
-// of the tree (in shm) is stored only once.
-func planMemory(pid int, vmas []image.VMA, shm map[shmRange]bool) (*memPlan, error) {
+// each VMA. Shared memory is planned from the object itself (see
+// shmObject): each of its pages once, with the first mapping of the tree
+// that covers it.
+func planMemory(pid int, vmas []image.VMA, shm shmObjects) (*memPlan, error) {
 	pm, err := os.Open(proc.Path(pid, "pagemap"))
 	if err != nil {
 		return nil, fmt.Errorf("open pagemap: %w", err)
@@ -80,11 +76,12 @@ func planMemory(pid int, vmas []image.VMA, shm map[shmRange]bool) (*memPlan, err
 			continue
 		}
 		if v.Kind == image.VMAShmAnon {
-			r := shmRange{v.ShmID, v.Offset, v.Len()}
-			if shm[r] {
-				continue
+			o, err := shm.object(pid, v)
+			if err != nil {
+				return nil, err
 			}
-			shm[r] = true
+			o.plan(v, plan)
+			continue
 		}
 		force := v.Prot&unix.PROT_READ == 0
 		first := len(plan.runs) // runs never span two VMAs

@@ -216,7 +216,10 @@ func mapProt(v *image.VMA) int {
 	return v.Prot
 }
 
+// mapVMAs maps every VMA of the image at its address; shared anonymous
+// memory last (see mapShared), once everything else is in place.
 func (b *builder) mapVMAs() error {
+	var shared []*image.VMA
 	for i := range b.p.VMAs {
 		v := &b.p.VMAs[i]
 		if v.Start < b.gadget+gadgetSize && b.gadget < v.End {
@@ -230,36 +233,43 @@ func (b *builder) mapVMAs() error {
 		switch v.Kind {
 		case image.VMAVDSO, image.VMAVvar, image.VMAVsyscall:
 			continue
+		case image.VMAShmAnon:
+			shared = append(shared, v)
+			continue
 		case image.VMAFile:
 			fd, off = uint64(b.mapFD[v.File]), v.Offset
-		case image.VMAShmAnon:
-			// Shared anonymous memory comes back as a memfd that every
-			// process of the tree mapping the same object shares.
-			fd, off = uint64(b.t.shmFD[v.ShmID]), v.Offset
 		default:
 			flags |= unix.MAP_ANONYMOUS
 		}
 		if v.GrowsDown {
 			flags |= unix.MAP_GROWSDOWN
 		}
-		ret, err := b.call(fmt.Sprintf("mmap %#x-%#x %s", v.Start, v.End, v.Name), unix.SYS_MMAP,
-			v.Start, v.Len(), uint64(mapProt(v)), uint64(flags), fd, off)
+		if err := b.mapAt(v, flags, fd, off); err != nil {
+			return err
+		}
+	}
+	return b.mapShared(shared)
+}
+
+// mapAt maps v at its address and gives it its advice.
+func (b *builder) mapAt(v *image.VMA, flags int, fd, off uint64) error {
+	ret, err := b.call(fmt.Sprintf("mmap %#x-%#x %s", v.Start, v.End, v.Name), unix.SYS_MMAP,
+		v.Start, v.Len(), uint64(mapProt(v)), uint64(flags), fd, off)
+	if err != nil {
+		return err
+	}
+	if ret != v.Start {
+		return fmt.Errorf("mmap %#x-%#x landed at %#x", v.Start, v.End, ret)
+	}
+	for _, a := range v.Advice {
+		ret, err := b.in.Syscall(unix.SYS_MADVISE, v.Start, v.Len(), uint64(a))
 		if err != nil {
 			return err
 		}
-		if ret != v.Start {
-			return fmt.Errorf("mmap %#x-%#x landed at %#x", v.Start, v.End, ret)
-		}
-		for _, a := range v.Advice {
-			ret, err := b.in.Syscall(unix.SYS_MADVISE, v.Start, v.Len(), uint64(a))
-			if err != nil {
-				return err
-			}
-			if e := ptrace.Errno(ret); e != nil {
-				// Advice this kernel does not take (KSM or THP left out)
-				// changes performance, not behaviour.
-				b.warnf("madvise(%d) on %#x-%#x: %v", a, v.Start, v.End, e)
-			}
+		if e := ptrace.Errno(ret); e != nil {
+			// Advice this kernel does not take (KSM or THP left out)
+			// changes performance, not behaviour.
+			b.warnf("madvise(%d) on %#x-%#x: %v", a, v.Start, v.End, e)
 		}
 	}
 	return nil

@@ -83,7 +83,6 @@ func (t *tree) prepareFiles() error {
 		}
 		t.fileFD[id] = t.pass(of, true)
 	}
-	t.shmFD = map[uint64]int{}
 	for _, b := range t.procs {
 		if b.p.Zombie {
 			continue
@@ -95,8 +94,8 @@ func (t *tree) prepareFiles() error {
 	return nil
 }
 
-// prepareMapped opens the files behind a process's mappings, its
-// executable, and the memfds standing for its shared anonymous memory.
+// prepareMapped opens the files behind a process's mappings and its
+// executable.
 func (b *builder) prepareMapped() error {
 	p, t := b.p, b.t
 	b.mapFD = map[int]int{}
@@ -124,32 +123,6 @@ func (b *builder) prepareMapped() error {
 		} else {
 			b.exeFD = t.pass(f, true)
 		}
-	}
-	for _, v := range p.VMAs {
-		if v.Kind != image.VMAShmAnon {
-			continue
-		}
-		if _, ok := t.shmFD[v.ShmID]; ok {
-			continue
-		}
-		fd, err := unix.MemfdCreate(fmt.Sprintf("ckpt-shm-%d", v.ShmID), unix.MFD_CLOEXEC)
-		if err != nil {
-			return fmt.Errorf("shared memory: memfd_create: %w", err)
-		}
-		f := os.NewFile(uintptr(fd), "shm")
-		size := v.ShmSize
-		for _, b2 := range t.procs {
-			for _, v2 := range b2.p.VMAs {
-				if v2.Kind == image.VMAShmAnon && v2.ShmID == v.ShmID {
-					size = max(size, int64(v2.Offset+v2.Len()))
-				}
-			}
-		}
-		if err := f.Truncate(size); err != nil {
-			f.Close()
-			return fmt.Errorf("shared memory: size %d: %w", size, err)
-		}
-		t.shmFD[v.ShmID] = t.pass(f, true)
 	}
 	return nil
 }

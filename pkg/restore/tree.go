@@ -26,9 +26,9 @@ type tree struct {
 	passBase int
 	passed   []*os.File
 	owned    []*os.File
-	fileFD   map[int]int      // File.ID -> fd in the new processes before dup3
-	shmFD    map[uint64]int   // shared memory object -> memfd
-	ghosts   map[int]*os.File // data ID -> unnamed file with a deleted file's content
+	fileFD   map[int]int          // File.ID -> fd in the new processes before dup3
+	shmSrc   map[uint64]shmSource // shared memory object -> where it was created
+	ghosts   map[int]*os.File     // data ID -> unnamed file with a deleted file's content
 	gadget   uint64
 
 	repairs []repairing // restored connections still in repair mode
@@ -296,6 +296,9 @@ func (t *tree) build(ir *image.Reader) error {
 		if err := b.layout(g); err != nil {
 			return fmt.Errorf("process %d: %w", b.p.PID, err)
 		}
+	}
+	if err := t.dropShmTemps(); err != nil {
+		return err
 	}
 	t.opts.fault(PhaseMemory)
 	for _, b := range live {
