@@ -166,6 +166,9 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 		return nil, err
 	}
 	opts.fault(PhaseFrozen)
+	if err := t.refuse(); err != nil {
+		return nil, err
+	}
 	if err := t.takeSockets(); err != nil {
 		return nil, err
 	}

@@ -336,28 +336,9 @@ func (b *builder) rlimits() error {
 		if err != nil {
 			return err
 		}
-		if ptrace.Errno(ret) == unix.EPERM {
-			// Raising a hard limit needs CAP_SYS_RESOURCE.
-			if _, err := b.call("prlimit64 get", unix.SYS_PRLIMIT64, 0, uint64(l.Resource), 0, b.gadget+scratchOff+16); err != nil {
-				return err
-			}
-			var cur [16]byte
-			if err := ptrace.ReadMem(b.target, b.gadget+scratchOff+16, cur[:]); err != nil {
-				return err
-			}
-			hard := binary.LittleEndian.Uint64(cur[8:])
-			b.warnf("rlimit %d: hard limit %d cannot be raised back from %d without CAP_SYS_RESOURCE; kept %d", l.Resource, l.Max, hard, hard)
-			lim = [2]uint64{min(l.Cur, hard), hard}
-			if err := b.write(scratchOff, ptrace.Bytes(&lim)); err != nil {
-				return err
-			}
-			ret, err = b.in.Syscall(unix.SYS_PRLIMIT64, 0, uint64(l.Resource), b.gadget+scratchOff, 0)
-			if err != nil {
-				return err
-			}
-		}
 		if e := ptrace.Errno(ret); e != nil {
-			return fmt.Errorf("prlimit64 resource %d: %w", l.Resource, e)
+			// checkLimits refused hard limits above ckpt-redo's own.
+			return fmt.Errorf("prlimit64 resource %d (%d/%d): %w", l.Resource, l.Cur, l.Max, e)
 		}
 	}
 	return nil

@@ -237,6 +237,9 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 		if err := checkPID(b.p.PID, b.p.Comm); err != nil {
 			return nil, err
 		}
+		if err := checkLimits(b.p); err != nil {
+			return nil, err
+		}
 		for _, th := range b.p.Threads[min(1, len(b.p.Threads)):] {
 			if err := checkPID(th.TID, th.Comm); err != nil {
 				return nil, fmt.Errorf("thread %d of %d: %w", th.TID, b.p.PID, err)

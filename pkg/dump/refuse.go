@@ -1,0 +1,236 @@
+package dump
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt/ckpt/pkg/proc"
+	"golang.org/x/sys/unix"
+)
+
+// Refusal is state of a process that no restore can produce exactly (or
+// that ckpt does not restore): the dump stops before anything irreversible
+// and lets the process go on untouched. It wraps ErrUnsupported, and says
+// which process, which object and why ("process 812: fd 9: io_uring
+// instance: cannot be restored").
+type Refusal struct {
+	PID    int
+	Object string // "fd 9", "mapping 7f00-7f01 [aio]", "oom_score_adj"
+	Reason string
+}
+
+func (r *Refusal) Error() string {
+	return fmt.Sprintf("process %d: %s: %s", r.PID, r.Object, r.Reason)
+}
+
+// Unwrap makes errors.Is(err, ErrUnsupported) true for every refusal.
+func (r *Refusal) Unwrap() error { return ErrUnsupported }
+
+// refuse returns the Refusal of object of process pid.
+func refuse(pid int, object, format string, args ...any) error {
+	return &Refusal{PID: pid, Object: object, Reason: fmt.Sprintf(format, args...)}
+}
+
+// IsRefusal reports whether err is (or wraps) a Refusal, and returns it.
+func IsRefusal(err error) (*Refusal, bool) {
+	var r *Refusal
+	ok := errors.As(err, &r)
+	return r, ok
+}
+
+// limits is what the restoring ckpt-redo can set: its own hard limits and
+// oom_score_adj, unless it has CAP_SYS_RESOURCE. The dump assumes ckpt-redo
+// runs like ckpt does.
+type limits struct {
+	sysResource bool
+	oomAdj      int
+	hard        map[int]uint64 // resource -> our hard limit
+}
+
+// ownLimits reads this process's limits.
+func ownLimits() (*limits, error) {
+	st, err := proc.ReadStatus(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	l := &limits{sysResource: st.Hex("CapEff")&(1<<unix.CAP_SYS_RESOURCE) != 0, hard: map[int]uint64{}}
+	if l.oomAdj, err = readOOMAdj(os.Getpid()); err != nil {
+		return nil, err
+	}
+	lims, err := proc.ReadLimits(os.Getpid())
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range lims {
+		l.hard[x.Resource] = x.Max
+	}
+	return l, nil
+}
+
+func readOOMAdj(pid int) (int, error) {
+	b, err := os.ReadFile(proc.Path(pid, "oom_score_adj"))
+	if err != nil {
+		return 0, fmt.Errorf("read oom_score_adj: %w", err)
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// refuseChecks are the checks refuse runs on every frozen process. Each
+// reads only /proc: nothing runs in the process yet.
+var refuseChecks = []func(pid int, own *limits) error{
+	refuseMappings,
+	refuseLimits,
+	refuseOOMAdj,
+	refuseThreadFeatures,
+}
+
+// refuse runs every check on every frozen process of the tree (zombies
+// have nothing to check), before anything is read or changed: the first
+// refusal aborts the dump, which releases the tree untouched.
+func (t *tree) refuse() error {
+	own, err := ownLimits()
+	if err != nil {
+		return fmt.Errorf("ckpt's own limits: %w", err)
+	}
+	for _, m := range t.members {
+		if m.fz == nil {
+			continue
+		}
+		for _, check := range refuseChecks {
+			if err := check(m.pid, own); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// refuseMappings refuses AIO rings and ranges registered with a
+// userfaultfd by the program. /proc/PID/maps is read for the AIO ring (it
+// is cheap); smaps, which walks the page tables, only when the process
+// holds a userfaultfd.
+func refuseMappings(pid int, _ *limits) error {
+	f, err := os.Open(proc.Path(pid, "maps"))
+	if err != nil {
+		return fmt.Errorf("read maps: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if i := strings.Index(line, "/[aio]"); i >= 0 {
+			rng, _, _ := strings.Cut(line, " ")
+			return refuse(pid, "mapping "+rng+" [aio]", "AIO context (io_setup): its ring and in-flight requests cannot be restored")
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("read maps: %w", err)
+	}
+	if !hasAnonFD(pid, "[userfaultfd]") {
+		return nil
+	}
+	maps, err := proc.ReadSmaps(pid)
+	if err != nil {
+		return fmt.Errorf("read smaps: %w", err)
+	}
+	for _, m := range maps {
+		if m.VmFlags["um"] || m.VmFlags["uw"] || m.VmFlags["ui"] {
+			return refuse(pid, fmt.Sprintf("mapping %x-%x", m.Start, m.End),
+				"registered with the program's own userfaultfd: the registration and its pending faults cannot be restored")
+		}
+	}
+	return nil
+}
+
+// hasAnonFD reports whether the process has an fd on anon_inode:NAME.
+func hasAnonFD(pid int, name string) bool {
+	ents, err := os.ReadDir(proc.Path(pid, "fd"))
+	if err != nil {
+		return false
+	}
+	for _, e := range ents {
+		if l, err := os.Readlink(proc.Path(pid, "fd", e.Name())); err == nil && l == "anon_inode:"+name {
+			return true
+		}
+	}
+	return false
+}
+
+// refuseLimits refuses hard limits above ckpt's own: without
+// CAP_SYS_RESOURCE no restore can raise a hard limit.
+func refuseLimits(pid int, own *limits) error {
+	if own.sysResource {
+		return nil
+	}
+	lims, err := proc.ReadLimits(pid)
+	if err != nil {
+		return fmt.Errorf("read limits: %w", err)
+	}
+	for _, l := range lims {
+		if mine, ok := own.hard[l.Resource]; ok && l.Max > mine {
+			return refuse(pid, fmt.Sprintf("rlimit %s", rlimitName(l.Resource)),
+				"hard limit %s is above ckpt's own %s, and ckpt has no CAP_SYS_RESOURCE to raise it at restore",
+				limitString(l.Max), limitString(mine))
+		}
+	}
+	return nil
+}
+
+// refuseOOMAdj refuses an oom_score_adj below ckpt's own: without
+// CAP_SYS_RESOURCE the restore may not lower it that far.
+func refuseOOMAdj(pid int, own *limits) error {
+	if own.sysResource {
+		return nil
+	}
+	adj, err := readOOMAdj(pid)
+	if err != nil {
+		return err
+	}
+	if adj < own.oomAdj {
+		return refuse(pid, "oom_score_adj", "%d is below ckpt's own %d, and ckpt has no CAP_SYS_RESOURCE to lower it at restore", adj, own.oomAdj)
+	}
+	return nil
+}
+
+// refuseThreadFeatures refuses x86 linear address masking and user
+// shadow stacks, which ckpt does not restore.
+func refuseThreadFeatures(pid int, _ *limits) error {
+	tids, err := proc.Tasks(pid)
+	if err != nil {
+		return fmt.Errorf("list threads: %w", err)
+	}
+	for _, tid := range tids {
+		st, err := proc.ReadStatus(tid)
+		if err != nil {
+			continue // exited meanwhile: cannot be, it is frozen; freeze decides
+		}
+		if m, ok := st["untag_mask"]; ok && strings.TrimSpace(m) != "0xffffffffffffffff" {
+			return refuse(pid, fmt.Sprintf("thread %d", tid), "x86 linear address masking (untag_mask %s) is not restored", m)
+		}
+		if feat, ok := st["x86_Thread_features"]; ok && strings.TrimSpace(feat) != "" {
+			return refuse(pid, fmt.Sprintf("thread %d", tid), "x86 thread features %q (shadow stack) are not restored", feat)
+		}
+	}
+	return nil
+}
+
+// rlimitName names an RLIMIT_* resource.
+func rlimitName(r int) string {
+	names := []string{"CPU", "FSIZE", "DATA", "STACK", "CORE", "RSS", "NPROC", "NOFILE", "MEMLOCK", "AS", "LOCKS", "SIGPENDING", "MSGQUEUE", "NICE", "RTPRIO", "RTTIME"}
+	if r >= 0 && r < len(names) {
+		return "RLIMIT_" + names[r]
+	}
+	return strconv.Itoa(r)
+}
+
+func limitString(v uint64) string {
+	if v == ^uint64(0) {
+		return "unlimited"
+	}
+	return strconv.FormatUint(v, 10)
+}

@@ -1,0 +1,324 @@
+// Package fidelity is ckpt's fidelity suite: small self-checking C
+// programs (testdata/fidelity, protocol in fidelity.h), each setting up one
+// family of process state, checkpointed and restored in several ways, then
+// verifying from inside that everything is as they left it — or refused by
+// the dump, by name, while the program goes on untouched. The table of
+// TestFidelity lists the cases; pkg/inventory lists the attributes.
+package fidelity
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ckpt/ckpt/internal/testenv"
+)
+
+// fcase is one row of the fidelity table: a self-checking C program of
+// testdata/fidelity (protocol in fidelity.h) and what ckpt must do with it.
+type fcase struct {
+	name string
+	src  string   // file in testdata/fidelity
+	args []string // after LOG; "DIR/" at the start is the case's directory
+	// refuse, if set, is a substring the dump's error must contain: the
+	// dump must refuse, naming the process, and leave it untouched. If
+	// empty the state must be restored exactly (the program says PASS).
+	refuse string
+	// cflags are gcc flags besides -Wall -Werror -O1 -g -pthread.
+	cflags []string
+	// dumpEnv are extra environment variables for `ckpt dump`; dumpWrap is
+	// a command line ckpt dump runs under (e.g. prlimit lowering its own
+	// limits).
+	dumpWrap []string
+}
+
+// cases is the fidelity table. Adding a case is one C file in
+// testdata/fidelity and one row here.
+var cases = []fcase{
+	// Process attributes (pkg/inventory: the process, thread and creds rows).
+	{name: "threadcomm", src: "proc_threadcomm.c"},
+	{name: "rlimit", src: "proc_rlimit.c"},
+	// Refusals: each dump fails by name, the program goes on untouched.
+	{name: "aio", src: "proc_aio.c", refuse: "AIO context"},
+	{name: "userfaultfd", src: "proc_uffd.c", refuse: "userfaultfd"},
+	{name: "rlimit_above_ckpt", src: "proc_rlimit.c", refuse: "RLIMIT_NOFILE: hard limit",
+		dumpWrap: []string{"prlimit", "--nofile=1024:1024", "--"}},
+}
+
+// modes are the ways a restorable case is checkpointed before the program
+// checks itself.
+var modes = []struct {
+	name string
+	run  func(e *env, t *testing.T, p *prog)
+}{
+	// One dump that kills the process, then ckpt-redo.
+	{"redo", func(e *env, t *testing.T, p *prog) {
+		e.dumpKill(t, p)
+		e.redo(t, p)
+	}},
+	// Two dump/restore cycles: what the restore set up must be seen and
+	// saved again by the next dump.
+	{"redo-twice", func(e *env, t *testing.T, p *prog) {
+		for i := 0; i < 2; i++ {
+			e.dumpKill(t, p)
+			e.redo(t, p)
+		}
+	}},
+	// Two dumps with --leave-running in a row: the original goes on
+	// untouched.
+	{"leave-running-twice", func(e *env, t *testing.T, p *prog) {
+		for i := 0; i < 2; i++ {
+			img := filepath.Join(t.TempDir(), "img")
+			if res := e.ckpt(t, nil, "dump", "--leave-running", "--dir", img, strconv.Itoa(p.pid)); res.code != 0 {
+				t.Fatalf("dump %d --leave-running: %v", i+1, res)
+			}
+			e.untouched(t, p, fmt.Sprintf("after dump %d --leave-running", i+1))
+		}
+	}},
+}
+
+// TestFidelity runs every case of the table: restorable ones in every
+// mode, where the program must then find all its state as it left it;
+// refused ones once, where the dump must fail by name and the program,
+// untouched, must still pass its own check.
+func TestFidelity(t *testing.T) {
+	testenv.RequireRoot(t)
+	e := &env{bin: testenv.BuildBinaries(t), r: testenv.StartReaper(t)}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			bin := build(t, c)
+			if c.refuse != "" {
+				p := e.start(t, c, bin)
+				e.refused(t, c, p)
+				e.verify(t, p)
+				return
+			}
+			for _, m := range modes {
+				t.Run(m.name, func(t *testing.T) {
+					p := e.start(t, c, bin)
+					m.run(e, t, p)
+					e.verify(t, p)
+				})
+			}
+		})
+	}
+}
+
+// env holds the built commands and the reaper the programs run under.
+type env struct {
+	bin string
+	r   *testenv.Reaper
+}
+
+// prog is one running case.
+type prog struct {
+	name string
+	pid  int
+	dir  string
+	log  string
+	// from is the number of log lines up to "ready".
+	from int
+	img  string // the last image dumped
+}
+
+// build compiles the case (once per test run; gcc is quick).
+func build(t *testing.T, c fcase) string {
+	t.Helper()
+	dir := filepath.Join(testenv.RepoRoot(t), "testdata", "fidelity")
+	out := filepath.Join(t.TempDir(), strings.TrimSuffix(c.src, ".c"))
+	args := append([]string{"-Wall", "-Werror", "-O1", "-g", "-pthread", "-I", dir}, c.cflags...)
+	args = append(args, "-o", out, filepath.Join(dir, c.src))
+	if b, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+		t.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, b)
+	}
+	return out
+}
+
+// start runs the case under the reaper and waits for "ready".
+func (e *env) start(t *testing.T, c fcase, bin string) *prog {
+	t.Helper()
+	dir := t.TempDir()
+	p := &prog{name: c.name, dir: dir, log: filepath.Join(dir, "log")}
+	argv := []string{bin, p.log}
+	for _, a := range c.args {
+		if rest, ok := strings.CutPrefix(a, "DIR/"); ok {
+			a = filepath.Join(dir, rest)
+		}
+		argv = append(argv, a)
+	}
+	p.pid = e.r.Run(t, testenv.RunOpts{Stdout: filepath.Join(dir, "stdout"), Stderr: filepath.Join(dir, "stderr"), Dir: dir}, argv...)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		lines := testenv.ReadLines(p.log)
+		for i, l := range lines {
+			switch {
+			case l == "ready":
+				p.from = i + 1
+				return p
+			case strings.HasPrefix(l, "SKIP"):
+				t.Skipf("%s: %s", c.name, l)
+			case strings.HasPrefix(l, "FAIL"):
+				t.Fatalf("%s (pid %d) before ready: %s; stderr %q", c.name, p.pid, l, readFile(filepath.Join(dir, "stderr")))
+			}
+		}
+		if es, ok := e.r.Poll(p.pid); ok {
+			t.Fatalf("%s (pid %d) ended before ready: %v; log %q; stderr %q", c.name, p.pid, es, lines, readFile(filepath.Join(dir, "stderr")))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (pid %d): no ready line in 10s; log %q", c.name, p.pid, lines)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// verify sends SIGTERM and waits for the program's verdict: PASS, then
+// exit code 0.
+func (e *env) verify(t *testing.T, p *prog) {
+	t.Helper()
+	if err := syscall.Kill(p.pid, syscall.SIGTERM); err != nil {
+		t.Fatalf("%s: kill -TERM %d: %v", p.name, p.pid, err)
+	}
+	es := e.r.WaitExit(t, p.pid, 20*time.Second)
+	lines := testenv.ReadLines(p.log)
+	after := lines[min(p.from, len(lines)):]
+	verdict := strings.Join(after, " | ")
+	if len(after) == 0 || after[len(after)-1] != "PASS" {
+		t.Errorf("%s (pid %d): %s; stderr %q", p.name, p.pid, verdictOrNone(verdict), readFile(filepath.Join(p.dir, "stderr")))
+	}
+	if es != (testenv.ExitStatus{Pid: p.pid}) {
+		t.Errorf("%s: %v after SIGTERM, want exit code 0", p.name, es)
+	}
+}
+
+func verdictOrNone(v string) string {
+	if v == "" {
+		return "no verdict in the log after SIGTERM"
+	}
+	return "after SIGTERM: " + v
+}
+
+// dumpKill dumps the program (killing it) and takes the reaper's report.
+func (e *env) dumpKill(t *testing.T, p *prog) string {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "img")
+	if res := e.ckpt(t, nil, "dump", "--dir", img, strconv.Itoa(p.pid)); res.code != 0 {
+		t.Fatalf("ckpt dump %d: %v", p.pid, res)
+	}
+	if es := e.r.WaitExit(t, p.pid, 10*time.Second); es.Signal != int(syscall.SIGKILL) {
+		t.Fatalf("%s: after dump: %v, want killed by SIGKILL", p.name, es)
+	}
+	p.img = img
+	return img
+}
+
+// redo restores the last image of p through the reaper; it must give
+// back the same PID.
+func (e *env) redo(t *testing.T, p *prog) {
+	t.Helper()
+	d := t.TempDir()
+	out, errf := filepath.Join(d, "redo.out"), filepath.Join(d, "redo.err")
+	pid := e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: errf}, filepath.Join(e.bin, "ckpt-redo"), p.img)
+	es := e.r.WaitExit(t, pid, 30*time.Second)
+	if es != (testenv.ExitStatus{Pid: pid}) {
+		t.Fatalf("ckpt-redo %s: %v; stdout %q; stderr %q", p.img, es, readFile(out), readFile(errf))
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", p.pid)); err != nil {
+		t.Fatalf("ckpt-redo succeeded but pid %d does not exist: %v", p.pid, err)
+	}
+}
+
+// refused runs a dump that must fail naming the process and c.refuse, and
+// checks that the program goes on untouched, with no image left.
+func (e *env) refused(t *testing.T, c fcase, p *prog) {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "img")
+	args := []string{"dump", "--dir", img, strconv.Itoa(p.pid)}
+	res := e.ckpt(t, c.dumpWrap, args...)
+	if res.code == 0 {
+		t.Fatalf("ckpt dump of %s succeeded, want it refused with %q; stderr %q", c.name, c.refuse, res.stderr)
+	}
+	for _, want := range []string{c.refuse, fmt.Sprintf("process %d", p.pid)} {
+		if !strings.Contains(res.stderr, want) {
+			t.Errorf("ckpt dump: stderr %q, want it to say %q", res.stderr, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(img, "image.ckpt")); err == nil {
+		t.Errorf("the refused dump left an image")
+	}
+	e.untouched(t, p, "after the refused dump")
+}
+
+// untouched checks that the program runs on: not traced, not stopped, no
+// exit reported.
+func (e *env) untouched(t *testing.T, p *prog, why string) {
+	t.Helper()
+	if es, ok := e.r.Poll(p.pid); ok {
+		t.Fatalf("%s: %s ended: %v", why, p.name, es)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		tp, st := statusField(p.pid, "TracerPid"), statusField(p.pid, "State")
+		if tp == "0" && (strings.HasPrefix(st, "S") || strings.HasPrefix(st, "R")) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: %s (pid %d): TracerPid %q, State %q, want untraced and running or sleeping", why, p.name, p.pid, tp, st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// result is how a command ended.
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func (r result) String() string {
+	return fmt.Sprintf("exit code %d; stdout %q; stderr %q", r.code, r.stdout, r.stderr)
+}
+
+// ckpt runs BIN/ckpt args, under the wrap command line if any.
+func (e *env) ckpt(t *testing.T, wrap []string, args ...string) result {
+	t.Helper()
+	argv := append(append(append([]string{}, wrap...), filepath.Join(e.bin, "ckpt")), args...)
+	cmd := exec.Command(argv[0], argv[1:]...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	res := result{stdout: out.String(), stderr: errb.String()}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		res.code = ee.ExitCode()
+		if res.code == 0 {
+			res.code = -1
+		}
+	default:
+		t.Fatalf("%s: %v", strings.Join(argv, " "), err)
+	}
+	return res
+}
+
+func statusField(pid int, name string) string {
+	for _, l := range strings.Split(readFile(fmt.Sprintf("/proc/%d/status", pid)), "\n") {
+		if v, ok := strings.CutPrefix(l, name+":"); ok {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+func readFile(path string) string {
+	b, _ := os.ReadFile(path)
+	return string(b)
+}
