@@ -31,6 +31,8 @@
 //	{"cmd":"run","argv":["/bin/sh","-c","exit 3"],"stdout":"FILE","stderr":"FILE","cwd":"DIR","setsid":false,"env":["K=V"]}
 //	kill-all
 //	{"cmd":"kill-all"}
+//	sync
+//	{"cmd":"sync"}
 //
 // run starts ARGV[0] (looked up in $PATH if it has no slash) as a child with
 // stdin from /dev/null and stdout/stderr appended to the given files
@@ -44,6 +46,14 @@
 // grandchildren reparented meanwhile die too), reaps them all and replies
 //
 //	ok
+//
+// sync reaps whatever has exited and replies
+//
+//	ok
+//
+// after the exit lines of every process reaped so far: once a process is
+// gone from /proc (reaped), its exit line, if the reaper reaped it, comes
+// before the reply to a later sync.
 //
 // A request that fails is answered with "error MESSAGE" (a single line).
 // Requests are answered in order, one reply each.
@@ -346,6 +356,9 @@ func serveMode(sigchld <-chan os.Signal) {
 			switch req.Cmd {
 			case "run":
 				err = run(r, req, func(pid int) { say("pid %d", pid) })
+			case "sync":
+				r.reap()
+				say("ok")
 			case "kill-all":
 				if err = r.killAll(); err == nil {
 					say("ok")

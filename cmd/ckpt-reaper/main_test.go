@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -21,6 +22,7 @@ func TestParseRequest(t *testing.T) {
 		wantErr bool
 	}{
 		{"kill-all", request{Cmd: "kill-all"}, false},
+		{"sync", request{Cmd: "sync"}, false},
 		{"run /bin/true", request{Cmd: "run", Argv: []string{"/bin/true"}}, false},
 		{"run --stdout /o --stderr /e --cwd /d --setsid -- a --b",
 			request{Cmd: "run", Argv: []string{"a", "--b"}, Stdout: "/o", Stderr: "/e", Cwd: "/d", Setsid: true}, false},
@@ -93,7 +95,16 @@ func TestExecForwardsSIGTERM(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(200 * time.Millisecond)
+	// Wait for the reaper to have run sleep: a SIGTERM before that would
+	// reach the reaper's own Go runtime, not the command.
+	deadline := time.Now().Add(10 * time.Second)
+	for !childRuns(cmd.Process.Pid, "sleep") {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatal("the reaper did not start sleep within 10s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	cmd.Process.Signal(syscall.SIGTERM)
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
@@ -106,4 +117,30 @@ func TestExecForwardsSIGTERM(t *testing.T) {
 		cmd.Process.Kill()
 		t.Fatal("reaper still running 10s after SIGTERM")
 	}
+}
+
+// childRuns reports whether process parent has a child whose comm is comm.
+func childRuns(parent int, comm string) bool {
+	for _, pid := range childrenOf(parent) {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/comm")
+		if strings.TrimSpace(string(b)) == comm {
+			return true
+		}
+	}
+	return false
+}
+
+// childrenOf lists the children of process parent, from /proc/PID/task/*/children.
+func childrenOf(parent int) []int {
+	var out []int
+	tasks, _ := os.ReadDir("/proc/" + strconv.Itoa(parent) + "/task")
+	for _, task := range tasks {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(parent) + "/task/" + task.Name() + "/children")
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
 }

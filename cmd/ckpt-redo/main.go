@@ -44,7 +44,8 @@ func main() {
 			&cli.IntFlag{Name: "control", Value: -1, Usage: "agent control socket `FD` (group operations; see ckpt agent)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
-		Action: run,
+		Action:          run,
+		HideHelpCommand: true,
 	}
 	if err := app.Run(os.Args); err != nil {
 		fmt.Fprintf(os.Stderr, "ckpt-redo: %v\n", err)
@@ -111,8 +112,8 @@ func run(c *cli.Context) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(res)
 	}
-	fmt.Printf("restored %d: %d pages (%.1f MiB at %.0f MB/s) in %v\n", res.PID, res.Pages,
-		float64(res.Bytes)/(1<<20), res.MemoryRate, res.Build.Round(1e5))
+	fmt.Printf("restored %d: %d pages (%.1f MiB at %.0f MiB/s) in %v\n", res.PID, res.Pages,
+		float64(res.Bytes)/(1<<20), cliutil.MiBPerSecond(res.MemoryRate), res.Build.Round(1e5))
 	return nil
 }
 

@@ -21,10 +21,12 @@ func dumpCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "dump",
 		Usage:     "freeze a process, write its image, and kill it (or let it go on)",
-		ArgsUsage: "PID",
+		UsageText: "ckpt dump (--dir DIR | --to HOST:PORT) [options] PID",
+		Description: "Exactly one of --dir and --to is required: --dir writes the image into a directory\n" +
+			"(which must not hold an image already), --to streams it to a receiver.",
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "dir", Aliases: []string{"D"}, Usage: "image directory (created 0700; the image file is 0600)"},
-			&cli.StringFlag{Name: "to", Usage: "stream the image to `HOST:PORT`, where ckpt-redo --listen restores it while it arrives, instead of writing it to disk; the process is killed once the receiver holds its copy"},
+			&cli.StringFlag{Name: "dir", Aliases: []string{"D"}, Usage: "write the image into `DIR` (created 0700; the image file is 0600); this or --to is required"},
+			&cli.StringFlag{Name: "to", Usage: "stream the image to `HOST:PORT`, where ckpt-redo --listen restores it while it arrives, instead of writing it to disk; the process is killed once the receiver holds its copy; this or --dir is required"},
 			&cli.IntFlag{Name: "control", Value: -1, Usage: "agent control socket `FD` (group operations; see ckpt agent)"},
 			&cli.BoolFlag{Name: "leave-running", Aliases: []string{"R"}, Usage: "let the process go on after the dump instead of killing it"},
 			&cli.BoolFlag{Name: "shell-job", Aliases: []string{"j"}, Usage: "accept a session or process group led by a process outside the dump (a job of an interactive shell): ckpt-redo --shell-job puts them into its own"},
@@ -40,8 +42,11 @@ func dumpCommand() *cli.Command {
 				return cli.Exit(fmt.Sprintf("dump: %q is not a PID", c.Args().First()), 2)
 			}
 			dir, to := c.String("dir"), c.String("to")
-			if (dir == "") == (to == "") {
-				return cli.Exit("dump: want one of --dir DIR and --to HOST:PORT", 2)
+			switch {
+			case dir == "" && to == "":
+				return cli.Exit("dump: say where the image goes: --dir DIR (a directory) or --to HOST:PORT (a receiver)", 2)
+			case dir != "" && to != "":
+				return cli.Exit("dump: --dir and --to exclude each other: give one", 2)
 			}
 			if to != "" && c.Bool("leave-running") {
 				return cli.Exit("dump: --to migrates the process: with --leave-running there would be two live copies", 2)
@@ -96,6 +101,9 @@ func dumpCommand() *cli.Command {
 				if err != nil {
 					return fmt.Errorf("dump %d: %w", pid, err)
 				}
+				if sink.StaleRemoved() {
+					warn("removed the partial image a dump that did not finish left in %s", dir)
+				}
 				res, err = dump.Run(pid, sink, opts)
 				if err == nil || !errors.Is(err, sockets.ErrAcceptQueue) || try == 20 || ctl != nil {
 					bar.Done()
@@ -119,8 +127,8 @@ func report(c *cli.Context, pid int, where string, res *dump.Result) error {
 	if !res.Killed {
 		what = "left running"
 	}
-	fmt.Printf("dumped %d %s: %d VMAs, %d fds, %d pages (%d zero), %.1f MiB at %.0f MB/s; frozen %v, %s\n",
+	fmt.Printf("dumped %d %s: %d VMAs, %d fds, %d pages (%d zero), %.1f MiB at %.0f MiB/s; frozen %v, %s\n",
 		pid, where, res.VMAs, res.FDs, res.Pages, res.ZeroPages, float64(res.Bytes)/(1<<20),
-		res.MemoryRate, res.Frozen.Round(1e5), what)
+		cliutil.MiBPerSecond(res.MemoryRate), res.Frozen.Round(1e5), what)
 	return nil
 }

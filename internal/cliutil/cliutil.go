@@ -29,3 +29,8 @@ func PhaseHook(prog string) func(string) {
 		}
 	}
 }
+
+// MiBPerSecond converts a rate in MB/s (10^6 bytes, as dump.Result and
+// restore.Result give it) into MiB/s (2^20 bytes), the unit the commands
+// print sizes in.
+func MiBPerSecond(mbPerSecond float64) float64 { return mbPerSecond * 1e6 / (1 << 20) }

@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,6 +124,56 @@ func (c *Cluster) Locks(n *Node) string {
 		c.t.Fatalf("ckpt unlock --list in %s: %v: %s", n.NS, err, out)
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// WaitListening waits until a TCP socket listens on ip:port in node n's
+// network namespace (or on the wildcard address with that port).
+func (c *Cluster) WaitListening(n *Node, ip string, port int, timeout time.Duration) {
+	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := listening(n.NS, ip, port)
+		if err != nil {
+			c.t.Fatalf("node %s: %v", n.Name, err)
+		}
+		if ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("node %s: nothing listens on %s:%d after %v", n.Name, ip, port, timeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// listening reads /proc/thread-self/net/tcp in network namespace ns and
+// reports whether a socket in state LISTEN (0A) has local address ip:port
+// or 0.0.0.0:port. Addresses there are the IPv4 address as a little-endian
+// hex word and the port in hex.
+func listening(ns, ip string, port int) (bool, error) {
+	addr := net.ParseIP(ip).To4()
+	if addr == nil {
+		return false, fmt.Errorf("%q is not an IPv4 address", ip)
+	}
+	want := map[string]bool{
+		fmt.Sprintf("%02X%02X%02X%02X:%04X", addr[3], addr[2], addr[1], addr[0], port): true,
+		fmt.Sprintf("00000000:%04X", port):                                             true,
+	}
+	found := false
+	err := InNetNS(ns, func() error {
+		b, err := os.ReadFile("/proc/thread-self/net/tcp")
+		if err != nil {
+			return err
+		}
+		for _, l := range strings.Split(string(b), "\n")[1:] {
+			f := strings.Fields(l)
+			if len(f) > 3 && want[f[1]] && f[3] == "0A" {
+				found = true
+			}
+		}
+		return nil
+	})
+	return found, err
 }
 
 // Ckpt runs ckpt args (outside every node) and returns its stdout and

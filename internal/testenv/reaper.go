@@ -187,6 +187,16 @@ func (r *Reaper) KillAll(t testing.TB) {
 	}
 }
 
+// Sync returns once the reaper has reported the exit of every process it
+// has reaped so far: after a process is gone from /proc, Poll finds its
+// exit report if the reaper reaped it (and never will if someone else did).
+func (r *Reaper) Sync(t testing.TB) {
+	t.Helper()
+	if rep := r.request(t, "sync"); rep != "ok" {
+		t.Fatalf("ckpt-reaper: unexpected reply %q to sync", rep)
+	}
+}
+
 // Poll takes the oldest exit report for pid not yet taken, if any.
 func (r *Reaper) Poll(pid int) (ExitStatus, bool) {
 	r.mu.Lock()

@@ -90,6 +90,30 @@ func TestReaperKillAll(t *testing.T) {
 	}
 }
 
+// TestReaperSync checks that once a process the reaper reaped is gone
+// from /proc, its exit report is there after Sync, without waiting.
+func TestReaperSync(t *testing.T) {
+	RequireRoot(t)
+	r := StartReaper(t)
+	for i := 0; i < 20; i++ {
+		pid := r.Run(t, RunOpts{}, "/bin/sh", "-c", "exit 4")
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			if _, err := os.Stat(fmt.Sprint("/proc/", pid)); os.IsNotExist(err) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("pid %d still exists after 10s", pid)
+			}
+			time.Sleep(time.Millisecond)
+		}
+		r.Sync(t)
+		if got, ok := r.Poll(pid); !ok || got != (ExitStatus{Pid: pid, Code: 4}) {
+			t.Fatalf("round %d: after sync: %v, %v; want pid %d exited with code 4", i, got, ok, pid)
+		}
+	}
+}
+
 // TestVictims builds every victim and runs it through the protocol once:
 // ticks, a check on SIGUSR1, bye and exit 0 on SIGUSR2.
 func TestVictims(t *testing.T) {

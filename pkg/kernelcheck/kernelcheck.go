@@ -93,7 +93,7 @@ var checks = []check{
 			return "", err
 		}
 		fd.Close()
-		return "lazy restore and write tracking possible", nil
+		return "restored memory filled with UFFDIO_COPY (faster than process_vm_writev)", nil
 	}},
 	{"TCP_REPAIR", false, func() (string, error) {
 		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -113,9 +113,6 @@ var checks = []check{
 		}
 		unix.Close(fd)
 		return "sockets listed through netlink", nil
-	}},
-	{"soft-dirty", false, func() (string, error) {
-		return "", fmt.Errorf("not used: ckpt tracks writes with userfaultfd write-protect instead")
 	}},
 }
 

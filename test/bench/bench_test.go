@@ -152,6 +152,10 @@ type restoreResult struct {
 // dumpJSON runs ckpt dump --json with flags on pid.
 func dumpJSON(b *testing.B, bin, img string, pid int, flags ...string) dumpResult {
 	b.Helper()
+	// A dump never overwrites an image: each round writes a fresh one.
+	if err := os.RemoveAll(img); err != nil {
+		b.Fatal(err)
+	}
 	args := append(append([]string{"dump", "--json", "--dir", img}, flags...), strconv.Itoa(pid))
 	cmd := exec.Command(filepath.Join(bin, "ckpt"), args...)
 	var stderr strings.Builder

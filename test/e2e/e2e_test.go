@@ -291,7 +291,7 @@ func TestRestoreBadImage(t *testing.T) {
 			{"empty dir", empty, "no ckpt image"},
 			{"missing dir", filepath.Join(empty, "nothing"), "no such file or directory"},
 			{"garbage", garbage, "not a ckpt image"},
-			{"only a partial image", partial, "partial image"},
+			{"only a partial image", partial, "incomplete image (the dump did not finish)"},
 		} {
 			res := e.runRedo(t, nil, tc.dir)
 			if res.code <= 0 {
@@ -460,8 +460,8 @@ func TestDumpFault(t *testing.T) {
 				noImage(t, img)
 				// What the dead dump left is not taken for an image.
 				res := e.runRedo(t, nil, img)
-				if res.code <= 0 || !strings.Contains(res.stderr, "partial image") {
-					t.Errorf("ckpt-redo of the dump that died at %s: %v, want a failure saying it is a partial image", phase, res)
+				if res.code <= 0 || !strings.Contains(res.stderr, "incomplete image (the dump did not finish)") {
+					t.Errorf("ckpt-redo of the dump that died at %s: %v, want a failure saying the image is incomplete", phase, res)
 				}
 			}
 			v.check(t)

@@ -506,16 +506,23 @@ func TestGroupRestoreAborts(t *testing.T) {
 	if err != nil {
 		t.Fatalf("start the blocker: %v: %s", err, serr)
 	}
-	time.Sleep(300 * time.Millisecond)
+	c.WaitListening(nodes[n-1], nodes[n-1].IP, 5000, wait)
 	_, serr, err = c.Ckpt("group", "restore", "--manifest", manifest)
 	if err == nil || !strings.Contains(serr, "aborted") || !strings.Contains(serr, "already in use") {
 		t.Fatalf("group restore with a taken address: %v: %s", err, serr)
 	}
-	time.Sleep(300 * time.Millisecond)
+	// Processes an aborted restore built are killed: wait until none is
+	// left, then check that none of them ran.
+	deadline := time.Now().Add(wait)
 	for i, j := range logs {
-		if netnsOf(j.path) != 0 {
-			t.Fatalf("job %d runs after an aborted group restore", i)
+		for netnsOf(j.path) != 0 {
+			if time.Now().After(deadline) {
+				t.Fatalf("job %d runs %v after an aborted group restore", i, wait)
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
+	}
+	for i, j := range logs {
 		if len(j.lines()) != restoredAt[i] {
 			t.Fatalf("job %d wrote after an aborted group restore:\n%s", i, tail(j.lines(), 3))
 		}

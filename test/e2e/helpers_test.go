@@ -397,8 +397,9 @@ func (e *env) expectGone(t *testing.T, pid int, why string) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	// The reaper prints the exit line right after wait4: let it arrive.
-	time.Sleep(100 * time.Millisecond)
+	// Once the pid is gone it has been reaped: after a sync, the reaper's
+	// exit line for it (if the reaper reaped it) has arrived.
+	e.r.Sync(t)
 	for {
 		if _, ok := e.r.Poll(pid); !ok {
 			return
@@ -577,6 +578,29 @@ func (e *env) startLogged(t *testing.T, name string, argv func(log string) []str
 	v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "start ") })
 	v.comm = comm(v.pid)
 	return v
+}
+
+// waitSockets waits until process pid holds at least n socket fds (what
+// says: a server has accepted its clients).
+func waitSockets(t *testing.T, pid, n int, what string) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for {
+		got := 0
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, ent := range ents {
+			if l, _ := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, ent.Name())); strings.HasPrefix(l, "socket:[") {
+				got++
+			}
+		}
+		if got >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d: %d sockets after %v, want %d (%s)", pid, got, wait, n, what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // script is the path of a test/e2e/testdata script.

@@ -64,7 +64,7 @@ func TestTCPAcrossHosts(t *testing.T) {
 		clients = append(clients, e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: out}, "ip", "netns", "exec", hostB,
 			"python3", script(t, "tcpclient.py"), strconv.Itoa(port), "4", addr))
 	}
-	time.Sleep(700 * time.Millisecond)
+	waitSockets(t, v.pid, 3, "the echo server's listener and client connections")
 	for i := 0; i < 2; i++ {
 		img := filepath.Join(t.TempDir(), "img")
 		e.dumpKill(t, v, img)
@@ -73,7 +73,7 @@ func TestTCPAcrossHosts(t *testing.T) {
 		if res.code != 0 {
 			t.Fatalf("cycle %d: ckpt-redo in %s: %v", i, hostA, res)
 		}
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(400 * time.Millisecond) // deliberately: the clients talk to the restored server before the next cycle
 	}
 	for i, c := range clients {
 		st := e.r.WaitExit(t, c, 60*time.Second)

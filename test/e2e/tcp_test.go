@@ -71,7 +71,7 @@ func (e *env) startTCP(t *testing.T, n int, secs float64) *tcpJob {
 		j.outs = append(j.outs, out)
 		j.clients = append(j.clients, e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: out}, "python3", script(t, "tcpclient.py"), strconv.Itoa(port), fmt.Sprint(secs)))
 	}
-	time.Sleep(300 * time.Millisecond)
+	waitSockets(t, v.pid, n+1, "the echo server's listener and client connections")
 	return j
 }
 
@@ -116,7 +116,7 @@ func TestTCPServer(t *testing.T) {
 		time.Sleep(200 * time.Millisecond) // the clients' packets are dropped meanwhile
 		e.restoreServer(t, j.server, img)
 		waitNoLock(t, pid, fmt.Sprintf("cycle %d: after the restore", i))
-		time.Sleep(300 * time.Millisecond)
+		time.Sleep(300 * time.Millisecond) // deliberately: the clients talk to the restored server before the next cycle
 	}
 	e.finish(t, j)
 	e.killAndReap(t, j.server)
@@ -186,13 +186,13 @@ func TestHTTPKeepAlive(t *testing.T) {
 	})
 	out := filepath.Join(v.dir, "client")
 	cli := e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: out}, "python3", script(t, "httpclient.py"), strconv.Itoa(port), "3")
-	time.Sleep(500 * time.Millisecond)
+	waitSockets(t, v.pid, 2, "the HTTP server's listener and the client's connection")
 	for i := 0; i < 2; i++ {
 		img := filepath.Join(t.TempDir(), "img")
 		e.dumpKill(t, v, img)
 		e.restoreServer(t, v, img)
 		waitNoLock(t, v.pid, fmt.Sprintf("cycle %d", i))
-		time.Sleep(400 * time.Millisecond)
+		time.Sleep(400 * time.Millisecond) // deliberately: the client sends requests to the restored server before the next cycle
 	}
 	if st := e.r.WaitExit(t, cli, 30*time.Second); st.Code != 0 || !strings.HasPrefix(readFile(out), "ok ") {
 		t.Fatalf("http client: %v: %s", st, readFile(out))

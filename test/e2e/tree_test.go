@@ -128,7 +128,7 @@ func (e *env) waitTreeGone(t *testing.T, why string, pids []int) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond) // let the reaper's exit lines arrive
+	e.r.Sync(t) // the reaper's exit lines for them have arrived
 	for _, pid := range pids {
 		for {
 			if _, ok := e.r.Poll(pid); !ok {
@@ -666,7 +666,13 @@ func TestTreeUnsupportedFD(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	time.Sleep(50 * time.Millisecond)
+	// python3 has connected once its connection is in the listener's queue.
+	outside.(*net.UnixListener).SetDeadline(time.Now().Add(wait))
+	if c, err := outside.Accept(); err != nil {
+		t.Fatalf("python3 did not connect: %v", err)
+	} else {
+		defer c.Close()
+	}
 	before := treeSnapshot(root)
 
 	img := filepath.Join(t.TempDir(), "img")
@@ -683,7 +689,7 @@ func TestTreeUnsupportedFD(t *testing.T) {
 	noImage(t, img)
 
 	// Every member goes on as before, untraced and not stopped.
-	time.Sleep(200 * time.Millisecond)
+	time.Sleep(200 * time.Millisecond) // deliberately: a member the failed dump broke would stop or die meanwhile
 	after := treeSnapshot(root)
 	compareTree(t, "after the failed dump", before, after, nil)
 	for pid, p := range after {

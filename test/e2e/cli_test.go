@@ -1,0 +1,236 @@
+package e2e
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/ckpt/ckpt/internal/testenv"
+)
+
+// TestCLIDumpWhere: `ckpt dump --help` says that one of --dir and --to is
+// required, and a dump given neither or both refuses with a usage error
+// that says what to give.
+func TestCLIDumpWhere(t *testing.T) {
+	e := setup(t)
+	pid := strconv.Itoa(os.Getpid())
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		output string // in stdout (help) or stderr (errors)
+	}{
+		{"help", []string{"dump", "--help"}, 0, "Exactly one of --dir and --to is required"},
+		{"neither", []string{"dump", pid}, 2, "--dir DIR (a directory) or --to HOST:PORT (a receiver)"},
+		{"both", []string{"dump", "--dir", filepath.Join(t.TempDir(), "img"), "--to", "127.0.0.1:1", pid}, 2, "--dir and --to exclude each other"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			res := e.runCkpt(t, nil, tc.args...)
+			if res.code != tc.code || !strings.Contains(res.stdout+res.stderr, tc.output) {
+				t.Errorf("ckpt %s: %v; want exit code %d and %q", strings.Join(tc.args, " "), res, tc.code, tc.output)
+			}
+		})
+	}
+}
+
+// TestCLIRedoHelp: ckpt-redo has no subcommands, so its help lists none
+// (urfave/cli would add a "help" command).
+func TestCLIRedoHelp(t *testing.T) {
+	e := setup(t)
+	out, err := exec.Command(e.redo(), "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("ckpt-redo --help: %v: %s", err, out)
+	}
+	if s := string(out); strings.Contains(s, "COMMANDS:") || strings.Contains(s, "help, h") || !strings.Contains(s, "--listen") {
+		t.Errorf("ckpt-redo --help lists commands (or misses its options):\n%s", s)
+	}
+}
+
+// TestCLIDumpRefusesImageDir: a dump into a directory that already holds
+// an image refuses, naming the directory and its image; the image stays
+// as it was and the process keeps running, untraced.
+func TestCLIDumpRefusesImageDir(t *testing.T) {
+	e := setup(t)
+	v := e.startVictim(t, "dynamic_counter")
+	img := filepath.Join(t.TempDir(), "img")
+	e.dump(t, v.pid, img, "--leave-running")
+	h := fileHash(t, filepath.Join(img, "image.ckpt"))
+	for _, flags := range [][]string{{"--leave-running"}, nil} {
+		args := append(append([]string{"dump", "--dir", img}, flags...), strconv.Itoa(v.pid))
+		res := e.runCkpt(t, nil, args...)
+		if res.code == 0 || !strings.Contains(res.stderr, img+" already holds an image") ||
+			!strings.Contains(res.stderr, filepath.Join(img, "image.ckpt")) {
+			t.Errorf("ckpt %s: %v; want a refusal naming %s and its image.ckpt", strings.Join(args, " "), res, img)
+		}
+		if got := fileHash(t, filepath.Join(img, "image.ckpt")); got != h {
+			t.Errorf("the image in %s changed", img)
+		}
+		if _, err := os.Stat(filepath.Join(img, "image.ckpt.partial")); err == nil {
+			t.Errorf("a refused dump left image.ckpt.partial in %s", img)
+		}
+		e.expectAlive(t, v, "after a refused dump")
+		if tp := statusField(v.pid, "TracerPid"); tp != "0" {
+			t.Errorf("after a refused dump: TracerPid %s", tp)
+		}
+	}
+	v.check(t)
+	e.bye(t, v)
+}
+
+// TestCLIFailedDumpRemovesDir: a dump that fails removes the directories
+// it created for the image, and only those.
+func TestCLIFailedDumpRemovesDir(t *testing.T) {
+	e := setup(t)
+	tests := []struct {
+		name   string
+		dir    string // image directory under a fresh temporary directory
+		exists string // created before the dump ("" for none)
+		gone   string // must not exist after the failed dump
+	}{
+		{"new", "img", "", "img"},
+		{"new nested", "a/b/img", "", "a"},
+		{"parent exists", "a/img", "a", "a/img"},
+		{"exists", "img", "img", ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			root := t.TempDir()
+			if tc.exists != "" {
+				if err := os.MkdirAll(filepath.Join(root, tc.exists), 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			dir := filepath.Join(root, tc.dir)
+			pid := freePID(t)
+			res := e.runCkpt(t, nil, "dump", "--dir", dir, strconv.Itoa(pid))
+			if res.code == 0 {
+				t.Fatalf("ckpt dump of the free pid %d: %v, want a failure", pid, res)
+			}
+			if tc.gone != "" {
+				if _, err := os.Stat(filepath.Join(root, tc.gone)); err == nil {
+					t.Errorf("after a failed dump, %s exists", tc.gone)
+				}
+			}
+			if tc.exists != "" {
+				ents, err := os.ReadDir(filepath.Join(root, tc.exists))
+				if err != nil || (tc.exists == tc.dir && len(ents) != 0) {
+					t.Errorf("after a failed dump, %s: %v, %v; want it there as before", tc.exists, ents, err)
+				}
+			}
+		})
+	}
+}
+
+// TestCLIKilledDump: a dump killed midway leaves image.ckpt.partial and a
+// process that goes on; ckpt show and ckpt-redo say that the image is
+// incomplete; a later dump into the directory removes the stale partial
+// image, says so, and writes an image that restores.
+func TestCLIKilledDump(t *testing.T) {
+	e := setup(t)
+	v := e.startVictim(t, "dynamic_counter")
+	img := filepath.Join(t.TempDir(), "img")
+	res := e.runCkpt(t, []string{"CKPT_FAULT=memory"}, "dump", "--dir", img, strconv.Itoa(v.pid))
+	if res.signal != int(syscall.SIGKILL) {
+		t.Fatalf("ckpt dump with CKPT_FAULT=memory: %v, want killed by SIGKILL", res)
+	}
+	if _, err := os.Stat(filepath.Join(img, "image.ckpt.partial")); err != nil {
+		t.Fatalf("a killed dump left no partial image: %v", err)
+	}
+	noImage(t, img)
+	e.expectAlive(t, v, "after a killed dump")
+
+	const incomplete = "incomplete image (the dump did not finish)"
+	if res := e.runCkpt(t, nil, "show", img); res.code == 0 || !strings.Contains(res.stderr, incomplete) {
+		t.Errorf("ckpt show %s: %v; want %q", img, res, incomplete)
+	}
+	if res := e.runRedo(t, nil, img); res.code == 0 || !strings.Contains(res.stderr, incomplete) {
+		t.Errorf("ckpt-redo %s: %v; want %q", img, res, incomplete)
+	}
+
+	res = e.runCkpt(t, nil, "dump", "--json", "--dir", img, strconv.Itoa(v.pid))
+	if res.code != 0 || !strings.Contains(res.stderr, "removed the partial image a dump that did not finish left in "+img) {
+		t.Fatalf("ckpt dump into %s: %v; want success and a word about the stale partial image", img, res)
+	}
+	if _, err := os.Stat(filepath.Join(img, "image.ckpt.partial")); err == nil {
+		t.Errorf("image.ckpt.partial is still there after a dump that succeeded")
+	}
+	if es := e.r.WaitExit(t, v.pid, wait); es.Signal != int(syscall.SIGKILL) {
+		t.Fatalf("after the dump: %v, want killed by SIGKILL", es)
+	}
+	e.restore(t, v, img)
+	v.check(t)
+	e.bye(t, v)
+}
+
+// TestCLIFinalLines: the last lines of dump and restore give sizes and
+// rates in one unit, MiB and MiB/s.
+func TestCLIFinalLines(t *testing.T) {
+	e := setup(t)
+	v := e.startVictim(t, "dynamic_counter")
+	img := filepath.Join(t.TempDir(), "img")
+	res := e.runCkpt(t, nil, "dump", "--dir", img, strconv.Itoa(v.pid))
+	if res.code != 0 {
+		t.Fatalf("ckpt dump: %v", res)
+	}
+	if es := e.r.WaitExit(t, v.pid, wait); es.Signal != int(syscall.SIGKILL) {
+		t.Fatalf("after the dump: %v, want killed by SIGKILL", es)
+	}
+	redo := e.runRedoArgv(t, []string{e.redo(), img})
+	if redo.code != 0 {
+		t.Fatalf("ckpt-redo: %v", redo)
+	}
+	units := regexp.MustCompile(`[0-9.]+ MiB at [0-9]+ MiB/s`)
+	for _, line := range []string{res.stdout, redo.stdout} {
+		if !units.MatchString(line) || strings.Contains(line, "MB/s") {
+			t.Errorf("final line %q: want sizes in MiB and rates in MiB/s only", line)
+		}
+	}
+	v.waitNewTicks(t, 3)
+	e.bye(t, v)
+}
+
+// TestCLIDemo runs scripts/demo.sh (what `make demo` runs) with the
+// commands built for the tests: it must succeed, and print no line a user
+// would take for an error (the shell's "Killed" for the dumped process).
+func TestCLIDemo(t *testing.T) {
+	e := setup(t)
+	cmd := exec.Command(filepath.Join(e.bin, "ckpt-reaper"), "exec", "--", "bash", "scripts/demo.sh")
+	cmd.Dir = testenv.RepoRoot(t)
+	cmd.Env = append(os.Environ(), "CKPT_BIN="+e.bin)
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("demo: %v:\n%s", err, out.String())
+	}
+	s := out.String()
+	if !strings.Contains(s, "demo OK") {
+		t.Errorf("demo output has no \"demo OK\":\n%s", s)
+	}
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, "Killed") || strings.Contains(l, "FAIL") {
+			t.Errorf("demo prints %q", l)
+		}
+	}
+}
+
+// TestCLICheck: ckpt check prints only what ckpt uses, every line ok on
+// the test machines: no soft-dirty line (ckpt does not track writes).
+func TestCLICheck(t *testing.T) {
+	e := setup(t)
+	res := e.runCkpt(t, nil, "check")
+	if res.code != 0 {
+		t.Fatalf("ckpt check: %v", res)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(res.stdout), "\n") {
+		if !strings.HasPrefix(l, "ok ") || strings.Contains(l, "soft-dirty") || strings.Contains(l, "write-protect") {
+			t.Errorf("ckpt check: line %q", l)
+		}
+	}
+}
