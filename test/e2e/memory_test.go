@@ -22,6 +22,10 @@ func TestMemoryFidelity(t *testing.T) {
 		// whole, identity (/dev/zero (deleted), device, inode shared by
 		// parent and child) and live sharing after the restore.
 		{"mem_shared", nil},
+		// A private mapping of a memfd partly copied on write and partly
+		// following the file, an area partly unmapped, mapped again and
+		// moved, a deleted sparse file mapped shared.
+		{"mem_contents", []string{"DIR/"}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
