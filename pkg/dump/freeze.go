@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -222,5 +221,3 @@ func (fz *frozen) waitDead(deadline time.Time) {
 	}
 	fz.tasks = nil
 }
-
-func isKernelName(s string) bool { return strings.HasPrefix(s, "[") && strings.HasSuffix(s, "]") }

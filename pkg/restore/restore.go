@@ -36,7 +36,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"runtime"
 	"time"
 
 	"github.com/ckpt/ckpt/pkg/image"
@@ -195,21 +194,6 @@ func (r *Restored) Kill() {
 	if r.ownLock {
 		r.unlock()
 	}
-}
-
-// Restore builds the processes from the image stream and releases them.
-// The calling goroutine is locked to its OS thread for the duration.
-func Restore(rd io.Reader, opts Options) (*Result, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	r, err := Build(rd, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := r.Release(); err != nil {
-		return nil, err
-	}
-	return &r.Result, nil
 }
 
 // Build rebuilds the process tree from the image stream and holds it
