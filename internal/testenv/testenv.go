@@ -154,6 +154,7 @@ var victims = map[string]victimSpec{
 	"evloop":          {"evloop.c", []string{"-O1", "-g"}},
 	"tree":            {"tree.c", []string{"-O1", "-g"}},
 	"tree_session":    {"tree_session.c", []string{"-O1", "-g"}},
+	"tree_stopped":    {"tree_stopped.c", []string{"-O1", "-g", "-pthread"}},
 	"miscstate":       {"miscstate.c", []string{"-O1", "-g"}},
 	"ringjob":         {"ringjob.c", []string{"-O2", "-g"}},
 	"mem_shared":      {"mem_shared.c", []string{"-O1", "-g"}},

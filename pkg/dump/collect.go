@@ -146,6 +146,8 @@ func (d *dumper) collectMisc(p *image.Process, status proc.Status) error {
 	for _, t := range d.fz.tasks {
 		if t.stopped {
 			p.Misc.Stopped = true
+			p.Misc.StopSignal = int(t.stopSig)
+			p.Misc.StopUnreported = d.t.stopUnreported[pid]
 		}
 	}
 	lims, err := proc.ReadLimits(pid)

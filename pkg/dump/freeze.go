@@ -27,7 +27,8 @@ var (
 // task is one seized thread.
 type task struct {
 	tid     int
-	stopped bool // in group-stop (SIGSTOP) when seized
+	stopped bool        // in group-stop when seized
+	stopSig unix.Signal // the signal of that group-stop
 	// signals taken off the queue while seizing or injecting, to be
 	// re-delivered when the task is let go, or saved in the image.
 	signals []ptrace.Signal
@@ -140,7 +141,9 @@ func seizeTask(tid int) (*task, error) {
 			return nil, fmt.Errorf("thread %d %s: %w", tid, st, unix.ESRCH)
 		}
 		if st.IsEventStop() {
-			t.stopped = st.IsGroupStop()
+			if t.stopped = st.IsGroupStop(); t.stopped {
+				t.stopSig = st.Sig()
+			}
 			return t, nil
 		}
 		if st.Event != 0 {
@@ -171,7 +174,7 @@ func (fz *frozen) release() {
 			first, rest = rest[0].Sig, rest[1:]
 		}
 		if t.stopped && first == 0 {
-			first = unix.SIGSTOP
+			first = t.stopSig
 		}
 		ptrace.Detach(t.tid, first)
 		for _, s := range rest {

@@ -183,6 +183,40 @@ func (d *dumper) injectThread(r *remote, p *image.Process, th *image.Thread, lea
 		timers[i].Overrun = int(ov)
 	}
 	p.Timers.Posix = timers
+	return d.stopReports(r)
+}
+
+// Options of waitid(2) not in x/sys/unix.
+const (
+	waitNoWait = 0x01000000 // WNOWAIT
+	waitAll    = 0x40000000 // __WALL
+)
+
+// stopReports asks the process, for each of its stopped children in the
+// tree, whether it has collected that child's stop with wait already
+// (waitid with WNOWAIT, which collects nothing): the restore reports again
+// exactly the stops that were still to be reported.
+func (d *dumper) stopReports(r *remote) error {
+	for _, m := range d.t.members {
+		if m.fz == nil || len(m.fz.tasks) == 0 || !m.fz.tasks[0].stopped {
+			continue
+		}
+		st, err := proc.ReadStat(m.pid, 0)
+		if err != nil || st.PPID != d.pid {
+			continue
+		}
+		_, b, err := r.call("waitid", 24, unix.SYS_WAITID, unix.P_PID, uint64(m.pid), r.scratch,
+			unix.WSTOPPED|unix.WNOHANG|waitNoWait|waitAll, 0)
+		if err != nil {
+			return fmt.Errorf("waitid for the stopped child %d: %w", m.pid, err)
+		}
+		if int(binary.LittleEndian.Uint32(b[16:])) == m.pid {
+			if d.t.stopUnreported == nil {
+				d.t.stopUnreported = map[int]bool{}
+			}
+			d.t.stopUnreported[m.pid] = true
+		}
+	}
 	return nil
 }
 

@@ -30,6 +30,9 @@ type tree struct {
 	nextData int
 	ghosts   map[[2]uint64]int // dev, ino of a deleted file -> its data ID
 	socks    sockState
+	// stopUnreported holds the stopped processes whose parent has not
+	// collected their stop yet (asked in the parent, see stopReports).
+	stopUnreported map[int]bool
 }
 
 func (t *tree) addData(b []byte) int {

@@ -406,6 +406,14 @@ type ProcMisc struct {
 	Dumpable    int    `json:"dumpable"`
 	// Stopped is set when the process was in group-stop (SIGSTOP).
 	Stopped bool `json:"stopped,omitempty"`
+	// StopSignal is the signal that stopped it (SIGSTOP, SIGTSTP, SIGTTIN
+	// or SIGTTOU), which its parent's waitpid(WUNTRACED) reports; 0 in
+	// old images means SIGSTOP.
+	StopSignal int `json:"stop_signal,omitempty"`
+	// StopUnreported is set when its parent (in the image) had not yet
+	// collected that stop with wait: it is reported again after the
+	// restore, and only then.
+	StopUnreported bool `json:"stop_unreported,omitempty"`
 }
 
 // Pages is the metadata of a TypePages record: page runs of one process.

@@ -119,9 +119,8 @@ type Result struct {
 type Restored struct {
 	Result
 	tasks   []int
-	stopped map[int]bool // tasks to leave in group-stop
-	lock    string       // network lock table to lift once released
-	ownLock bool         // taken by this restore (not the dump's)
+	lock    string // network lock table to lift once released
+	ownLock bool   // taken by this restore (not the dump's)
 	// conns are ckpt-redo's copies of the restored connections: a copy
 	// discarded before its release puts them back in repair mode, so that
 	// they die silently (no FIN to a peer, no TIME_WAIT holding the
@@ -155,11 +154,9 @@ func (r *Restored) Release() error {
 	}
 	r.done = true
 	for i := len(r.tasks) - 1; i >= 0; i-- {
-		var sig unix.Signal
-		if r.stopped[r.tasks[i]] {
-			sig = unix.SIGSTOP
-		}
-		if err := ptrace.Detach(r.tasks[i], sig); err != nil {
+		// A stopped process is in its group-stop already (see
+		// stopAgain): detached, it stays stopped.
+		if err := ptrace.Detach(r.tasks[i], 0); err != nil {
 			r.done = false
 			r.Kill()
 			return fmt.Errorf("release %d: %w", r.tasks[i], err)
@@ -255,7 +252,7 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 		t.kill()
 		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}
-	r := &Restored{stopped: map[int]bool{}, lock: t.lock, ownLock: t.ownLock, conns: t.conns}
+	r := &Restored{lock: t.lock, ownLock: t.ownLock, conns: t.conns}
 	t.lock, t.conns = "", nil // owned by r now
 	r.PID = root.PID
 	for _, b := range t.procs {
@@ -265,9 +262,6 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 		r.Bytes += b.bytes
 		for _, tid := range b.tasks {
 			r.tasks = append(r.tasks, tid)
-			if b.p.Misc.Stopped {
-				r.stopped[tid] = true
-			}
 		}
 	}
 	r.Build = time.Since(start)

@@ -318,7 +318,7 @@ func (t *tree) build(ir *image.Reader) error {
 			return fmt.Errorf("process %d: %w", b.p.PID, err)
 		}
 	}
-	return nil
+	return t.stopAgain()
 }
 
 func (t *tree) live() []*builder {
