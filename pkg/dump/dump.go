@@ -187,7 +187,7 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 			return nil, fmt.Errorf("process %d (%s): %w", m.pid, m.comm, err)
 		}
 	}
-	if err := t.linkPipes(); err != nil {
+	if err := t.finishFiles(); err != nil {
 		return nil, err
 	}
 	shm := shmObjects{}

@@ -3,6 +3,7 @@ package dump
 import (
 	"errors"
 	"fmt"
+	"github.com/ckpt/ckpt/pkg/fdkind"
 	"os"
 	"strconv"
 	"time"
@@ -21,7 +22,7 @@ var (
 	ErrNotDumpable = errors.New("process cannot be dumped")
 	// ErrUnsupported means the process uses something ckpt cannot save
 	// yet; the error names the process, the fd or mapping, and the kind.
-	ErrUnsupported = errors.New("unsupported")
+	ErrUnsupported = fdkind.ErrUnsupported
 )
 
 // task is one seized thread.

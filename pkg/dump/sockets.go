@@ -1,7 +1,6 @@
 package dump
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"runtime"
@@ -10,7 +9,6 @@ import (
 	"time"
 
 	"github.com/ckpt/ckpt/internal/sys"
-	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/sockets"
@@ -232,89 +230,4 @@ func (t *tree) closeSockets() {
 	if t.socks.netns != nil {
 		t.socks.netns.Close()
 	}
-}
-
-// describeSocket saves a socket; an established connection is put in
-// repair mode and its queues are read.
-func (d *dumper) describeSocket(fd int, ino uint64, info *proc.FDInfo) (*image.File, error) {
-	our, ok := d.t.socks.fds[[2]int{d.pid, fd}]
-	if !ok {
-		return nil, fmt.Errorf("socket appeared after the freeze: %w", ErrUnsupported)
-	}
-	if dom, err := unix.GetsockoptInt(our, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX {
-		return d.describeUnix(our, ino, info)
-	}
-	s, err := sockets.Describe(our)
-	if err != nil {
-		if errors.Is(err, sockets.ErrState) {
-			return nil, fmt.Errorf("socket: %v: %w", err, ErrUnsupported)
-		}
-		return nil, fmt.Errorf("socket: %w", err)
-	}
-	f := &image.File{Kind: image.FileSocket, Flags: info.Flags &^ unix.O_CLOEXEC, Socket: s}
-	if s.State == sockets.StateEstablished {
-		st, recvQ, sendQ, err := sockets.DumpTCP(our)
-		if err != nil {
-			return nil, fmt.Errorf("socket %s-%s: %w", s.Local, s.Remote, err)
-		}
-		// Out of repair mode at once: if ckpt died now the process would
-		// go on with a socket it cannot use. The lock keeps the
-		// connection still; it goes back to repair mode just before the
-		// kill.
-		if err := sockets.LeaveRepair(our, d.t.socks.reuse[our]); err != nil {
-			return nil, fmt.Errorf("socket %s-%s: leave repair mode: %w", s.Local, s.Remote, err)
-		}
-		d.t.socks.conns = append(d.t.socks.conns, our)
-		s.TCP = &st.TCPRepair
-		if len(recvQ) > 0 {
-			s.RecvDataID = d.addData(recvQ)
-		}
-		if len(sendQ) > 0 {
-			s.SendDataID = d.addData(sendQ)
-		}
-	}
-	return f, nil
-}
-
-// describeUnix saves a UNIX socket connected to another socket of the
-// dump (a socketpair, or the two ends of a connection), with the messages
-// in its receive queue. Other UNIX sockets are refused for now.
-func (d *dumper) describeUnix(our int, ino uint64, info *proc.FDInfo) (*image.File, error) {
-	if d.t.socks.unix == nil {
-		m, err := d.t.socks.unixSockets()
-		if err != nil {
-			return nil, err
-		}
-		d.t.socks.unix = m
-	}
-	u, ok := d.t.socks.unix[uint32(ino)]
-	switch {
-	case !ok:
-		return nil, fmt.Errorf("UNIX socket %d not found by sock_diag: %w", ino, ErrUnsupported)
-	case u.State == sockets.UnixListenState && u.Pending > 0:
-		return nil, fmt.Errorf("UNIX socket %s with %d connections not accepted yet: %w", u.Name, u.Pending, sockets.ErrAcceptQueue)
-	case u.Peer == 0 && u.State != sockets.StateEstablished:
-		// Bound, listening, or neither: rebuilt from its name.
-	case u.Peer == 0 || !d.t.socks.inos[u.Peer]:
-		return nil, fmt.Errorf("UNIX socket connected to a process outside the dump (peer socket %d): %w", u.Peer, ErrUnsupported)
-	}
-	var msgs [][]byte
-	var err error
-	if s := u.State; s != sockets.UnixListenState {
-		msgs, err = sockets.PeekUnixQueue(our, u.Type)
-	}
-	if err != nil {
-		if errors.Is(err, sockets.ErrState) {
-			return nil, fmt.Errorf("UNIX socket: %v: %w", err, ErrUnsupported)
-		}
-		return nil, fmt.Errorf("UNIX socket: %w", err)
-	}
-	s := &image.Socket{Family: unix.AF_UNIX, Type: u.Type, Ino: uint32(ino), Peer: u.Peer, Local: u.Name}
-	if u.State == sockets.UnixListenState {
-		s.State, s.Backlog = sockets.StateListen, u.Backlog
-	}
-	for _, m := range msgs {
-		s.RecvMsgs = append(s.RecvMsgs, d.addData(m))
-	}
-	return &image.File{Kind: image.FileSocket, Flags: info.Flags &^ unix.O_CLOEXEC, Socket: s}, nil
 }

@@ -254,6 +254,16 @@ type File struct {
 	Event *EventFile `json:"event,omitempty"`
 	// Socket is set for sockets.
 	Socket *Socket `json:"socket,omitempty"`
+	// Owner is who gets SIGIO for the file (F_SETOWN_EX, F_SETSIG).
+	Owner *FileOwner `json:"owner,omitempty"`
+}
+
+// FileOwner is the F_SETOWN_EX owner of an open file description and its
+// F_SETSIG signal (0: SIGIO).
+type FileOwner struct {
+	Type int `json:"type"` // F_OWNER_TID, F_OWNER_PID, F_OWNER_PGRP
+	PID  int `json:"pid"`
+	Sig  int `json:"sig,omitempty"`
 }
 
 // Pipe describes one end of a pipe.

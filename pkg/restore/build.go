@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	"github.com/ckpt/ckpt/pkg/fdkind"
 	"unsafe"
 
 	"github.com/ckpt/ckpt/pkg/image"
@@ -344,26 +345,42 @@ func (b *builder) rlimits() error {
 	return nil
 }
 
-// fds puts every file at its fd number and closes the helper's copies.
+// fds puts every file at its fd number (dup3 of the helper's copy, or
+// opened by the process itself), runs the kinds' in-process steps (epoll
+// items) once every fd is in place, and closes the helper's copies.
 func (b *builder) fds() error {
+	tg := target{b}
 	for _, e := range b.p.FDs {
 		flags := uint64(0)
 		if e.CloExec {
 			flags = unix.O_CLOEXEC
 		}
-		if f := b.t.files[e.File]; f != nil && b.t.ownProc(f) {
-			if err := b.openOwn(f, e.FD, flags); err != nil {
-				return err
+		if open := b.t.inTarget[e.File]; open != nil {
+			if err := open(tg, e.FD, e.CloExec); err != nil {
+				return fmt.Errorf("fd %d: %w", e.FD, err)
 			}
 			continue
 		}
-		src := b.t.fileFD[e.File]
+		src, ok := b.t.fileFD[e.File]
+		if !ok {
+			return fmt.Errorf("fd %d: file %d was not opened: %w", e.FD, e.File, image.ErrCorrupt)
+		}
 		if _, err := b.call(fmt.Sprintf("dup3 fd %d", e.FD), unix.SYS_DUP3, uint64(src), uint64(e.FD), flags); err != nil {
 			return err
 		}
 	}
-	if err := b.epollItems(); err != nil {
-		return err
+	for i := range b.p.Files {
+		f := &b.p.Files[i]
+		k, err := fdkind.Lookup(f.Kind)
+		if err != nil {
+			return err
+		}
+		if k.Steps == nil {
+			continue
+		}
+		if err := k.Steps(tg, b.p, f); err != nil {
+			return fmt.Errorf("%s: %w", fdkind.Show(f), err)
+		}
 	}
 	if _, err := b.call("close_range", unix.SYS_CLOSE_RANGE, uint64(b.t.passBase), ^uint64(0), 0); err != nil {
 		return err
@@ -371,29 +388,25 @@ func (b *builder) fds() error {
 	return nil
 }
 
-// openOwn makes the process open a file of its own /proc directory
-// itself and puts it at fd.
-func (b *builder) openOwn(f *image.File, fd int, cloexec uint64) error {
-	if err := b.writeString(scratchPathOff, f.Ref.Path); err != nil {
-		return err
+// target is a process being built, as the fd kinds see it.
+type target struct{ b *builder }
+
+func (t target) PID() int { return t.b.p.PID }
+
+func (t target) Call(name string, nr uint64, args ...uint64) (uint64, error) {
+	return t.b.call(name, nr, args...)
+}
+
+func (t target) Scratch(data []byte) (uint64, error) {
+	if err := t.b.write(scratchPathOff, data); err != nil {
+		return 0, err
 	}
-	flags := uint64(f.Flags) &^ (unix.O_CREAT | unix.O_TRUNC | unix.O_EXCL)
-	at := int64(unix.AT_FDCWD)
-	r, err := b.call("open "+f.Ref.Path, unix.SYS_OPENAT, uint64(at), b.gadget+scratchPathOff, flags|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return fmt.Errorf("fd %d: %w", fd, err)
-	}
-	if int(r) == fd {
-		if cloexec == 0 {
-			_, err = b.call("fcntl F_SETFD", unix.SYS_FCNTL, r, unix.F_SETFD, 0)
-		}
-		return err
-	}
-	if _, err := b.call(fmt.Sprintf("dup3 fd %d", fd), unix.SYS_DUP3, r, uint64(fd), cloexec); err != nil {
-		return err
-	}
-	_, err = b.call("close", unix.SYS_CLOSE, r)
-	return err
+	return t.b.gadget + scratchPathOff, nil
+}
+
+func (t target) Passed(fileID int) (int, bool) {
+	fd, ok := t.b.t.fileFD[fileID]
+	return fd, ok
 }
 
 func (b *builder) writeString(off uint64, s string) error {

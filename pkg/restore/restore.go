@@ -34,6 +34,7 @@ package restore
 import (
 	"errors"
 	"fmt"
+	"github.com/ckpt/ckpt/pkg/fdkind"
 	"io"
 	"os"
 	"time"
@@ -55,10 +56,10 @@ var (
 	// cannot stand in for (CPU features, kernel vDSO, architecture).
 	ErrIncompatible = errors.New("image is incompatible with this machine")
 	// ErrFileChanged means a file the process uses changed since the dump.
-	ErrFileChanged = errors.New("file changed since the dump")
+	ErrFileChanged = fdkind.ErrFileChanged
 	// ErrExternal means the process had a resource shared with something
 	// outside the dump, and no option says how to replace it.
-	ErrExternal = errors.New("external resource")
+	ErrExternal = fdkind.ErrExternal
 )
 
 // Options tune a restore.
@@ -241,6 +242,10 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 		}
 	}
 	if err := t.build(ir); err != nil {
+		t.kill()
+		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
+	}
+	if err := t.setOwners(); err != nil {
 		t.kill()
 		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}

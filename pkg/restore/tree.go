@@ -3,6 +3,7 @@ package restore
 import (
 	"errors"
 	"fmt"
+	"github.com/ckpt/ckpt/pkg/fdkind"
 	"os"
 	"time"
 
@@ -28,8 +29,15 @@ type tree struct {
 	owned    []*os.File
 	fileFD   map[int]int          // File.ID -> fd in the new processes before dup3
 	shmSrc   map[uint64]shmSource // shared memory object -> where it was created
-	ghosts   map[int]*os.File     // data ID -> unnamed file with a deleted file's content
-	gadget   uint64
+	// inTarget opens, inside a process, the descriptions only it can
+	// open (File ID -> how); foreign marks descriptions the user gave
+	// (--inherit-fd, --shell-job, --stdio), left as they are.
+	inTarget map[int]func(fdkind.Target, int, bool) error
+	foreign  map[int]bool
+	// once holds what the fd kinds build once for several descriptions
+	// (fdkind.RestoreEnv.Once).
+	once   map[any]any
+	gadget uint64
 
 	repairs []repairing // restored connections still in repair mode
 	// lock is the network lock covering the restored connections, and
@@ -38,16 +46,13 @@ type tree struct {
 	lock    string
 	ownLock bool
 	// conns are copies of the restored connections, live again.
-	conns []*os.File
-	// unixPeers holds the second end of a UNIX socket pair built when its
-	// first end was opened, by the inode it stands for.
-	unixPeers map[uint32]*os.File
-	memTime   time.Duration
-	warnings  []string
+	conns    []*os.File
+	memTime  time.Duration
+	warnings []string
 }
 
 func newTree(img *imageMeta, opts *Options) (*tree, error) {
-	t := &tree{img: img, opts: opts, byPID: map[int]*builder{}, files: map[int]*image.File{}}
+	t := &tree{img: img, opts: opts, byPID: map[int]*builder{}, files: map[int]*image.File{}, foreign: map[int]bool{}}
 	for _, p := range img.procs {
 		b := &builder{t: t, p: p, opts: opts}
 		if _, dup := t.byPID[p.PID]; dup {
@@ -102,7 +107,7 @@ func (t *tree) cleanup() {
 		f.Close()
 	}
 	t.owned = nil
-	t.ghosts = nil
+	t.once = nil
 	if t.ownLock && t.lock != "" {
 		netlock.Release(t.lock, -1)
 	}

@@ -1,0 +1,116 @@
+package fdkind
+
+import (
+	"fmt"
+	"github.com/ckpt/ckpt/internal/sys"
+	"os"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
+)
+
+// setFlags are the status flags F_SETFL can change on an open file
+// description; the others are given when it is opened.
+const setFlags = unix.O_APPEND | unix.O_ASYNC | unix.O_DIRECT | unix.O_NOATIME | unix.O_NONBLOCK
+
+// checkedFlags are the status flags a restored description must have
+// exactly as it had them (O_LARGEFILE is left out: every open on x86-64
+// sets it, pipe2 and socket never do, and nothing can observe the
+// difference on a 64-bit process).
+const checkedFlags = unix.O_ACCMODE | setFlags | unix.O_SYNC | unix.O_DSYNC | unix.O_PATH
+
+// describeCommon saves what every open file description has: its status
+// flags and position (from fdinfo), and who gets SIGIO for it
+// (F_GETOWN_EX, F_GETSIG on ckpt's copy of it, cp).
+func describeCommon(s *Source, cp int, f *image.File) error {
+	f.Flags = s.Info.Flags &^ unix.O_CLOEXEC
+	f.Pos = s.Info.Pos
+	if cp < 0 {
+		return nil
+	}
+	ow, err := sys.GetOwner(cp)
+	if err != nil {
+		return err
+	}
+	sig, err := unix.FcntlInt(uintptr(cp), unix.F_GETSIG, 0)
+	if err != nil {
+		return fmt.Errorf("fcntl F_GETSIG: %w", err)
+	}
+	if ow.PID != 0 || sig != 0 {
+		f.Owner = &image.FileOwner{Type: int(ow.Type), PID: int(ow.PID), Sig: sig}
+	}
+	return nil
+}
+
+// Describe saves the open file description behind one fd of a frozen
+// process: its kind's part (which may refuse it), then what every
+// description has. cp is
+// ckpt's own copy of the fd (pidfd_getfd), or -1.
+func Describe(env DumpEnv, s *Source, cp int) (*image.File, error) {
+	k, err := Find(s)
+	if err != nil {
+		return nil, err
+	}
+	f := &image.File{Kind: k.Name}
+	if err := k.Describe(env, s, f); err != nil {
+		return nil, err
+	}
+	if err := describeCommon(s, cp, f); err != nil {
+		return nil, err
+	}
+	if !k.Seekable {
+		f.Pos = 0
+	}
+	return f, nil
+}
+
+// Settle gives a description opened in ckpt-redo what every description
+// has: its status flags (checked afterwards: they must come back
+// exactly), its position and its SIGIO signal. The owner comes later
+// (SetOwner), once its process exists.
+func Settle(f *image.File, of *os.File) error {
+	k, err := Lookup(f.Kind)
+	if err != nil {
+		return err
+	}
+	fd := of.Fd()
+	cur, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
+	if err != nil {
+		return fmt.Errorf("fcntl F_GETFL: %w", err)
+	}
+	if want := cur&^setFlags | f.Flags&setFlags; want != cur {
+		if _, err := unix.FcntlInt(fd, unix.F_SETFL, want); err != nil {
+			return fmt.Errorf("fcntl F_SETFL %#o: %w", want, err)
+		}
+		if cur, err = unix.FcntlInt(fd, unix.F_GETFL, 0); err != nil {
+			return fmt.Errorf("fcntl F_GETFL: %w", err)
+		}
+	}
+	if diff := (cur ^ f.Flags) & checkedFlags; diff != 0 {
+		return fmt.Errorf("status flags %#o instead of %#o (differing %#o)", cur&checkedFlags, f.Flags&checkedFlags, diff)
+	}
+	if k.Seekable && f.Pos != 0 {
+		if _, err := unix.Seek(int(fd), f.Pos, 0); err != nil {
+			return fmt.Errorf("seek to %d: %w", f.Pos, err)
+		}
+	}
+	if o := f.Owner; o != nil && o.Sig != 0 {
+		if _, err := unix.FcntlInt(fd, unix.F_SETSIG, o.Sig); err != nil {
+			return fmt.Errorf("fcntl F_SETSIG %d: %w", o.Sig, err)
+		}
+	}
+	return nil
+}
+
+// SetOwner gives a restored description its F_SETOWN owner, once every
+// process of the tree exists.
+func SetOwner(f *image.File, of *os.File) error {
+	o := f.Owner
+	if o == nil || o.PID == 0 {
+		return nil
+	}
+	if err := sys.SetOwner(int(of.Fd()), sys.FOwner{Type: int32(o.Type), PID: int32(o.PID)}); err != nil {
+		return fmt.Errorf("owner type %d pid %d: %w", o.Type, o.PID, err)
+	}
+	return nil
+}

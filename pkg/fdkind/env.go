@@ -1,0 +1,84 @@
+package fdkind
+
+import (
+	"os"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/rewrite"
+	"github.com/ckpt/ckpt/pkg/sockets"
+	"golang.org/x/sys/unix"
+)
+
+// DumpEnv is what the dump of a tree offers the kinds.
+type DumpEnv interface {
+	// AddData stores bytes in a FileData record and returns its ID.
+	AddData(b []byte) int
+	// Ghost stores the content of a deleted file once per inode and
+	// returns its FileData ID (see Ghost in regular.go for the format).
+	Ghost(path string, st *unix.Stat_t) (int, error)
+	// Socket returns ckpt's copy of a socket fd of the tree, taken when
+	// the tree was frozen.
+	Socket(pid, fd int) (int, bool)
+	// Sockets is the tree's socket state the socket kinds use.
+	Sockets() SocketDumpEnv
+}
+
+// SocketDumpEnv is the dump's view of the tree's sockets.
+type SocketDumpEnv interface {
+	// UnixSockets is sock_diag's view of the tree's UNIX sockets.
+	UnixSockets() (map[uint32]sockets.UnixInfo, error)
+	// InTree tells whether a UNIX socket inode belongs to the tree.
+	InTree(ino uint32) bool
+	// Reuse is the SO_REUSEADDR of a connection ckpt put in repair mode.
+	Reuse(fd int) int
+	// Dumped records a connection whose queues were read: it goes back
+	// to repair mode just before the processes are killed.
+	Dumped(fd int)
+}
+
+// RestoreEnv is what the restore of a tree offers the kinds.
+type RestoreEnv interface {
+	// Data returns the bytes of a FileData record.
+	Data(id int) ([]byte, error)
+	// Once builds the object known by key the first time it is asked
+	// for, and returns the same object every time after: one pipe for
+	// both of its ends, one unnamed file for every fd and mapping of a
+	// deleted file.
+	Once(key any, build func() (any, error)) (any, error)
+	// Keep hands f to the restore, which closes it at the end.
+	Keep(f *os.File)
+	// InDump tells whether pid is a process of the image.
+	InDump(pid int) bool
+	// ShellJob tells whether the user gave --shell-job.
+	ShellJob() bool
+	// Stdio opens the --stdio replacement; ok is false without it.
+	Stdio() (f *os.File, ok bool, err error)
+	// Sockets is the tree's socket state the socket kinds use.
+	Sockets() SocketRestoreEnv
+}
+
+// SocketRestoreEnv is the restore's view of the tree's sockets.
+type SocketRestoreEnv interface {
+	// Rules are the rewrite rules (nil for none).
+	Rules() *rewrite.Rules
+	// Peer finds the UNIX socket of the image with inode ino.
+	Peer(ino uint32) *image.File
+	// Repairing hands over a TCP connection built in repair mode: it is
+	// taken out once every process is built.
+	Repairing(f *os.File, s *image.Socket, sendQ []byte)
+}
+
+// Target is a process being restored, stopped, in which ckpt-redo runs
+// system calls.
+type Target interface {
+	// PID of the process.
+	PID() int
+	// Call runs a system call in the process; name is for errors.
+	Call(name string, nr uint64, args ...uint64) (uint64, error)
+	// Scratch copies data into scratch memory of the process and returns
+	// its address there; the next call to Scratch may overwrite it.
+	Scratch(data []byte) (uint64, error)
+	// Passed returns the fd under which the process holds ckpt-redo's
+	// copy of a description (File ID) until its fds are settled.
+	Passed(fileID int) (int, bool)
+}

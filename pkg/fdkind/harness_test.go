@@ -1,0 +1,149 @@
+package fdkind
+
+import (
+	"fmt"
+	"os"
+	"testing"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"golang.org/x/sys/unix"
+)
+
+// testEnv is a dump and a restore environment inside the test process:
+// the tests describe fds of their own process and rebuild them there.
+type testEnv struct {
+	data map[int][]byte
+	once map[any]any
+	kept []*os.File
+}
+
+func newTestEnv(t *testing.T) *testEnv {
+	e := &testEnv{data: map[int][]byte{}, once: map[any]any{}}
+	t.Cleanup(func() {
+		for _, f := range e.kept {
+			f.Close()
+		}
+	})
+	return e
+}
+
+func (e *testEnv) AddData(b []byte) int { e.data[len(e.data)+1] = b; return len(e.data) }
+
+func (e *testEnv) Ghost(path string, st *unix.Stat_t) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return e.AddData(b), nil
+}
+
+func (e *testEnv) Socket(pid, fd int) (int, bool) { return 0, false }
+func (e *testEnv) Sockets() SocketDumpEnv         { return nil }
+func (e *testEnv) InDump(pid int) bool            { return false }
+func (e *testEnv) ShellJob() bool                 { return false }
+func (e *testEnv) Stdio() (*os.File, bool, error) { return nil, false, nil }
+func (e *testEnv) Keep(f *os.File)                { e.kept = append(e.kept, f) }
+
+func (e *testEnv) Data(id int) ([]byte, error) {
+	b, ok := e.data[id]
+	if !ok {
+		return nil, fmt.Errorf("no data %d", id)
+	}
+	return b, nil
+}
+
+func (e *testEnv) Once(key any, build func() (any, error)) (any, error) {
+	if v, ok := e.once[key]; ok {
+		return v, nil
+	}
+	v, err := build()
+	if err == nil {
+		e.once[key] = v
+	}
+	return v, err
+}
+
+// restoreEnv adapts testEnv to RestoreEnv (whose Sockets differs).
+type restoreEnv struct{ *testEnv }
+
+func (r restoreEnv) Sockets() SocketRestoreEnv { return nil }
+
+// describeOwn describes fd of the test process as the dump would.
+func describeOwn(t *testing.T, env *testEnv, fd int) *image.File {
+	t.Helper()
+	src := &Source{PID: os.Getpid(), FD: fd}
+	var err error
+	if src.Link, err = os.Readlink(src.Path()); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(src.Path(), &src.Stat); err != nil {
+		t.Fatal(err)
+	}
+	if src.Info, err = proc.ReadFDInfo(os.Getpid(), fd); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Describe(env, src, fd)
+	if err != nil {
+		t.Fatalf("describe fd %d (%s): %v", fd, src.Link, err)
+	}
+	return f
+}
+
+// reopen rebuilds a description as the restore would, in the test
+// process, and returns the new fd.
+func reopen(t *testing.T, env *testEnv, f *image.File) *os.File {
+	t.Helper()
+	k, err := Lookup(f.Kind)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := k.Open(restoreEnv{env}, f, Where{PID: os.Getpid(), FD: 100})
+	if err != nil {
+		t.Fatalf("open %s: %v", f.Kind, err)
+	}
+	if d.File == nil {
+		t.Fatalf("open %s: no file", f.Kind)
+	}
+	t.Cleanup(func() { d.File.Close() })
+	if err := Settle(f, d.File); err != nil {
+		t.Fatalf("settle %s: %v", f.Kind, err)
+	}
+	if err := SetOwner(f, d.File); err != nil {
+		t.Fatalf("owner %s: %v", f.Kind, err)
+	}
+	return d.File
+}
+
+// getfl is F_GETFL of fd, masked to the flags that must come back.
+func getfl(t *testing.T, fd uintptr) int {
+	t.Helper()
+	fl, err := unix.FcntlInt(fd, unix.F_GETFL, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fl & checkedFlags
+}
+
+// fdinfo returns one field of the fdinfo of one of our fds.
+func fdinfo(t *testing.T, fd uintptr, key string) string {
+	t.Helper()
+	fi, err := proc.ReadFDInfo(os.Getpid(), int(fd))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Extra[key]
+}
+
+// roundTrip describes fd and rebuilds it, checks the status flags came
+// back, and returns the description and the new file.
+func roundTrip(t *testing.T, fd int) (*image.File, *os.File) {
+	t.Helper()
+	env := newTestEnv(t)
+	f := describeOwn(t, env, fd)
+	nf := reopen(t, env, f)
+	if got, want := getfl(t, nf.Fd()), getfl(t, uintptr(fd)); got != want {
+		t.Fatalf("%s: flags %#o, want %#o", f.Kind, got, want)
+	}
+	return f, nf
+}

@@ -1,0 +1,203 @@
+package fdkind
+
+import (
+	"fmt"
+	"github.com/ckpt/ckpt/internal/sys"
+	"os"
+	"strings"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"golang.org/x/sys/unix"
+)
+
+// pipe is one end of an anonymous pipe. A pipe both of whose ends are in
+// the dump is rebuilt with the bytes buffered in it; one whose other end
+// is outside needs --inherit-fd or --stdio.
+func pipe() Kind {
+	return Kind{
+		Name:     image.FilePipe,
+		Match:    func(s *Source) bool { return s.Type() == unix.S_IFIFO && strings.HasPrefix(s.Link, "pipe:") },
+		Describe: describePipe,
+		Finish:   linkPipes,
+		Open:     openPipe,
+		Show:     showPipe,
+	}
+}
+
+func describePipe(env DumpEnv, s *Source, f *image.File) error {
+	f.Pipe = &image.Pipe{Ino: s.Stat.Ino, Write: s.Info.Flags&unix.O_ACCMODE == unix.O_WRONLY}
+	size, err := pipeSize(s.Path())
+	if err != nil {
+		return err
+	}
+	f.Pipe.Size = size
+	return nil
+}
+
+// linkPipes decides, for every pipe, whether both of its ends are in the
+// dump (by the pipe's inode, across the whole tree), and reads the bytes
+// buffered in those that are.
+func linkPipes(env DumpEnv, fds []Held) error {
+	ends := map[uint64][2]bool{} // ino -> read end seen, write end seen
+	for _, h := range fds {
+		if p := h.File.Pipe; p != nil {
+			e := ends[p.Ino]
+			if p.Write {
+				e[1] = true
+			} else {
+				e[0] = true
+			}
+			ends[p.Ino] = e
+		}
+	}
+	data := map[uint64]int{}
+	for _, h := range fds {
+		p := h.File.Pipe
+		if p == nil || p.Write {
+			continue
+		}
+		if _, done := data[p.Ino]; done || !(ends[p.Ino][0] && ends[p.Ino][1]) {
+			continue
+		}
+		buf, err := peekPipe(proc.Path(h.PID, "fd", fmt.Sprint(h.FD)))
+		if err != nil {
+			return fmt.Errorf("process %d fd %d (pipe:[%d]): read buffered data: %w", h.PID, h.FD, p.Ino, err)
+		}
+		data[p.Ino] = 0
+		if len(buf) > 0 {
+			data[p.Ino] = env.AddData(buf)
+		}
+	}
+	for _, h := range fds {
+		if p := h.File.Pipe; p != nil {
+			p.External = !(ends[p.Ino][0] && ends[p.Ino][1])
+			p.DataID = data[p.Ino]
+		}
+	}
+	return nil
+}
+
+func showPipe(f *image.File) string {
+	end := "read"
+	if f.Pipe.Write {
+		end = "write"
+	}
+	d := fmt.Sprintf("pipe:[%d] %s end", f.Pipe.Ino, end)
+	if f.Pipe.External {
+		d += " (other end outside the dump)"
+	}
+	return d
+}
+
+func pipeSize(path string) (int, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return 0, fmt.Errorf("open pipe: %w", err)
+	}
+	defer f.Close()
+	n, err := unix.FcntlInt(f.Fd(), unix.F_GETPIPE_SZ, 0)
+	if err != nil {
+		return 0, fmt.Errorf("F_GETPIPE_SZ: %w", err)
+	}
+	return n, nil
+}
+
+// peekPipe copies the bytes buffered in a pipe or FIFO without consuming
+// them: tee(2) from a new read end of it (opened by path, a /proc fd
+// link) into a pipe of ours.
+func peekPipe(path string) ([]byte, error) {
+	src, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	size, err := unix.FcntlInt(src.Fd(), unix.F_GETPIPE_SZ, 0)
+	if err != nil {
+		return nil, err
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+		return nil, err
+	}
+	pr, _ := sys.NewFD(p[0])
+	pw, _ := sys.NewFD(p[1])
+	defer pr.Close()
+	defer pw.Close()
+	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, size); err != nil {
+		return nil, fmt.Errorf("F_SETPIPE_SZ %d: %w", size, err)
+	}
+	n, err := unix.Tee(int(src.Fd()), p[1], size, unix.SPLICE_F_NONBLOCK)
+	if err == unix.EAGAIN {
+		return nil, nil // empty
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tee: %w", err)
+	}
+	buf := make([]byte, n)
+	for off := 0; off < int(n); {
+		m, err := unix.Read(p[0], buf[off:])
+		if err != nil {
+			return nil, err
+		}
+		off += m
+	}
+	return buf, nil
+}
+
+// pipeKey names the rebuilt pipe of an inode.
+type pipeKey uint64
+
+func openPipe(env RestoreEnv, f *image.File, at Where) (Desc, error) {
+	pp := f.Pipe
+	if pp == nil {
+		return Desc{}, fmt.Errorf("pipe without its state: %w", image.ErrCorrupt)
+	}
+	if pp.External {
+		if at.FD <= 2 {
+			if s, ok, err := env.Stdio(); ok || err != nil {
+				return Desc{File: s, Foreign: true}, err
+			}
+		}
+		return Desc{}, fmt.Errorf("pipe:[%d] whose other end is outside the dump; pass --inherit-fd %d to give it this "+
+			"ckpt-redo's fd %d, or --stdio FILE: %w", pp.Ino, at.FD, at.FD, ErrExternal)
+	}
+	v, err := env.Once(pipeKey(pp.Ino), func() (any, error) { return makePipe(env, pp) })
+	if err != nil {
+		return Desc{}, fmt.Errorf("pipe:[%d]: %w", pp.Ino, err)
+	}
+	ends := v.([2]*os.File)
+	end := ends[0]
+	if pp.Write {
+		end = ends[1]
+	}
+	d, err := dupFile(end)
+	return Desc{File: d}, err
+}
+
+// makePipe creates a pipe of the old capacity holding the old buffered
+// data.
+func makePipe(env RestoreEnv, pp *image.Pipe) ([2]*os.File, error) {
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
+		return [2]*os.File{}, err
+	}
+	ends := [2]*os.File{os.NewFile(uintptr(fds[0]), "pipe-r"), os.NewFile(uintptr(fds[1]), "pipe-w")}
+	env.Keep(ends[0])
+	env.Keep(ends[1])
+	if pp.Size > 0 {
+		if _, err := unix.FcntlInt(uintptr(fds[1]), unix.F_SETPIPE_SZ, pp.Size); err != nil {
+			return ends, fmt.Errorf("set capacity %d: %w", pp.Size, err)
+		}
+	}
+	if pp.DataID != 0 {
+		data, err := env.Data(pp.DataID)
+		if err != nil {
+			return ends, fmt.Errorf("buffered data: %w", err)
+		}
+		if _, err := ends[1].Write(data); err != nil {
+			return ends, fmt.Errorf("refill %d bytes: %w", len(data), err)
+		}
+	}
+	return ends, nil
+}

@@ -1,0 +1,186 @@
+package fdkind
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
+)
+
+// regular is a regular file, opened by path; a deleted one (or a memfd)
+// has its content in the image and comes back as an unnamed file.
+func regular() Kind {
+	return Kind{
+		Name:     image.FileRegular,
+		Match:    func(s *Source) bool { return s.Type() == unix.S_IFREG && s.Anon() == "" },
+		Describe: describeRegular,
+		Open:     openByPath,
+		Show:     showRef,
+		Seekable: true,
+	}
+}
+
+func describeRegular(env DumpEnv, s *Source, f *image.File) error {
+	if strings.HasPrefix(s.Link, "/anon_hugepage") {
+		return fmt.Errorf("%s: cannot be restored: %w", s.Link, ErrUnsupported)
+	}
+	deleted := strings.HasSuffix(s.Link, " (deleted)") || strings.HasPrefix(s.Link, "/memfd:")
+	f.Ref = StatRef(strings.TrimSuffix(s.Link, " (deleted)"), &s.Stat)
+	if deleted {
+		id, err := env.Ghost(s.Path(), &s.Stat)
+		if err != nil {
+			return err
+		}
+		f.Ref.Deleted, f.Ref.DataID = true, id
+	}
+	return nil
+}
+
+// StatRef identifies a file by its path and stat.
+func StatRef(path string, st *unix.Stat_t) image.FileRef {
+	return image.FileRef{
+		Path: path, Dev: st.Dev, Ino: st.Ino, Size: st.Size,
+		MtimeNs: st.Mtim.Sec*1e9 + st.Mtim.Nsec, Mode: st.Mode,
+	}
+}
+
+func showRef(f *image.File) string {
+	if f.Ref.Deleted {
+		return f.Ref.Path + " (deleted, content in image)"
+	}
+	return f.Ref.Path
+}
+
+// openByPath reopens a file, directory or device by its path. A file of
+// the /proc directory of a process of the dump does not exist before the
+// process does: the process opens it itself.
+func openByPath(env RestoreEnv, f *image.File, at Where) (Desc, error) {
+	if ownProc(env, f.Ref.Path) {
+		return Desc{InTarget: func(t Target, fd int, cloexec bool) error { return openInTarget(t, f, fd, cloexec) }}, nil
+	}
+	of, err := OpenRef(env, &f.Ref, f.Flags, false)
+	if err != nil {
+		return Desc{}, err
+	}
+	return Desc{File: of}, nil
+}
+
+// ownProc tells whether path is under /proc/PID of a process of the dump.
+func ownProc(env RestoreEnv, path string) bool {
+	rest, ok := strings.CutPrefix(path, "/proc/")
+	if !ok {
+		return false
+	}
+	pid, _, _ := strings.Cut(rest, "/")
+	n, err := strconv.Atoi(pid)
+	return err == nil && env.InDump(n)
+}
+
+// openInTarget makes the process open a file itself and puts it at fd.
+func openInTarget(t Target, f *image.File, fd int, cloexec bool) error {
+	addr, err := t.Scratch(append([]byte(f.Ref.Path), 0))
+	if err != nil {
+		return err
+	}
+	flags := uint64(f.Flags) &^ (unix.O_CREAT | unix.O_TRUNC | unix.O_EXCL)
+	at := int64(unix.AT_FDCWD)
+	r, err := t.Call("open "+f.Ref.Path, unix.SYS_OPENAT, uint64(at), addr, flags|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	cl := uint64(0)
+	if cloexec {
+		cl = unix.O_CLOEXEC
+	}
+	if int(r) == fd {
+		if !cloexec {
+			_, err = t.Call("fcntl F_SETFD", unix.SYS_FCNTL, r, unix.F_SETFD, 0)
+		}
+		return err
+	}
+	if _, err := t.Call(fmt.Sprintf("dup3 fd %d", fd), unix.SYS_DUP3, r, uint64(fd), cl); err != nil {
+		return err
+	}
+	_, err = t.Call("close", unix.SYS_CLOSE, r)
+	return err
+}
+
+// openFlags are the flags a file is reopened with: its access mode and
+// the status flags open takes (F_SETFL sets the rest, see Settle).
+const openFlags = unix.O_ACCMODE | unix.O_APPEND | unix.O_NONBLOCK | unix.O_DSYNC | unix.O_SYNC |
+	unix.O_DIRECT | unix.O_NOATIME | unix.O_LARGEFILE | unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW
+
+// OpenRef opens a file as the image describes it, with flags. Files
+// whose content is in the image (deleted at dump time) are recreated as
+// unnamed files. strict (for mapped files) refuses a file that changed
+// since the dump.
+func OpenRef(env RestoreEnv, ref *image.FileRef, flags int, strict bool) (*os.File, error) {
+	fl := flags & openFlags
+	if ref.Deleted {
+		return openGhost(env, ref, fl)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(ref.Path, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", ref.Path, err)
+	}
+	if st.Mode&unix.S_IFMT != ref.Mode&unix.S_IFMT {
+		return nil, fmt.Errorf("%s: was mode %#o, now %#o: %w", ref.Path, ref.Mode, st.Mode, ErrFileChanged)
+	}
+	if strict && st.Mode&unix.S_IFMT == unix.S_IFREG {
+		mtime := st.Mtim.Sec*1e9 + st.Mtim.Nsec
+		if st.Size != ref.Size || mtime != ref.MtimeNs {
+			return nil, fmt.Errorf("%s: was %d bytes modified at %d, now %d bytes modified at %d (replaced or rewritten): %w",
+				ref.Path, ref.Size, ref.MtimeNs, st.Size, mtime, ErrFileChanged)
+		}
+	}
+	return os.OpenFile(ref.Path, fl|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+}
+
+// ghostKey names the unnamed file standing for a deleted file.
+type ghostKey int
+
+// openGhost opens a new description of the unnamed file standing for a
+// deleted one, made once per content record: every fd and mapping of it
+// shares it, as they shared the original.
+func openGhost(env RestoreEnv, ref *image.FileRef, flags int) (*os.File, error) {
+	v, err := env.Once(ghostKey(ref.DataID), func() (any, error) { return makeGhost(env, ref) })
+	if err != nil {
+		return nil, err
+	}
+	tmp := v.(*os.File)
+	// O_NOFOLLOW would refuse the /proc link itself.
+	f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", tmp.Fd()), flags&^unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("%s: reopen: %w", ref.Path, err)
+	}
+	return f, nil
+}
+
+// makeGhost creates the unnamed file of a deleted file: an O_TMPFILE file
+// in the directory it was in (or /tmp), which has no name, as before.
+func makeGhost(env RestoreEnv, ref *image.FileRef) (*os.File, error) {
+	data, err := env.Data(ref.DataID)
+	if err != nil {
+		return nil, fmt.Errorf("%s: content: %w", ref.Path, err)
+	}
+	var tmp *os.File
+	for _, dir := range []string{filepath.Dir(ref.Path), os.TempDir()} {
+		fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, ref.Mode&0o7777)
+		if err == nil {
+			tmp = os.NewFile(uintptr(fd), ref.Path)
+			break
+		}
+	}
+	if tmp == nil {
+		return nil, fmt.Errorf("%s: cannot create an unnamed file for the deleted file's content", ref.Path)
+	}
+	env.Keep(tmp)
+	if _, err := tmp.Write(data); err != nil {
+		return nil, fmt.Errorf("%s: write content: %w", ref.Path, err)
+	}
+	return tmp, nil
+}

@@ -1,0 +1,40 @@
+package fdkind
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
+)
+
+// signalfd is a signalfd with its signal mask.
+func signalfd() Kind {
+	return Kind{
+		Name:     image.FileSigfd,
+		Match:    anon("[signalfd]"),
+		Describe: describeSignalfd,
+		Open:     openSignalfd,
+		Show:     func(f *image.File) string { return fmt.Sprintf("signalfd mask %#x", event(f).SigMask) },
+	}
+}
+
+func describeSignalfd(env DumpEnv, s *Source, f *image.File) error {
+	v := s.Info.Extra["sigmask"]
+	m, err := strconv.ParseUint(v, 16, 64)
+	if err != nil {
+		return fmt.Errorf("signalfd mask %q: %w", v, err)
+	}
+	f.Event = &image.EventFile{SigMask: m}
+	return nil
+}
+
+func openSignalfd(env RestoreEnv, f *image.File, at Where) (Desc, error) {
+	mask := unix.Sigset_t{Val: [16]uint64{event(f).SigMask}}
+	fd, err := unix.Signalfd(-1, &mask, unix.SFD_CLOEXEC|f.Flags&unix.O_NONBLOCK)
+	if err != nil {
+		return Desc{}, fmt.Errorf("signalfd: %w", err)
+	}
+	return Desc{File: os.NewFile(uintptr(fd), "signalfd")}, nil
+}

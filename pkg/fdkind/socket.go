@@ -1,0 +1,172 @@
+package fdkind
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/rewrite"
+	"github.com/ckpt/ckpt/pkg/sockets"
+	"golang.org/x/sys/unix"
+)
+
+// socket is a TCP or UDP socket, IPv4 or IPv6: listening, bound, or
+// an established connection with its queues (TCP_REPAIR, see
+// pkg/sockets). UNIX sockets are the kind unixSocket.
+func socket() Kind {
+	return Kind{
+		Name:     image.FileSocket,
+		Match:    func(s *Source) bool { return s.Type() == unix.S_IFSOCK },
+		Describe: describeSocket,
+		Open:     openSocket,
+		Show:     func(f *image.File) string { return ShowSocket(f.Socket) },
+	}
+}
+
+// describeSocket saves a socket; an established connection is put in
+// repair mode and its queues are read.
+func describeSocket(env DumpEnv, src *Source, f *image.File) error {
+	our, ok := env.Socket(src.PID, src.FD)
+	if !ok {
+		return fmt.Errorf("socket appeared after the freeze: %w", ErrUnsupported)
+	}
+	if dom, err := unix.GetsockoptInt(our, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX {
+		return describeUnix(env, our, src.Stat.Ino, f)
+	}
+	s, err := sockets.Describe(our)
+	if err != nil {
+		if errors.Is(err, sockets.ErrState) {
+			return fmt.Errorf("socket: %v: %w", err, ErrUnsupported)
+		}
+		return fmt.Errorf("socket: %w", err)
+	}
+	f.Socket = s
+	if s.State != sockets.StateEstablished {
+		return nil
+	}
+	st, recvQ, sendQ, err := sockets.DumpTCP(our)
+	if err != nil {
+		return fmt.Errorf("socket %s-%s: %w", s.Local, s.Remote, err)
+	}
+	// Out of repair mode at once: if ckpt died now the process would go
+	// on with a socket it cannot use. The lock keeps the connection
+	// still; it goes back to repair mode just before the kill.
+	se := env.Sockets()
+	if err := sockets.LeaveRepair(our, se.Reuse(our)); err != nil {
+		return fmt.Errorf("socket %s-%s: leave repair mode: %w", s.Local, s.Remote, err)
+	}
+	se.Dumped(our)
+	s.TCP = &st.TCPRepair
+	if len(recvQ) > 0 {
+		s.RecvDataID = env.AddData(recvQ)
+	}
+	if len(sendQ) > 0 {
+		s.SendDataID = env.AddData(sendQ)
+	}
+	return nil
+}
+
+// openSocket builds a socket; an established connection is built in repair
+// mode and resumed once the whole tree is (SocketRestoreEnv.Repairing).
+func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
+	s := f.Socket
+	if s == nil {
+		return Desc{}, fmt.Errorf("socket without its state: %w", image.ErrCorrupt)
+	}
+	if s.Family == unix.AF_UNIX {
+		return openUnix(env, f)
+	}
+	se := env.Sockets()
+	queue := func(id int) ([]byte, error) {
+		if id == 0 {
+			return nil, nil
+		}
+		return env.Data(id)
+	}
+	if rules := se.Rules(); rules != nil {
+		c := *s
+		if err := RewriteEndpoints(rules, &c); err != nil {
+			return Desc{}, err
+		}
+		s = &c
+	}
+	recvQ, err := queue(s.RecvDataID)
+	if err != nil {
+		return Desc{}, fmt.Errorf("socket receive queue: %w", err)
+	}
+	sendQ, err := queue(s.SendDataID)
+	if err != nil {
+		return Desc{}, fmt.Errorf("socket send queue: %w", err)
+	}
+	fd, err := sockets.Open(s, recvQ, sendQ)
+	if errors.Is(err, unix.EADDRINUSE) {
+		return Desc{}, fmt.Errorf("socket %s: the address is already in use on this machine: %w", s.Local, err)
+	}
+	if errors.Is(err, unix.EADDRNOTAVAIL) {
+		return Desc{}, fmt.Errorf("socket %s: this machine has no such address; move the endpoint with a rewrite rules file (--rules): %w", s.Local, err)
+	}
+	if err != nil {
+		return Desc{}, fmt.Errorf("socket %s %s: %w", s.Local, s.Remote, err)
+	}
+	of := os.NewFile(uintptr(fd), "socket")
+	if s.TCP != nil {
+		se.Repairing(of, s, sendQ)
+	}
+	return Desc{File: of}, nil
+}
+
+// RewriteEndpoints applies the rewrite rules to a socket's endpoints.
+func RewriteEndpoints(rules *rewrite.Rules, s *image.Socket) error {
+	parse := func(a string) (netip.AddrPort, error) {
+		if a == "" {
+			return netip.AddrPort{}, nil
+		}
+		ap, err := netip.ParseAddrPort(a)
+		if err != nil {
+			return ap, fmt.Errorf("socket address %q: %w", a, image.ErrCorrupt)
+		}
+		return ap, nil
+	}
+	local, err := parse(s.Local)
+	if err != nil {
+		return err
+	}
+	remote, err := parse(s.Remote)
+	if err != nil {
+		return err
+	}
+	nl, nr := rules.ApplyPair(local, remote)
+	if nl.IsValid() && s.Local != "" {
+		s.Local = nl.String()
+	}
+	if nr.IsValid() && s.Remote != "" {
+		s.Remote = nr.String()
+	}
+	return nil
+}
+
+// ShowSocket shows a socket's endpoints, so that a user can write rewrite
+// rules for them.
+func ShowSocket(s *image.Socket) string {
+	if s == nil {
+		return "socket"
+	}
+	kind := map[int]string{unix.SOCK_STREAM: "stream", unix.SOCK_DGRAM: "dgram", unix.SOCK_SEQPACKET: "seqpacket"}[s.Type]
+	switch {
+	case s.Family == unix.AF_UNIX && s.Peer != 0:
+		return fmt.Sprintf("unix %s, connected to socket %d", kind, s.Peer)
+	case s.Family == unix.AF_UNIX:
+		return fmt.Sprintf("unix %s %s", kind, s.Local)
+	case s.TCP != nil:
+		return fmt.Sprintf("tcp %s -> %s established, %d bytes unsent", s.Local, s.Remote, s.TCP.Unsent)
+	case s.State == sockets.StateListen:
+		return fmt.Sprintf("tcp %s listening, backlog %d", s.Local, s.Backlog)
+	case s.Protocol == unix.IPPROTO_UDP && s.Remote != "":
+		return fmt.Sprintf("udp %s -> %s", s.Local, s.Remote)
+	case s.Protocol == unix.IPPROTO_UDP:
+		return fmt.Sprintf("udp %s", s.Local)
+	}
+	return fmt.Sprintf("tcp %s (not connected)", s.Local)
+}

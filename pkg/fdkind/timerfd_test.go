@@ -1,0 +1,42 @@
+package fdkind
+
+import (
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+func TestTimerfdRoundTrip(t *testing.T) {
+	fd, err := unix.TimerfdCreate(unix.CLOCK_MONOTONIC, unix.TFD_NONBLOCK|unix.TFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	spec := unix.ItimerSpec{Interval: unix.NsecToTimespec(int64(time.Hour)), Value: unix.NsecToTimespec(int64(time.Hour))}
+	if err := unix.TimerfdSettime(fd, 0, &spec, nil); err != nil {
+		t.Fatal(err)
+	}
+	f, nf := roundTrip(t, fd)
+	if f.Event.IntervalNs != int64(time.Hour) || f.Event.ValueNs <= 0 {
+		t.Fatalf("described %+v", f.Event)
+	}
+	var cur unix.ItimerSpec
+	if err := unix.TimerfdGettime(int(nf.Fd()), &cur); err != nil {
+		t.Fatal(err)
+	}
+	if cur.Interval != spec.Interval || cur.Value.Sec < 3500 {
+		t.Errorf("restored timer %+v, want an hour", cur)
+	}
+}
+
+func TestParseTimespec(t *testing.T) {
+	for in, want := range map[string]int64{"(0, 0)": 0, "(3, 5)": 3e9 + 5, " (12, 999999999)": 12e9 + 999999999} {
+		if got, err := parseTimespec(in); err != nil || got != want {
+			t.Errorf("%q: %d, %v; want %d", in, got, err, want)
+		}
+	}
+	if _, err := parseTimespec("garbage"); err == nil {
+		t.Error("garbage parsed")
+	}
+}

@@ -1,0 +1,69 @@
+package fdkind
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
+)
+
+// tty is a terminal from outside the dump (a pty slave, the console, a
+// virtual terminal): the restore attaches the terminal ckpt-redo runs on
+// (--shell-job) or a file (--stdio).
+func tty() Kind {
+	return Kind{
+		Name:     image.FileTTY,
+		Match:    func(s *Source) bool { return s.Type() == unix.S_IFCHR && isTTY(s.Stat.Rdev) },
+		Describe: describeCharDev,
+		Open:     openTTY,
+		Show:     func(f *image.File) string { return "terminal " + f.Ref.Path },
+	}
+}
+
+// ptmx is the master side of a pseudo-terminal: reopening /dev/ptmx would
+// make a new terminal, so it is refused until ptys are rebuilt.
+func ptmx() Kind {
+	return Kind{
+		Name: "ptmx",
+		Match: func(s *Source) bool {
+			return s.Type() == unix.S_IFCHR && unix.Major(s.Stat.Rdev) == 5 && unix.Minor(s.Stat.Rdev) == 2
+		},
+		Describe: refuse("pseudo-terminal master (/dev/ptmx)"),
+	}
+}
+
+// isTTY reports terminal devices: pseudo-terminal slaves (136-143), the
+// console and virtual terminals (4, 5).
+func isTTY(rdev uint64) bool {
+	maj := unix.Major(rdev)
+	return (maj >= 136 && maj <= 143) || maj == 4 || (maj == 5 && unix.Minor(rdev) <= 1)
+}
+
+func openTTY(env RestoreEnv, f *image.File, at Where) (Desc, error) {
+	if env.ShellJob() {
+		for _, our := range []*os.File{os.Stdin, os.Stdout, os.Stderr} {
+			if _, err := unix.IoctlGetTermios(int(our.Fd()), unix.TCGETS); err == nil {
+				d, err := dupFile(our)
+				return Desc{File: d, Foreign: true}, err
+			}
+		}
+		return Desc{}, fmt.Errorf("terminal %s: --shell-job given but ckpt-redo runs on no terminal: %w", f.Ref.Path, ErrExternal)
+	}
+	if at.FD <= 2 {
+		if s, ok, err := env.Stdio(); ok || err != nil {
+			return Desc{File: s, Foreign: true}, err
+		}
+	}
+	return Desc{}, fmt.Errorf("terminal %s: the process ran on a terminal; pass --shell-job to attach it to this one, "+
+		"or --stdio FILE to replace its standard fds: %w", f.Ref.Path, ErrExternal)
+}
+
+// dupFile returns a new fd of ours for the same description.
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
