@@ -175,9 +175,15 @@ type Socket struct {
 	Local    string `json:"local,omitempty"` // address:port
 	Remote   string `json:"remote,omitempty"`
 	Backlog  int    `json:"backlog,omitempty"` // listening sockets
-	// Options are the integer socket options, Linger SO_LINGER (on, seconds).
+	// Options are the socket options that differ from a new socket's
+	// (pkg/sockets.Options lists them), Linger SO_LINGER (on, seconds) of
+	// older images.
 	Options []SockOpt `json:"options,omitempty"`
 	Linger  [2]int32  `json:"linger,omitempty"`
+	// Shutdown is what shutdown() closed (SHUT_RD 1, SHUT_WR 2, both 3).
+	Shutdown int `json:"shutdown,omitempty"`
+	// PeerClosed is set on a connected UNIX socket whose peer was closed.
+	PeerClosed bool `json:"peer_closed,omitempty"`
 	// TCP is the state of an established connection, read in repair mode;
 	// its receive and send queues are in FileData records.
 	TCP        *TCPRepair `json:"tcp,omitempty"`
@@ -191,11 +197,13 @@ type Socket struct {
 	RecvMsgs []int  `json:"recv_msgs,omitempty"`
 }
 
-// SockOpt is an integer socket option.
+// SockOpt is a socket option: an integer Value, or the bytes getsockopt
+// gave (a name, a struct, a filter program).
 type SockOpt struct {
-	Level int `json:"level"`
-	Name  int `json:"name"`
-	Value int `json:"value"`
+	Level int    `json:"level"`
+	Name  int    `json:"name"`
+	Value int    `json:"value"`
+	Bytes []byte `json:"bytes,omitempty"`
 }
 
 // TCPRepair is what TCP_REPAIR reads from an established connection.
@@ -209,6 +217,8 @@ type TCPRepair struct {
 	Timestamp uint32    `json:"timestamp"`
 	Window    [5]uint32 `json:"window"` // struct tcp_repair_window
 	Unsent    int       `json:"unsent"` // bytes at the end of the send queue never sent
+	// ReuseAddr is SO_REUSEADDR, which leaving repair mode clears.
+	ReuseAddr int `json:"reuseaddr,omitempty"`
 }
 
 // EventFile is the state of an event file: eventfd, timerfd, signalfd,

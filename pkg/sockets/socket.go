@@ -3,29 +3,11 @@ package sockets
 import (
 	"fmt"
 	"net/netip"
-	"os"
-	"strconv"
-	"strings"
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
-
-// intOptions are the integer options saved and restored, by protocol.
-var intOptions = []struct {
-	level, name int
-	tcpOnly     bool
-}{
-	{unix.SOL_SOCKET, unix.SO_REUSEADDR, false}, {unix.SOL_SOCKET, unix.SO_REUSEPORT, false},
-	{unix.SOL_SOCKET, unix.SO_KEEPALIVE, false}, {unix.SOL_SOCKET, unix.SO_BROADCAST, false},
-	{unix.SOL_SOCKET, unix.SO_OOBINLINE, false}, {unix.SOL_SOCKET, unix.SO_PRIORITY, false},
-	{unix.SOL_SOCKET, unix.SO_RCVLOWAT, false},
-	{unix.IPPROTO_TCP, unix.TCP_NODELAY, true}, {unix.IPPROTO_TCP, unix.TCP_CORK, true},
-	{unix.IPPROTO_TCP, unix.TCP_KEEPIDLE, true}, {unix.IPPROTO_TCP, unix.TCP_KEEPINTVL, true},
-	{unix.IPPROTO_TCP, unix.TCP_KEEPCNT, true}, {unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT, true},
-	{unix.IPPROTO_TCP, unix.TCP_NOTSENT_LOWAT, true},
-}
 
 // Describe reads what a TCP or UDP socket (one of ckpt's fds) is: family,
 // type, state, endpoints and options. The queues of an established
@@ -43,6 +25,8 @@ func Describe(fd int) (*image.Socket, error) {
 		return nil, fmt.Errorf("SO_PROTOCOL: %w", err)
 	}
 	switch {
+	case s.Protocol == unix.IPPROTO_MPTCP:
+		return s, fmt.Errorf("MPTCP socket (IPPROTO_MPTCP): %w", ErrState)
 	case s.Family != unix.AF_INET && s.Family != unix.AF_INET6:
 		return s, fmt.Errorf("%s socket: %w", familyName(s.Family), ErrState)
 	case s.Type == unix.SOCK_STREAM && s.Protocol == unix.IPPROTO_TCP:
@@ -62,7 +46,11 @@ func Describe(fd int) (*image.Socket, error) {
 				return nil, fmt.Errorf("listening socket with %d connections not accepted yet: %w", queued, ErrAcceptQueue)
 			}
 		case tcpClose:
-			// Created, maybe bound, never connected.
+			// Created, maybe bound, never connected: a socket that was
+			// connected, or tried to, has counted segments.
+			if segsOut, segsIn := le32(info[136:]), le32(info[140:]); segsOut > 0 || segsIn > 0 {
+				return s, fmt.Errorf("TCP socket closed after a connection or a connection attempt (reset, refused or closed by both sides; %d segments out, %d in): %w", segsOut, segsIn, ErrState)
+			}
 		default:
 			return nil, fmt.Errorf("TCP socket in state %s: %w", tcpStateName(s.State), ErrState)
 		}
@@ -78,75 +66,16 @@ func Describe(fd int) (*image.Socket, error) {
 	if ra, err := unix.Getpeername(fd); err == nil {
 		s.Remote = AddrPort(ra).String()
 	}
-	for _, o := range intOptions {
-		if o.tcpOnly && s.Protocol != unix.IPPROTO_TCP {
-			continue
-		}
-		v, err := unix.GetsockoptInt(fd, o.level, o.name)
-		if err != nil {
-			return nil, fmt.Errorf("getsockopt %d/%d: %w", o.level, o.name, err)
-		}
-		s.Options = append(s.Options, image.SockOpt{Level: o.level, Name: o.name, Value: v})
+	if s.Options, err = ReadOptions(fd, s.Family, s.Type, s.Protocol, s.State == StateEstablished); err != nil {
+		return nil, err
 	}
-	if s.Family == unix.AF_INET6 {
-		v, err := unix.GetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY)
-		if err != nil {
-			return nil, fmt.Errorf("IPV6_V6ONLY: %w", err)
-		}
-		s.Options = append([]image.SockOpt{{Level: unix.IPPROTO_IPV6, Name: unix.IPV6_V6ONLY, Value: v}}, s.Options...)
+	if s.State == StateEstablished || s.Protocol == unix.IPPROTO_UDP {
+		s.Shutdown = shutdownOf(fd)
 	}
-	// Buffer sizes are kept when they differ from the kernel's default for
-	// the socket: set by the program. An established TCP connection's are
-	// left alone: setting them would turn off the kernel's autotuning.
-	if s.State != StateEstablished {
-		for _, o := range []struct {
-			name int
-			def  string
-		}{{unix.SO_SNDBUF, bufDefault(s.Protocol, true)}, {unix.SO_RCVBUF, bufDefault(s.Protocol, false)}} {
-			v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, o.name)
-			if err != nil {
-				return nil, fmt.Errorf("getsockopt buffer: %w", err)
-			}
-			if strconv.Itoa(v) != o.def {
-				// The kernel doubles what is set, and reports the double.
-				s.Options = append(s.Options, image.SockOpt{Level: unix.SOL_SOCKET, Name: o.name, Value: v / 2})
-			}
-		}
-	}
-	l, err := unix.GetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER)
-	if err != nil {
-		return nil, fmt.Errorf("SO_LINGER: %w", err)
-	}
-	s.Linger = [2]int32{l.Onoff, l.Linger}
 	return s, nil
 }
 
 const tcpClose = 7
-
-// bufDefault is the buffer size a new socket of the protocol gets, as
-// getsockopt reports it.
-func bufDefault(proto int, send bool) string {
-	read := func(path string, field int) string {
-		b, err := os.ReadFile(path)
-		if err != nil {
-			return ""
-		}
-		f := strings.Fields(string(b))
-		if field >= len(f) {
-			return ""
-		}
-		return f[field]
-	}
-	switch {
-	case proto == unix.IPPROTO_TCP && send:
-		return read("/proc/sys/net/ipv4/tcp_wmem", 1)
-	case proto == unix.IPPROTO_TCP:
-		return read("/proc/sys/net/ipv4/tcp_rmem", 1)
-	case send:
-		return read("/proc/sys/net/core/wmem_default", 0)
-	}
-	return read("/proc/sys/net/core/rmem_default", 0)
-}
 
 func tcpStateName(s int) string {
 	names := map[int]string{1: "ESTABLISHED", 2: "SYN_SENT", 3: "SYN_RECV", 4: "FIN_WAIT1", 5: "FIN_WAIT2", 6: "TIME_WAIT",
@@ -173,33 +102,65 @@ func le32(b []byte) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 }
 
+// shutdownOf reads what shutdown() closed on an established TCP
+// connection or a UDP socket, as the kernel's sk_shutdown bits (1 receive,
+// 2 send): poll says POLLRDHUP once the receive side is shut (an
+// established connection's peer cannot have sent a FIN, or it would be in
+// CLOSE_WAIT), and POLLHUP when both are. A UDP socket's shut send side
+// alone does not show (and changes nothing a program sees but
+// sock_diag).
+func shutdownOf(fd int) int {
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+	if _, err := unix.Poll(p, 0); err != nil {
+		return 0
+	}
+	switch {
+	case p[0].Revents&unix.POLLHUP != 0:
+		return 3
+	case p[0].Revents&unix.POLLRDHUP != 0:
+		return 1
+	}
+	return 0
+}
+
+// shutdown applies saved shutdown bits; an unconnected socket says
+// ENOTCONN but is shut down all the same.
+func shutdown(fd, bits int) error {
+	if bits == 0 {
+		return nil
+	}
+	if err := unix.Shutdown(fd, bits-1); err != nil && err != unix.ENOTCONN {
+		return fmt.Errorf("shutdown %d: %w", bits-1, err)
+	}
+	return nil
+}
+
 // Open builds a socket from its image. An established TCP connection comes
 // back in repair mode (see RestoreTCP); the caller calls Resume once every
 // socket is built. Flags (O_NONBLOCK) are the file's status flags.
 func Open(s *image.Socket, recvQ, sendQ []byte) (int, error) {
+	fd, err := unix.Socket(s.Family, s.Type|unix.SOCK_CLOEXEC, s.Protocol)
+	if err != nil {
+		return -1, fmt.Errorf("socket: %w", err)
+	}
 	if s.TCP != nil {
 		local, err := netip.ParseAddrPort(s.Local)
 		if err != nil {
+			unix.Close(fd)
 			return -1, fmt.Errorf("local address %q: %w", s.Local, err)
 		}
 		remote, err := netip.ParseAddrPort(s.Remote)
 		if err != nil {
+			unix.Close(fd)
 			return -1, fmt.Errorf("remote address %q: %w", s.Remote, err)
 		}
-		fd, err := RestoreTCP(&TCPState{Local: local, Remote: remote, TCPRepair: *s.TCP}, recvQ, sendQ)
-		if err != nil {
-			return -1, err
-		}
-		if err := setOptions(fd, s, true); err != nil {
-			setRepair(fd, true)
+		st := &TCPState{Local: local, Remote: remote, TCPRepair: *s.TCP}
+		if err := openConn(fd, s, st, recvQ, sendQ); err != nil {
+			setRepair(fd, true) // closing must stay silent
 			unix.Close(fd)
 			return -1, err
 		}
 		return fd, nil
-	}
-	fd, err := unix.Socket(s.Family, s.Type|unix.SOCK_CLOEXEC, s.Protocol)
-	if err != nil {
-		return -1, fmt.Errorf("socket: %w", err)
 	}
 	if err := openPlain(fd, s); err != nil {
 		unix.Close(fd)
@@ -208,8 +169,53 @@ func Open(s *image.Socket, recvQ, sendQ []byte) (int, error) {
 	return fd, nil
 }
 
+// openConn rebuilds an established connection in repair mode with its
+// options: SO_REUSEADDR waits for Resume (repair mode forces reuse, and
+// leaving it clears the flag).
+func openConn(fd int, s *image.Socket, st *TCPState, recvQ, sendQ []byte) error {
+	noReuse := func(level, name int) bool { return level == unix.SOL_SOCKET && name == unix.SO_REUSEADDR }
+	if err := setOptions(fd, s.Options, early, noReuse); err != nil {
+		return err
+	}
+	if err := setRepair(fd, true); err != nil {
+		return err
+	}
+	orig := bufferSizes(fd)
+	if err := raiseBuffers(fd, len(sendQ), len(recvQ)); err != nil {
+		return err
+	}
+	if err := restoreTCP(fd, st, recvQ, sendQ); err != nil {
+		return err
+	}
+	if err := setOptions(fd, mergeOptions(orig, s.Options), late, noReuse); err != nil {
+		return err
+	}
+	if err := shutdown(fd, s.Shutdown); err != nil {
+		return err
+	}
+	return setLinger(fd, s)
+}
+
+// mergeOptions is base with the values of over in their place.
+func mergeOptions(base, over []image.SockOpt) []image.SockOpt {
+	out := append([]image.SockOpt(nil), over...)
+	for _, b := range base {
+		found := false
+		for _, o := range over {
+			found = found || o.Level == b.Level && o.Name == b.Name
+		}
+		if !found {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
 func openPlain(fd int, s *image.Socket) error {
-	if err := setOptions(fd, s, false); err != nil {
+	if err := setOptions(fd, s.Options, early, nil); err != nil {
+		return err
+	}
+	if err := setLinger(fd, s); err != nil {
 		return err
 	}
 	if s.Local != "" {
@@ -235,20 +241,14 @@ func openPlain(fd int, s *image.Socket) error {
 			return fmt.Errorf("connect %s: %w", remote, err)
 		}
 	}
-	return nil
+	if err := setOptions(fd, s.Options, late, nil); err != nil {
+		return err
+	}
+	return shutdown(fd, s.Shutdown)
 }
 
-// setOptions sets the saved options; bound says the socket is bound
-// already, when IPV6_V6ONLY can no longer change (it was set before bind).
-func setOptions(fd int, s *image.Socket, bound bool) error {
-	for _, o := range s.Options {
-		if bound && (o.Level == unix.IPPROTO_IPV6 && o.Name == unix.IPV6_V6ONLY || o.Level == unix.SOL_SOCKET && o.Name == unix.SO_REUSEADDR) {
-			continue
-		}
-		if err := unix.SetsockoptInt(fd, o.Level, o.Name, o.Value); err != nil {
-			return fmt.Errorf("setsockopt %d/%d = %d: %w", o.Level, o.Name, o.Value, err)
-		}
-	}
+// setLinger sets SO_LINGER as older images hold it.
+func setLinger(fd int, s *image.Socket) error {
 	if s.Linger[0] != 0 {
 		if err := unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: s.Linger[0], Linger: s.Linger[1]}); err != nil {
 			return fmt.Errorf("SO_LINGER: %w", err)

@@ -125,7 +125,14 @@ func DumpTCP(fd int) (st *TCPState, recvQ, sendQ []byte, err error) {
 			LeaveRepair(fd, reuse)
 		}
 	}()
-	st = &TCPState{TCPRepair: image.TCPRepair{Options: info[5], SndWscale: info[6] & 0xf, RcvWscale: info[6] >> 4}}
+	st = &TCPState{TCPRepair: image.TCPRepair{Options: info[5], SndWscale: info[6] & 0xf, RcvWscale: info[6] >> 4, ReuseAddr: reuse}}
+	// A program's SO_PEEK_OFF would make the peeks below skip bytes.
+	if off, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF); err == nil && off >= 0 {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, -1); err != nil {
+			return nil, nil, nil, fmt.Errorf("SO_PEEK_OFF: %w", err)
+		}
+		defer unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, off)
+	}
 	la, err := unix.Getsockname(fd)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("getsockname: %w", err)
@@ -231,7 +238,14 @@ func RestoreTCP(st *TCPState, recvQ, sendQ []byte) (int, error) {
 	if err != nil {
 		return -1, fmt.Errorf("socket: %w", err)
 	}
-	if err := restoreTCP(fd, st, recvQ, sendQ); err != nil {
+	err = setRepair(fd, true)
+	if err == nil {
+		err = raiseBuffers(fd, len(sendQ), len(recvQ))
+	}
+	if err == nil {
+		err = restoreTCP(fd, st, recvQ, sendQ)
+	}
+	if err != nil {
 		setRepair(fd, true) // closing must stay silent
 		unix.Close(fd)
 		return -1, err
@@ -239,12 +253,13 @@ func RestoreTCP(st *TCPState, recvQ, sendQ []byte) (int, error) {
 	return fd, nil
 }
 
+// restoreTCP rebuilds a connection on a socket in repair mode. Repair
+// mode forces address reuse (SK_FORCE_REUSE): the connection can be bound
+// to the port of a listener. Setting SO_REUSEADDR before Resume would take
+// that away.
 func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
-	// Repair mode forces address reuse (SK_FORCE_REUSE): the connection
-	// can be bound to the port of a listener. Setting SO_REUSEADDR here
-	// would take that away.
-	if err := setRepair(fd, true); err != nil {
-		return err
+	if st.Unsent > len(sendQ) || st.Unsent < 0 {
+		return fmt.Errorf("%d unsent bytes of a %d byte send queue: %w", st.Unsent, len(sendQ), ErrState)
 	}
 	for _, q := range []struct {
 		q   int
@@ -302,11 +317,17 @@ func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
 	return nil
 }
 
-// Resume takes a restored socket out of repair mode and sends the part of
-// the send queue that had never been sent.
+// Resume takes a restored socket out of repair mode, sets SO_REUSEADDR
+// back (leaving repair mode clears it) and sends the part of the send
+// queue that had never been sent.
 func Resume(fd int, st *TCPState, sendQ []byte) error {
 	if err := setRepair(fd, false); err != nil {
 		return err
+	}
+	if st.ReuseAddr != 0 {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, st.ReuseAddr); err != nil {
+			return fmt.Errorf("SO_REUSEADDR: %w", err)
+		}
 	}
 	if err := sendAll(fd, sendQ[len(sendQ)-st.Unsent:]); err != nil {
 		return fmt.Errorf("send the unsent %d bytes: %w", st.Unsent, err)

@@ -1,0 +1,264 @@
+package sockets
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
+)
+
+// kindOf is the On bit of a socket.
+func kindOf(family, proto int) int {
+	switch {
+	case family == unix.AF_UNIX:
+		return onUnix
+	case proto == unix.IPPROTO_TCP:
+		return onTCP
+	}
+	return onUDP
+}
+
+// applies says whether a row is read on a socket.
+func (o *Option) applies(family, proto int, established bool) bool {
+	if o.On&kindOf(family, proto) == 0 {
+		return false
+	}
+	if o.Level == unix.IPPROTO_IPV6 && family != unix.AF_INET6 {
+		return false
+	}
+	return !(o.Unconnected && established)
+}
+
+// notApplicable are the errors getsockopt gives for an option a socket
+// does not have: a program cannot observe it either.
+func notApplicable(err error) bool {
+	return errors.Is(err, unix.ENOPROTOOPT) || errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.EINVAL) ||
+		errors.Is(err, unix.ENOTCONN) || errors.Is(err, unix.ENOENT)
+}
+
+// readRow reads one option; ok is false when the socket has no such option.
+func readRow(fd int, o *Option) (v image.SockOpt, ok bool, err error) {
+	v = image.SockOpt{Level: o.Level, Name: o.Name}
+	switch o.How {
+	case Int, Buffer:
+		v.Value, err = unix.GetsockoptInt(fd, o.Level, o.Name)
+	case Bytes:
+		buf := make([]byte, o.Size)
+		l := uint32(len(buf))
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(o.Level), uintptr(o.Name), uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&l)), 0)
+		if e != 0 {
+			err = e
+		} else {
+			v.Bytes = buf[:l]
+		}
+	case Filter:
+		v.Bytes, err = readFilter(fd)
+	default:
+		return v, false, nil
+	}
+	if err != nil {
+		if notApplicable(err) {
+			return v, false, nil
+		}
+		return v, false, fmt.Errorf("getsockopt %s: %w", o.Label, err)
+	}
+	return v, true, nil
+}
+
+// readFilter reads a classic BPF socket filter (8 bytes an instruction);
+// nil without one.
+func readFilter(fd int) ([]byte, error) {
+	var l uint32
+	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_GET_FILTER, 0, uintptr(unsafe.Pointer(&l)), 0)
+	if e == unix.EACCES {
+		return nil, fmt.Errorf("an eBPF socket filter (SO_ATTACH_BPF) cannot be read back: %w", ErrState)
+	}
+	if e != 0 {
+		return nil, e
+	}
+	if l == 0 {
+		return nil, nil
+	}
+	buf := make([]byte, 8*l)
+	n := l
+	_, _, e = unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_GET_FILTER, uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+	if e != 0 {
+		return nil, e
+	}
+	return buf[:8*n], nil
+}
+
+// ReadOptions reads the options of the inventory that a socket (one of
+// ckpt's fds) has and a new socket of the same family, type and protocol
+// has not. It refuses (ErrState, naming the option) what cannot be read
+// back: an eBPF filter, an upper layer protocol (kTLS), TCP-AO keys, a
+// pending error or error queue.
+func ReadOptions(fd, family, typ, proto int, established bool) ([]image.SockOpt, error) {
+	if err := refuseOptions(fd, proto); err != nil {
+		return nil, err
+	}
+	fresh, err := unix.Socket(family, typ|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		return nil, fmt.Errorf("new socket for the defaults: %w", err)
+	}
+	defer unix.Close(fresh)
+	var out []image.SockOpt
+	for i := range Options {
+		o := &Options[i]
+		if !o.applies(family, proto, established) {
+			continue
+		}
+		v, ok, err := readRow(fd, o)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		def, dok, _ := readRow(fresh, o)
+		if dok && def.Value == v.Value && bytes.Equal(def.Bytes, v.Bytes) {
+			continue
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+// refuseOptions refuses a socket with state that cannot be read back.
+func refuseOptions(fd, proto int) error {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: 0}}
+	if _, err := unix.Poll(pfd, 0); err == nil && pfd[0].Revents&unix.POLLERR != 0 {
+		return fmt.Errorf("a pending socket error or error queue (SO_ERROR, MSG_ERRQUEUE, MSG_ZEROCOPY completions) cannot be restored: %w", ErrState)
+	}
+	if proto == unix.IPPROTO_TCP {
+		ulp := make([]byte, 16)
+		l := uint32(len(ulp))
+		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, unix.TCP_ULP, uintptr(unsafe.Pointer(&ulp[0])), uintptr(unsafe.Pointer(&l)), 0)
+		if name := string(bytes.TrimRight(ulp[:l], "\x00")); e == 0 && name != "" {
+			return fmt.Errorf("TCP upper layer protocol %q (TCP_ULP, kTLS) cannot be read back: %w", name, ErrState)
+		}
+		ao := make([]byte, 64)
+		l = uint32(len(ao))
+		_, _, e = unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, tcpAOInfo, uintptr(unsafe.Pointer(&ao[0])), uintptr(unsafe.Pointer(&l)), 0)
+		if e == 0 {
+			return fmt.Errorf("TCP-AO keys (TCP_AO_ADD_KEY) cannot be read back: %w", ErrState)
+		}
+	}
+	if proto == unix.IPPROTO_UDP {
+		cork, _ := unix.GetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_CORK)
+		if out, err := ioctlInt(fd, unix.SIOCOUTQ); err == nil && out > 0 && cork != 0 {
+			return fmt.Errorf("corked UDP data not sent yet (UDP_CORK) cannot be read back: %w", ErrState)
+		}
+	}
+	return nil
+}
+
+// phase is when options are set: before bind, or once connected.
+type phase int
+
+const (
+	early phase = iota // after socket(), before bind
+	late               // connected, queues filled
+)
+
+// setOptions sets the saved options of a phase, in the inventory's order.
+// skip names options left out (SO_REUSEADDR of a connection in repair
+// mode, set when it leaves). Setting a buffer locks it; SO_BUF_LOCK is
+// always set after the buffers, to its saved value or 0.
+func setOptions(fd int, saved []image.SockOpt, p phase, skip func(level, name int) bool) error {
+	byKey := map[[2]int]image.SockOpt{}
+	for _, v := range saved {
+		byKey[[2]int{v.Level, v.Name}] = v
+	}
+	buffers := false
+	for i := range Options {
+		o := &Options[i]
+		if o.Late != (p == late) {
+			continue
+		}
+		v, ok := byKey[[2]int{o.Level, o.Name}]
+		if o.Level == unix.SOL_SOCKET && o.Name == unix.SO_BUF_LOCK && buffers && !ok {
+			v, ok = image.SockOpt{Level: o.Level, Name: o.Name}, true
+		}
+		if !ok || skip != nil && skip(o.Level, o.Name) {
+			continue
+		}
+		if err := setRow(fd, o, v); err != nil {
+			return err
+		}
+		buffers = buffers || o.How == Buffer
+	}
+	return nil
+}
+
+func setRow(fd int, o *Option, v image.SockOpt) error {
+	var err error
+	switch o.How {
+	case Int:
+		val := v.Value
+		if o.Level == unix.SOL_SOCKET && o.Name == unix.SO_TXREHASH && val == 255 {
+			val = -1
+		}
+		err = unix.SetsockoptInt(fd, o.Level, o.Name, val)
+	case Buffer:
+		name := unix.SO_SNDBUFFORCE
+		if o.Name == unix.SO_RCVBUF {
+			name = unix.SO_RCVBUFFORCE
+		}
+		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, name, v.Value/2)
+	case Bytes:
+		if len(v.Bytes) == 0 {
+			err = setsockopt(fd, o.Level, o.Name, nil, 0)
+		} else {
+			err = setsockopt(fd, o.Level, o.Name, unsafe.Pointer(&v.Bytes[0]), uintptr(len(v.Bytes)))
+		}
+	case Filter:
+		if len(v.Bytes) == 0 {
+			return nil
+		}
+		prog := unix.SockFprog{Len: uint16(len(v.Bytes) / 8), Filter: (*unix.SockFilter)(unsafe.Pointer(&v.Bytes[0]))}
+		err = setsockopt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, unsafe.Pointer(&prog), unsafe.Sizeof(prog))
+	}
+	if err != nil {
+		return fmt.Errorf("setsockopt %s: %w", o.Label, err)
+	}
+	return nil
+}
+
+// raiseBuffers makes a socket's buffers large enough for queues of the
+// given sizes (filling them must not block); the saved sizes are set
+// afterwards.
+func raiseBuffers(fd, send, recv int) error {
+	for _, b := range []struct{ get, force, need int }{
+		{unix.SO_SNDBUF, unix.SO_SNDBUFFORCE, send}, {unix.SO_RCVBUF, unix.SO_RCVBUFFORCE, recv},
+	} {
+		cur, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, b.get)
+		if err != nil {
+			return fmt.Errorf("buffer size: %w", err)
+		}
+		want := 2*b.need + 1<<20
+		if b.need == 0 || cur >= want {
+			continue
+		}
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, b.force, want); err != nil {
+			return fmt.Errorf("raise buffer: %w", err)
+		}
+	}
+	return nil
+}
+
+// bufferSizes reads SO_SNDBUF, SO_RCVBUF and SO_BUF_LOCK, to be set back
+// after raiseBuffers.
+func bufferSizes(fd int) []image.SockOpt {
+	var out []image.SockOpt
+	for _, n := range []int{unix.SO_SNDBUF, unix.SO_RCVBUF, unix.SO_BUF_LOCK} {
+		v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, n)
+		if err == nil {
+			out = append(out, image.SockOpt{Level: unix.SOL_SOCKET, Name: n, Value: v})
+		}
+	}
+	return out
+}
