@@ -10,6 +10,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -25,14 +26,14 @@ func intOpt(level, name, v int) setter {
 }
 
 func bytesOpt(level, name int, b []byte) setter {
-	return setter{"", func(fd int) error { return setsockopt(fd, level, name, unsafe.Pointer(&b[0]), uintptr(len(b))) }}
+	return setter{"", func(fd int) error { return sys.Setsockopt(fd, level, name, unsafe.Pointer(&b[0]), uintptr(len(b))) }}
 }
 
 // acceptAll is a classic BPF program that accepts every packet whole.
 func acceptAll(fd int) error {
 	insns := []unix.SockFilter{{Code: unix.BPF_RET | unix.BPF_K, K: 0xffffffff}}
 	prog := unix.SockFprog{Len: 1, Filter: &insns[0]}
-	return setsockopt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, unsafe.Pointer(&prog), unsafe.Sizeof(prog))
+	return sys.Setsockopt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, unsafe.Pointer(&prog), unsafe.Sizeof(prog))
 }
 
 // commonOpts are set on every socket of the tests: SOL_SOCKET options a

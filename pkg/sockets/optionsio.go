@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -149,7 +150,7 @@ func refuseOptions(fd, proto int) error {
 	}
 	if proto == unix.IPPROTO_UDP {
 		cork, _ := unix.GetsockoptInt(fd, unix.IPPROTO_UDP, unix.UDP_CORK)
-		if out, err := ioctlInt(fd, unix.SIOCOUTQ); err == nil && out > 0 && cork != 0 {
+		if out, err := sys.IoctlInt(fd, unix.SIOCOUTQ); err == nil && out > 0 && cork != 0 {
 			return fmt.Errorf("corked UDP data not sent yet (UDP_CORK) cannot be read back: %w", ErrState)
 		}
 	}
@@ -211,16 +212,16 @@ func setRow(fd int, o *Option, v image.SockOpt) error {
 		err = unix.SetsockoptInt(fd, unix.SOL_SOCKET, name, v.Value/2)
 	case Bytes:
 		if len(v.Bytes) == 0 {
-			err = setsockopt(fd, o.Level, o.Name, nil, 0)
+			err = sys.Setsockopt(fd, o.Level, o.Name, nil, 0)
 		} else {
-			err = setsockopt(fd, o.Level, o.Name, unsafe.Pointer(&v.Bytes[0]), uintptr(len(v.Bytes)))
+			err = sys.Setsockopt(fd, o.Level, o.Name, unsafe.Pointer(&v.Bytes[0]), uintptr(len(v.Bytes)))
 		}
 	case Filter:
 		if len(v.Bytes) == 0 {
 			return nil
 		}
 		prog := unix.SockFprog{Len: uint16(len(v.Bytes) / 8), Filter: (*unix.SockFilter)(unsafe.Pointer(&v.Bytes[0]))}
-		err = setsockopt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, unsafe.Pointer(&prog), unsafe.Sizeof(prog))
+		err = sys.Setsockopt(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER, unsafe.Pointer(&prog), unsafe.Sizeof(prog))
 	}
 	if err != nil {
 		return fmt.Errorf("setsockopt %s: %w", o.Label, err)
