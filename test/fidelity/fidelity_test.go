@@ -46,7 +46,16 @@ var cases = []fcase{
 	// Process attributes (pkg/inventory: the process, thread and creds rows).
 	{name: "threadcomm", src: "proc_threadcomm.c"},
 	{name: "rlimit", src: "proc_rlimit.c"},
+	// File descriptors (pkg/fdkind): status flags, FD_CLOEXEC, positions,
+	// owners, shared descriptions.
+	{name: "fd_flags", src: "fd_flags.c"},
 	// Refusals: each dump fails by name, the program goes on untouched.
+	{name: "fd_io_uring", src: "fd_refused.c", args: []string{"io_uring"}, refuse: "fd 4 (anon_inode:[io_uring]): io_uring instance: cannot be restored"},
+	{name: "fd_bpf", src: "fd_refused.c", args: []string{"bpf"}, refuse: "fd 4 (anon_inode:bpf-map): bpf object"},
+	{name: "fd_perf_event", src: "fd_refused.c", args: []string{"perf_event"}, refuse: "fd 4 (anon_inode:[perf_event]): perf_event: cannot be restored"},
+	{name: "fd_fanotify", src: "fd_refused.c", args: []string{"fanotify"}, refuse: "fd 4 (anon_inode:[fanotify]): fanotify group: cannot be restored"},
+	{name: "fd_userfaultfd", src: "fd_refused.c", args: []string{"userfaultfd"}, refuse: "fd 4 (anon_inode:[userfaultfd]): userfaultfd: cannot be restored"},
+	{name: "fd_inotify", src: "fd_refused.c", args: []string{"inotify"}, refuse: "fd 4 (anon_inode:inotify): inotify instance: cannot be restored"},
 	{name: "aio", src: "proc_aio.c", refuse: "AIO context"},
 	{name: "userfaultfd", src: "proc_uffd.c", refuse: "userfaultfd"},
 	{name: "rlimit_above_ckpt", src: "proc_rlimit.c", refuse: "RLIMIT_NOFILE: hard limit",

@@ -1,0 +1,64 @@
+/*
+ * fd_refused KIND: holds one fd of a kind ckpt cannot restore (io_uring,
+ * bpf map, perf_event, fanotify, userfaultfd, inotify). The dump must
+ * refuse it by name; untouched, the fd still works.
+ */
+#include "fidelity.h"
+#include <linux/bpf.h>
+#include <linux/io_uring.h>
+#include <linux/perf_event.h>
+#include <sys/fanotify.h>
+#include <sys/inotify.h>
+#include <sys/syscall.h>
+
+static int open_kind(const char *kind)
+{
+	if (strcmp(kind, "io_uring") == 0) {
+		struct io_uring_params p = {0};
+		return syscall(SYS_io_uring_setup, 4, &p);
+	}
+	if (strcmp(kind, "bpf") == 0) {
+		union bpf_attr a = {.map_type = BPF_MAP_TYPE_ARRAY, .key_size = 4, .value_size = 4, .max_entries = 1};
+		return syscall(SYS_bpf, BPF_MAP_CREATE, &a, sizeof a);
+	}
+	if (strcmp(kind, "perf_event") == 0) {
+		struct perf_event_attr a = {.type = PERF_TYPE_SOFTWARE, .size = sizeof a, .config = PERF_COUNT_SW_TASK_CLOCK};
+		return syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
+	}
+	if (strcmp(kind, "fanotify") == 0)
+		return fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC, O_RDONLY);
+	if (strcmp(kind, "userfaultfd") == 0)
+		return syscall(SYS_userfaultfd, O_CLOEXEC);
+	if (strcmp(kind, "inotify") == 0) {
+		int fd = inotify_init1(IN_CLOEXEC);
+		if (fd >= 0 && inotify_add_watch(fd, "/", IN_CREATE) < 0)
+			return -1;
+		return fd;
+	}
+	errno = EINVAL;
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	fid_init(argc, argv);
+	FID_SETUP(argc == 3, "usage: fd_refused LOG KIND");
+	int fd = open_kind(argv[2]);
+	if (fd < 0 && (errno == ENOSYS || errno == EPERM || errno == EACCES || errno == EINVAL)) {
+		char why[128];
+		snprintf(why, sizeof why, "%s: %s", argv[2], strerror(errno));
+		fid_skip(why);
+	}
+	FID_SETUP(fd >= 0, "%s", argv[2]);
+	char link[64], target[256];
+	snprintf(link, sizeof link, "/proc/self/fd/%d", fd);
+	ssize_t n = readlink(link, target, sizeof target - 1);
+	FID_SETUP(n > 0, "readlink");
+	target[n] = 0;
+	fid_ready();
+	fid_wait();
+	n = readlink(link, target, sizeof target - 1);
+	FID_EXPECT(n > 0, "fd %d is gone", fd);
+	FID_EXPECT(fcntl(fd, F_GETFD) >= 0, "fd %d: %s", fd, strerror(errno));
+	return fid_done();
+}
