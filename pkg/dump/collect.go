@@ -109,23 +109,18 @@ func (d *dumper) collect() (*image.Process, error) {
 	return p, nil
 }
 
-func (d *dumper) collectMisc(p *image.Process, status proc.Status) error {
+func (d *dumper) collectMisc(p *image.Process, status *proc.Status) error {
 	pid := d.pid
 	var err error
-	uids, gids := status.Ints("Uid"), status.Ints("Gid")
-	if len(uids) != 4 || len(gids) != 4 {
-		return fmt.Errorf("read status: malformed Uid/Gid")
-	}
-	copy(p.Creds.UID[:], uids)
-	copy(p.Creds.GID[:], gids)
-	p.Creds.Groups = status.Ints("Groups")
-	p.Creds.CapInh = status.Hex("CapInh")
-	p.Creds.CapPrm = status.Hex("CapPrm")
-	p.Creds.CapEff = status.Hex("CapEff")
-	p.Creds.CapBnd = status.Hex("CapBnd")
-	p.Creds.CapAmb = status.Hex("CapAmb")
-	p.Creds.NoNewPrivs = status.Int("NoNewPrivs") == 1
-	p.Creds.Seccomp = status.Int("Seccomp")
+	p.Creds.UID, p.Creds.GID = status.UID, status.GID
+	p.Creds.Groups = status.Groups
+	p.Creds.CapInh = status.CapInh
+	p.Creds.CapPrm = status.CapPrm
+	p.Creds.CapEff = status.CapEff
+	p.Creds.CapBnd = status.CapBnd
+	p.Creds.CapAmb = status.CapAmb
+	p.Creds.NoNewPrivs = status.NoNewPrivs
+	p.Creds.Seccomp = status.Seccomp
 	if p.Creds.Seccomp == 2 {
 		if p.Creds.Filters, err = ptrace.GetSeccompFilters(pid); err != nil {
 			return err
@@ -133,7 +128,7 @@ func (d *dumper) collectMisc(p *image.Process, status proc.Status) error {
 	} else if p.Creds.Seccomp == 1 {
 		return fmt.Errorf("strict seccomp mode: %w", ErrUnsupported)
 	}
-	p.Misc.Umask = status.Octal("Umask")
+	p.Misc.Umask = status.Umask
 	if p.Misc.Cwd, err = os.Readlink(proc.Path(pid, "cwd")); err != nil {
 		return fmt.Errorf("read cwd: %w", err)
 	}

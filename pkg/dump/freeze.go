@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"github.com/ckpt/ckpt/pkg/fdkind"
 	"os"
-	"strconv"
 	"time"
 
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -72,11 +71,7 @@ func tgidOf(tid int) int {
 	if err != nil {
 		return tid
 	}
-	t, err := strconv.Atoi(st["Tgid"])
-	if err != nil {
-		return tid
-	}
-	return t
+	return st.TGID
 }
 
 // freeze seizes and stops every thread of pid. Threads created meanwhile are

@@ -134,7 +134,7 @@ func (d *dumper) injectThread(r *remote, p *image.Process, th *image.Thread, lea
 	if err != nil {
 		return fmt.Errorf("read status: %w", err)
 	}
-	handled := status.Hex("SigCgt") | status.Hex("SigIgn") | 1<<(unix.SIGCHLD-1)
+	handled := status.SigCgt | status.SigIgn | 1<<(unix.SIGCHLD-1)
 	for sig := 1; sig <= 64; sig++ {
 		if sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) || handled&(1<<(sig-1)) == 0 {
 			p.Signals.Actions = append(p.Signals.Actions, image.Sigaction{})

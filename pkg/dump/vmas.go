@@ -102,17 +102,17 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 
 // mappedFile describes the file behind a mapping, through map_files so
 // that a deleted file is still reachable; its content is kept in the image
-// when it was deleted.
+// when it was deleted. The maps path text does not say which file it is.
 func (d *dumper) mappedFile(m proc.Mapping) (image.FileRef, error) {
 	mf := proc.Path(d.pid, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End))
-	var st syscall.Stat_t
-	if err := syscall.Stat(mf, &st); err != nil {
-		return image.FileRef{}, fmt.Errorf("stat: %w", err)
+	lf, err := proc.ReadLinkedFile(mf)
+	if err != nil {
+		return image.FileRef{}, err
 	}
-	ref := statRef(m.File(), &st)
-	if m.Deleted() || strings.HasPrefix(m.Path, "/memfd:") {
+	ref := statRef(lf.Path, &lf.Stat)
+	if lf.Unlinked {
 		ref.Deleted = true
-		id, err := d.ghost(mf, &st)
+		id, err := d.ghost(mf, &lf.Stat)
 		if err != nil {
 			return ref, err
 		}

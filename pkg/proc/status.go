@@ -1,0 +1,131 @@
+package proc
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Status is the part of /proc/PID/status ckpt uses.
+type Status struct {
+	// From procfs.ProcStatus.
+	TGID                                   int
+	UID, GID                               [4]int // real, effective, saved, fs
+	CapInh, CapPrm, CapEff, CapBnd, CapAmb uint64
+
+	// Parsed here (see parseStatus).
+	State                          byte
+	Umask                          int
+	TracerPID                      int
+	Groups                         []int
+	SigPnd, ShdPnd, SigBlk, SigIgn uint64
+	SigCgt                         uint64
+	NoNewPrivs                     bool
+	Seccomp                        int // 0 off, 1 strict, 2 filter
+}
+
+// ReadStatus parses /proc/PID/status (pid may be a TID).
+func ReadStatus(pid int) (*Status, error) { return readStatus(root, pid) }
+
+func readStatus(root string, pid int) (*Status, error) {
+	p, err := procOf(root, pid)
+	if err != nil {
+		return nil, err
+	}
+	ps, err := p.NewStatus()
+	if err != nil {
+		return nil, fmt.Errorf("%s/%d/status: %w", root, pid, err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "status"))
+	if err != nil {
+		return nil, err
+	}
+	s, err := parseStatus(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s/%d/status: %w", root, pid, err)
+	}
+	s.TGID = ps.TGID
+	for i := range 4 {
+		s.UID[i], s.GID[i] = int(ps.UIDs[i]), int(ps.GIDs[i])
+	}
+	s.CapInh, s.CapPrm, s.CapEff, s.CapBnd, s.CapAmb = ps.CapInh, ps.CapPrm, ps.CapEff, ps.CapBnd, ps.CapAmb
+	return s, nil
+}
+
+// parseStatus parses the status fields procfs.ProcStatus does not have:
+// State, Umask, TracerPid, Groups, the signal masks (SigPnd, ShdPnd,
+// SigBlk, SigIgn, SigCgt), NoNewPrivs and Seccomp.
+func parseStatus(b []byte) (*Status, error) {
+	s := &Status{}
+	seen := map[string]bool{}
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		k, v, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		v = strings.TrimSpace(v)
+		var err error
+		hex := func(dst *uint64) { *dst, err = strconv.ParseUint(v, 16, 64) }
+		switch k {
+		case "State":
+			if v == "" {
+				err = fmt.Errorf("empty")
+			} else {
+				s.State = v[0]
+			}
+		case "Umask":
+			var u uint64
+			u, err = strconv.ParseUint(v, 8, 32)
+			s.Umask = int(u)
+		case "TracerPid":
+			s.TracerPID, err = strconv.Atoi(v)
+		case "Groups":
+			for _, f := range strings.Fields(v) {
+				g, e := strconv.Atoi(f)
+				if e != nil {
+					err = e
+					break
+				}
+				s.Groups = append(s.Groups, g)
+			}
+		case "SigPnd":
+			hex(&s.SigPnd)
+		case "ShdPnd":
+			hex(&s.ShdPnd)
+		case "SigBlk":
+			hex(&s.SigBlk)
+		case "SigIgn":
+			hex(&s.SigIgn)
+		case "SigCgt":
+			hex(&s.SigCgt)
+		case "NoNewPrivs":
+			var n int
+			n, err = strconv.Atoi(v)
+			s.NoNewPrivs = n == 1
+		case "Seccomp":
+			s.Seccomp, err = strconv.Atoi(v)
+		default:
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("field %s %q: %w", k, v, err)
+		}
+		seen[k] = true
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	// Every kernel ckpt runs on writes these: a status without one of them
+	// is refused rather than read as zero.
+	for _, k := range []string{"State", "Umask", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt", "NoNewPrivs"} {
+		if !seen[k] {
+			return nil, fmt.Errorf("no %s field", k)
+		}
+	}
+	return s, nil
+}
