@@ -37,6 +37,11 @@ fuzz:
 	$(GO) test ./pkg/rewrite -run '^$$' -fuzz FuzzParse -fuzztime 30s -fuzzminimizetime 10x
 	$(GO) test ./pkg/parity -run '^$$' -fuzz FuzzDecodeHeader -fuzztime 30s -fuzzminimizetime 10x
 	$(GO) test ./pkg/coord -run '^$$' -fuzz FuzzParseMember -fuzztime 30s -fuzzminimizetime 10x
+	$(GO) test ./pkg/proc -run '^$$' -fuzz '^FuzzParseStatTail$$' -fuzztime 30s -fuzzminimizetime 10x
+	$(GO) test ./pkg/proc -run '^$$' -fuzz '^FuzzParseStatus$$' -fuzztime 30s -fuzzminimizetime 10x
+	$(GO) test ./pkg/proc -run '^$$' -fuzz '^FuzzParseLimits$$' -fuzztime 30s -fuzzminimizetime 10x
+	$(GO) test ./pkg/proc -run '^$$' -fuzz '^FuzzParseSmaps$$' -fuzztime 30s -fuzzminimizetime 10x
+	$(GO) test ./pkg/proc -run '^$$' -fuzz '^FuzzParseFDInfo$$' -fuzztime 30s -fuzzminimizetime 10x
 
 # Coverage per package: unit and in-process tests alone (go test -short),
 # then the end-to-end tests through commands built for coverage.

@@ -1,0 +1,195 @@
+package proc
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// These read this test process's own /proc files.
+
+func TestReadSelf(t *testing.T) {
+	pid := os.Getpid()
+	st, err := ReadStat(pid, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.PID != pid || st.PPID != os.Getppid() || (st.State != 'R' && st.State != 'S') || st.Threads < 1 || st.StartBrk == 0 || st.ArgEnd <= st.ArgStart {
+		t.Errorf("stat = %+v", st)
+	}
+	tids, err := Tasks(pid)
+	if err != nil || len(tids) < 1 || tids[0] != pid {
+		t.Fatalf("Tasks = %v, %v", tids, err)
+	}
+	if !slices.IsSorted(tids[1:]) {
+		t.Errorf("Tasks not sorted: %v", tids)
+	}
+	if ts, err := ReadStat(pid, tids[len(tids)-1]); err != nil || ts.PID != tids[len(tids)-1] {
+		t.Errorf("thread stat = %+v, %v", ts, err)
+	}
+	status, err := ReadStatus(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if status.TGID != pid || status.UID[0] != os.Getuid() || status.GID[1] != os.Getegid() || status.Umask != unix.Umask(0o22) {
+		t.Errorf("status = %+v", status)
+	}
+	unix.Umask(status.Umask)
+	// The Go runtime catches (almost) every signal.
+	if status.SigCgt&(1<<(unix.SIGURG-1)) == 0 {
+		t.Errorf("SigCgt %#x lacks SIGURG", status.SigCgt)
+	}
+	lims, err := ReadLimits(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		t.Fatal(err)
+	}
+	if l := lims[unix.RLIMIT_NOFILE]; l.Cur != rl.Cur || l.Max != rl.Max {
+		t.Errorf("RLIMIT_NOFILE = %+v, getrlimit says %+v", l, rl)
+	}
+	maps, err := ReadSmaps(pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, m := range maps {
+		found = found || m.Path == "[stack]" && m.VmFlags["gd"]
+	}
+	if !found {
+		t.Error("no growing-down [stack] mapping")
+	}
+	mounts, err := ReadMountInfo(pid)
+	if err != nil || len(mounts) == 0 {
+		t.Fatalf("mountinfo: %d, %v", len(mounts), err)
+	}
+	for _, missing := range []func() error{
+		func() error { _, err := ReadStat(1<<30, 0); return err },
+		func() error { _, err := ReadStatus(1 << 30); return err },
+		func() error { _, err := ReadLimits(1 << 30); return err },
+		func() error { _, err := ReadSmaps(1 << 30); return err },
+		func() error { _, err := ReadMountInfo(1 << 30); return err },
+		func() error { _, err := ReadFDInfo(1<<30, 0); return err },
+		func() error { _, err := Tasks(1 << 30); return err },
+		func() error { _, err := Children(1 << 30); return err },
+		func() error { _, err := FDs(1 << 30); return err },
+	} {
+		if err := missing(); !os.IsNotExist(err) {
+			t.Errorf("missing process: %v, want not-exist", err)
+		}
+	}
+}
+
+func TestFDsAndFDInfo(t *testing.T) {
+	efd, err := unix.Eventfd(3, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(efd)
+	fds, err := FDs(os.Getpid())
+	if err != nil || !slices.Contains(fds, efd) || !slices.IsSorted(fds) {
+		t.Fatalf("FDs = %v, %v (eventfd %d)", fds, err, efd)
+	}
+	fi, err := ReadFDInfo(os.Getpid(), efd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Flags&unix.O_NONBLOCK == 0 || fi.Flags&unix.O_CLOEXEC == 0 {
+		t.Errorf("flags %#o", fi.Flags)
+	}
+	if e, err := fi.Eventfd(); err != nil || e.Count != 3 || e.Semaphore {
+		t.Errorf("Eventfd() = %+v, %v", e, err)
+	}
+}
+
+func TestChildren(t *testing.T) {
+	cmd := exec.Command("/bin/sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	kids, err := Children(os.Getpid())
+	if err != nil || !slices.Contains(kids, cmd.Process.Pid) {
+		t.Fatalf("Children = %v, %v; want %d among them", kids, err, cmd.Process.Pid)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		st, err := ReadStat(cmd.Process.Pid, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Comm == "sleep" && st.State == 'S' {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child never slept: %+v", st)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestReadLinkedFile(t *testing.T) {
+	dir := t.TempDir()
+	open := func(name string) *os.File {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("data"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.Open(filepath.Join(dir, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	plain := open("plain")
+	tricky := open("tricky (deleted)")
+	gone := open("gone")
+	os.Remove(filepath.Join(dir, "gone"))
+	reused := open("reused")
+	os.Remove(filepath.Join(dir, "reused"))
+	open("reused") // another file under the old name
+	mfd, err := unix.MemfdCreate("ckpt-test", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(mfd)
+	tests := []struct {
+		name     string
+		fd       int
+		path     string
+		unlinked bool
+	}{
+		{"plain", int(plain.Fd()), filepath.Join(dir, "plain"), false},
+		{"name ending in (deleted)", int(tricky.Fd()), filepath.Join(dir, "tricky (deleted)"), false},
+		{"deleted", int(gone.Fd()), filepath.Join(dir, "gone"), true},
+		{"deleted, name reused", int(reused.Fd()), filepath.Join(dir, "reused"), true},
+		{"memfd", mfd, "/memfd:ckpt-test", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lf, err := ReadLinkedFile(Path(os.Getpid(), "fd", strconv.Itoa(tt.fd)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var st unix.Stat_t
+			if err := unix.Fstat(tt.fd, &st); err != nil {
+				t.Fatal(err)
+			}
+			if lf.Path != tt.path || lf.Unlinked != tt.unlinked || lf.Stat.Ino != st.Ino || lf.Stat.Dev != st.Dev {
+				t.Errorf("got %q unlinked=%v ino %d; want %q unlinked=%v ino %d", lf.Path, lf.Unlinked, lf.Stat.Ino, tt.path, tt.unlinked, st.Ino)
+			}
+		})
+	}
+	if _, err := ReadLinkedFile(Path(os.Getpid(), "fd", "999999")); err == nil {
+		t.Error("a closed fd read without error")
+	}
+}
