@@ -57,7 +57,7 @@ func ownLimits() (*limits, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &limits{sysResource: st.Hex("CapEff")&(1<<unix.CAP_SYS_RESOURCE) != 0, hard: map[int]uint64{}}
+	l := &limits{sysResource: st.CapEff&(1<<unix.CAP_SYS_RESOURCE) != 0, hard: map[int]uint64{}}
 	if l.oomAdj, err = readOOMAdj(os.Getpid()); err != nil {
 		return nil, err
 	}
@@ -209,10 +209,10 @@ func refuseThreadFeatures(pid int, _ *limits) error {
 		if err != nil {
 			continue // exited meanwhile: cannot be, it is frozen; freeze decides
 		}
-		if m, ok := st["untag_mask"]; ok && strings.TrimSpace(m) != "0xffffffffffffffff" {
-			return refuse(pid, fmt.Sprintf("thread %d", tid), "x86 linear address masking (untag_mask %s) is not restored", m)
+		if m := st.UntagMask; m != ^uint64(0) {
+			return refuse(pid, fmt.Sprintf("thread %d", tid), "x86 linear address masking (untag_mask %#x) is not restored", m)
 		}
-		if feat, ok := st["x86_Thread_features"]; ok && strings.TrimSpace(feat) != "" {
+		if feat := st.X86ThreadFeatures; feat != "" {
 			return refuse(pid, fmt.Sprintf("thread %d", tid), "x86 thread features %q (shadow stack) are not restored", feat)
 		}
 	}

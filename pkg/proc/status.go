@@ -26,6 +26,12 @@ type Status struct {
 	SigCgt                         uint64
 	NoNewPrivs                     bool
 	Seccomp                        int // 0 off, 1 strict, 2 filter
+	// UntagMask is the x86 linear address masking mask, all ones when
+	// LAM is off or the kernel does not say.
+	UntagMask uint64
+	// X86ThreadFeatures is the x86_Thread_features line (shadow stack),
+	// "" for none.
+	X86ThreadFeatures string
 }
 
 // ReadStatus parses /proc/PID/status (pid may be a TID).
@@ -58,9 +64,10 @@ func readStatus(root string, pid int) (*Status, error) {
 
 // parseStatus parses the status fields procfs.ProcStatus does not have:
 // State, Umask, TracerPid, Groups, the signal masks (SigPnd, ShdPnd,
-// SigBlk, SigIgn, SigCgt), NoNewPrivs and Seccomp.
+// SigBlk, SigIgn, SigCgt), NoNewPrivs, Seccomp, untag_mask and
+// x86_Thread_features.
 func parseStatus(b []byte) (*Status, error) {
-	s := &Status{}
+	s := &Status{UntagMask: ^uint64(0)}
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
@@ -109,6 +116,10 @@ func parseStatus(b []byte) (*Status, error) {
 			s.NoNewPrivs = n == 1
 		case "Seccomp":
 			s.Seccomp, err = strconv.Atoi(v)
+		case "untag_mask":
+			s.UntagMask, err = strconv.ParseUint(v, 0, 64)
+		case "x86_Thread_features":
+			s.X86ThreadFeatures = v
 		default:
 			continue
 		}

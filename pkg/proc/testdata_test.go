@@ -80,7 +80,7 @@ func TestReadStatusTestdata(t *testing.T) {
 	}
 	want := &Status{
 		TGID: 1848, CapPrm: 0x1fffeffffff, CapEff: 0x1fffeffffff, CapBnd: 0x1fffeffffff,
-		State: 'R', Umask: 0o22, SigCgt: 0xfffffffd7fc1feff,
+		State: 'R', Umask: 0o22, SigCgt: 0xfffffffd7fc1feff, UntagMask: ^uint64(0),
 	}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("(-want +got):\n%s", d)
@@ -90,7 +90,8 @@ func TestReadStatusTestdata(t *testing.T) {
 func TestParseStatus(t *testing.T) {
 	const base = "Name:\tx\nUmask:\t0027\nState:\tS (sleeping)\nTracerPid:\t77\nGroups:\t4 24 27 \n" +
 		"SigPnd:\t0000000000000100\nShdPnd:\t0000000000000200\nSigBlk:\t0000000000010000\n" +
-		"SigIgn:\t0000000000001000\nSigCgt:\t0000000180004002\nNoNewPrivs:\t1\nSeccomp:\t2\n"
+		"SigIgn:\t0000000000001000\nSigCgt:\t0000000180004002\nNoNewPrivs:\t1\nSeccomp:\t2\n" +
+		"untag_mask:\t0x7e00000000000000\nx86_Thread_features:\tshstk wrss \n"
 	tests := []struct {
 		name    string
 		text    string
@@ -99,10 +100,11 @@ func TestParseStatus(t *testing.T) {
 	}{
 		{"all", base, &Status{State: 'S', Umask: 0o27, TracerPID: 77, Groups: []int{4, 24, 27},
 			SigPnd: 0x100, ShdPnd: 0x200, SigBlk: 0x10000, SigIgn: 0x1000, SigCgt: 0x180004002,
-			NoNewPrivs: true, Seccomp: 2}, ""},
-		{"no seccomp line", strings.Replace(base, "Seccomp:\t2\n", "", 1), &Status{State: 'S', Umask: 0o27, TracerPID: 77,
+			NoNewPrivs: true, Seccomp: 2, UntagMask: 0x7e00000000000000, X86ThreadFeatures: "shstk wrss"}, ""},
+		{"no seccomp, LAM or shadow stack lines", strings.Split(base, "Seccomp:")[0], &Status{State: 'S', Umask: 0o27, TracerPID: 77,
 			Groups: []int{4, 24, 27}, SigPnd: 0x100, ShdPnd: 0x200, SigBlk: 0x10000, SigIgn: 0x1000, SigCgt: 0x180004002,
-			NoNewPrivs: true}, ""},
+			NoNewPrivs: true, UntagMask: ^uint64(0)}, ""},
+		{"bad untag_mask", strings.Replace(base, "0x7e00000000000000", "0xzz", 1), nil, "untag_mask"},
 		{"missing SigCgt", strings.Replace(base, "SigCgt:\t0000000180004002\n", "", 1), nil, "no SigCgt"},
 		{"bad mask", strings.Replace(base, "0000000000010000", "00000000000g0000", 1), nil, "SigBlk"},
 		{"bad umask", strings.Replace(base, "0027", "0089", 1), nil, "Umask"},

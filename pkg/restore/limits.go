@@ -18,7 +18,7 @@ func checkLimits(p *image.Process) error {
 	if err != nil {
 		return err
 	}
-	if st.Hex("CapEff")&(1<<unix.CAP_SYS_RESOURCE) != 0 {
+	if st.CapEff&(1<<unix.CAP_SYS_RESOURCE) != 0 {
 		return nil
 	}
 	own, err := proc.ReadLimits(os.Getpid())

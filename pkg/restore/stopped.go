@@ -158,7 +158,7 @@ func (b *builder) settleStop(c *builder) error {
 	if err != nil {
 		return err
 	}
-	if st.Hex("ShdPnd")&sigBit(unix.SIGCHLD) == 0 {
+	if st.ShdPnd&sigBit(unix.SIGCHLD) == 0 {
 		return nil
 	}
 	return b.dequeue(unix.SIGCHLD)
