@@ -2,9 +2,9 @@ package fdkind
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,9 +21,13 @@ func dir() Kind {
 }
 
 func describeDir(env DumpEnv, s *Source, f *image.File) error {
-	if strings.HasSuffix(s.Link, " (deleted)") {
-		return fmt.Errorf("deleted directory %s: cannot be restored: %w", strings.TrimSuffix(s.Link, " (deleted)"), ErrUnsupported)
+	lf, err := proc.ReadLinkedFile(s.Path())
+	if err != nil {
+		return err
 	}
-	f.Ref = StatRef(s.Link, &s.Stat)
+	if lf.Unlinked {
+		return fmt.Errorf("deleted directory %s: cannot be restored: %w", lf.Path, ErrUnsupported)
+	}
+	f.Ref = StatRef(lf.Path, &s.Stat)
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,9 +29,14 @@ func describeRegular(env DumpEnv, s *Source, f *image.File) error {
 	if strings.HasPrefix(s.Link, "/anon_hugepage") {
 		return fmt.Errorf("%s: cannot be restored: %w", s.Link, ErrUnsupported)
 	}
-	deleted := strings.HasSuffix(s.Link, " (deleted)") || strings.HasPrefix(s.Link, "/memfd:")
-	f.Ref = StatRef(strings.TrimSuffix(s.Link, " (deleted)"), &s.Stat)
-	if deleted {
+	// Whether it was deleted is not in the link text (a name may end in
+	// " (deleted)"): the name must still lead to the same inode.
+	lf, err := proc.ReadLinkedFile(s.Path())
+	if err != nil {
+		return err
+	}
+	f.Ref = StatRef(lf.Path, &s.Stat)
+	if lf.Unlinked {
 		id, err := env.Ghost(s.Path(), &s.Stat)
 		if err != nil {
 			return err
