@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/urfave/cli/v2"
@@ -22,54 +25,52 @@ type imageSummary struct {
 	ZeroPages int64            `json:"zero_pages"`
 	FileData  int64            `json:"file_data_bytes"`
 	Bytes     int64            `json:"bytes"`
+
+	meta *image.Meta
 }
 
-// readSummary reads a whole image, checking every record.
+// readSummary reads a whole image directory, checking every record.
 func readSummary(dir string) (*imageSummary, error) {
 	f, err := image.OpenDir(dir)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	r, err := image.NewReader(f)
+	s, err := summarize(f)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", dir, err)
 	}
-	s := &imageSummary{}
+	return s, nil
+}
+
+// summarize reads a whole image stream, checking every record.
+func summarize(r io.Reader) (*imageSummary, error) {
+	m, err := image.ReadMeta(r)
+	if err != nil {
+		return nil, err
+	}
+	s := &imageSummary{Header: m.Header, Processes: m.Processes, meta: m}
+	for _, d := range m.FileData {
+		s.FileData += int64(len(d))
+	}
+	pr := m.Pages()
 	for {
-		rec, err := r.Next()
+		pg, _, err := pr.Next()
 		if err == io.EOF {
 			break
 		}
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", dir, err)
+			return nil, err
 		}
-		s.Records++
-		switch rec.Type {
-		case image.TypeHeader:
-			err = rec.Decode(&s.Header)
-		case image.TypeProcess:
-			p := new(image.Process)
-			err = rec.Decode(p)
-			s.Processes = append(s.Processes, p)
-		case image.TypeFileData:
-			s.FileData += rec.DataLen
-		case image.TypePages:
-			var pg image.Pages
-			err = rec.Decode(&pg)
-			for _, run := range pg.Runs {
-				if run.Zero {
-					s.ZeroPages += int64(run.Pages)
-				} else {
-					s.Pages += int64(run.Pages)
-				}
+		for _, run := range pg.Runs {
+			if run.Zero {
+				s.ZeroPages += int64(run.Pages)
+			} else {
+				s.Pages += int64(run.Pages)
 			}
 		}
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", dir, err)
-		}
 	}
-	s.Bytes = r.Offset()
+	s.Records, s.Bytes = pr.Records(), pr.Offset()
 	return s, nil
 }
 
@@ -125,6 +126,105 @@ func protString(p int, shared bool) string {
 	return string(b)
 }
 
+// fileDesc says what an open file description is, for one line of `ckpt
+// show`: its path, its pipe, its socket's endpoints, its event state.
+func fileDesc(f *image.File, data map[int][]byte) string {
+	buffered := func(id int) string {
+		if id == 0 {
+			return ""
+		}
+		return fmt.Sprintf(", %d bytes buffered", len(data[id]))
+	}
+	switch {
+	case f.Socket != nil:
+		return socketDesc(f.Socket)
+	case f.Pipe != nil:
+		end := "read"
+		if f.Pipe.Write {
+			end = "write"
+		}
+		desc := fmt.Sprintf("pipe:[%d] %s end", f.Pipe.Ino, end)
+		if f.Kind == image.FileFIFO {
+			desc = fmt.Sprintf("fifo %s %s end", f.Ref.Path, end)
+		}
+		desc += buffered(f.Pipe.DataID)
+		if f.Pipe.External {
+			desc += " (other end outside the dump)"
+		}
+		return desc
+	case f.Event != nil:
+		return eventDesc(f.Kind, f.Event)
+	}
+	desc := f.Ref.Path
+	if f.Kind == image.FileChar || f.Kind == image.FileTTY {
+		desc += fmt.Sprintf(" (device %d:%d)", unix.Major(f.Rdev), unix.Minor(f.Rdev))
+	}
+	if f.Ref.Deleted {
+		desc += " (deleted, content in image)"
+	}
+	if desc == "" {
+		desc = "?"
+	}
+	return desc
+}
+
+// clockName names a clock ID.
+func clockName(c int) string {
+	switch c {
+	case unix.CLOCK_REALTIME:
+		return "realtime"
+	case unix.CLOCK_MONOTONIC:
+		return "monotonic"
+	case unix.CLOCK_BOOTTIME:
+		return "boottime"
+	case unix.CLOCK_REALTIME_ALARM:
+		return "realtime-alarm"
+	case unix.CLOCK_BOOTTIME_ALARM:
+		return "boottime-alarm"
+	}
+	return fmt.Sprintf("clock %d", c)
+}
+
+// eventDesc describes an event file's state.
+func eventDesc(kind image.FileKind, e *image.EventFile) string {
+	switch kind {
+	case image.FileEventfd:
+		if e.Semaphore {
+			return fmt.Sprintf("counter %d, semaphore", e.Count)
+		}
+		return fmt.Sprintf("counter %d", e.Count)
+	case image.FileTimerfd:
+		d := fmt.Sprintf("%s, next in %v", clockName(e.Clock), time.Duration(e.ValueNs))
+		if e.IntervalNs != 0 {
+			d += fmt.Sprintf(" then every %v", time.Duration(e.IntervalNs))
+		}
+		if e.ValueNs == 0 {
+			d = clockName(e.Clock) + ", disarmed"
+		}
+		if e.Ticks != 0 {
+			d += fmt.Sprintf(", %d expirations unread", e.Ticks)
+		}
+		return d
+	case image.FileSigfd:
+		var sigs []string
+		for i := 0; i < 64; i++ {
+			if e.SigMask&(1<<i) != 0 {
+				sigs = append(sigs, strconv.Itoa(i+1))
+			}
+		}
+		return "signals " + strings.Join(sigs, ",")
+	case image.FileEpoll:
+		items := make([]string, len(e.Items))
+		for i, it := range e.Items {
+			items[i] = fmt.Sprintf("fd %d events %#x", it.FD, it.Events)
+		}
+		return fmt.Sprintf("%d watched: %s", len(e.Items), strings.Join(items, "; "))
+	case image.FilePidfd:
+		return fmt.Sprintf("process %d", e.PID)
+	}
+	return string(kind)
+}
+
 // socketDesc shows a socket's endpoints, so that a user can write rewrite
 // rules for them.
 func socketDesc(s *image.Socket) string {
@@ -174,25 +274,7 @@ func printSummary(w io.Writer, s *imageSummary) {
 		tw.Flush()
 		fmt.Fprintf(w, "  fds (%d):\n", len(p.FDs))
 		for _, fd := range p.FDs {
-			f := p.Files[fd.File]
-			desc := f.Ref.Path
-			if f.Pipe != nil {
-				end := "read"
-				if f.Pipe.Write {
-					end = "write"
-				}
-				desc = fmt.Sprintf("pipe:[%d] %s end", f.Pipe.Ino, end)
-				if f.Pipe.External {
-					desc += " (other end outside the dump)"
-				}
-			}
-			if f.Ref.Deleted {
-				desc += " (deleted, content in image)"
-			}
-			if so := f.Socket; so != nil {
-				desc = socketDesc(so)
-			}
-			fmt.Fprintf(w, "    %3d %-4s flags %#o pos %d %s\n", fd.FD, f.Kind, f.Flags, f.Pos, desc)
+			fmt.Fprintf(w, "    %s\n", fdLine(s, p, fd))
 		}
 		var handled []string
 		for i, a := range p.Signals.Actions {
@@ -214,4 +296,25 @@ func printSummary(w io.Writer, s *imageSummary) {
 			fmt.Fprintf(w, "  posix timers: %d\n", len(p.Timers.Posix))
 		}
 	}
+}
+
+// fdLine is one fd of a process: its number, the kind of its file, what
+// the file is, and the file's ID, status flags and position. File IDs are
+// image-wide: the file may be listed by another process (shared).
+func fdLine(s *imageSummary, p *image.Process, fd image.FD) string {
+	f, ok := s.meta.File(fd.File)
+	if !ok {
+		return fmt.Sprintf("%3d ?        file %d not in the image", fd.FD, fd.File)
+	}
+	extra := fmt.Sprintf("file %d, flags %#o", f.ID, f.Flags)
+	if f.Kind == image.FileRegular || f.Kind == image.FileDir {
+		extra += fmt.Sprintf(", pos %d", f.Pos)
+	}
+	if fd.CloExec {
+		extra += ", cloexec"
+	}
+	if !slices.ContainsFunc(p.Files, func(g image.File) bool { return g.ID == f.ID }) {
+		extra += ", shared"
+	}
+	return fmt.Sprintf("%3d %-8s %s (%s)", fd.FD, f.Kind, fileDesc(f, s.meta.FileData), extra)
 }

@@ -16,22 +16,23 @@
 package dump
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"os"
 	"runtime"
-	"strings"
 	"time"
 
 	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/machine"
 	"golang.org/x/sys/unix"
 )
 
-// Sink receives the image records. *image.DirWriter is one.
+// Sink receives the image records, in the order pkg/image checks.
+// *image.DirWriter and *transfer.Sender are sinks: both write through an
+// *image.Writer.
 type Sink interface {
-	WriteRecord(t image.Type, meta any, data ...[]byte) error
-	// WritePrepared writes a record encoded and checksummed ahead.
+	WriteHeader(h *image.Header) error
+	WriteProcess(p *image.Process) error
+	WriteFileData(id int, data []byte) error
+	// WritePrepared writes a pages record encoded and checksummed ahead.
 	WritePrepared(rec *image.Prepared) error
 	Commit() error
 	Abort()
@@ -214,11 +215,11 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 	if t.socks.lock != nil && !opts.LeaveRunning {
 		hdr.NetLock = t.socks.lock.Table
 	}
-	if err := sink.WriteRecord(image.TypeHeader, hdr); err != nil {
+	if err := sink.WriteHeader(hdr); err != nil {
 		return nil, err
 	}
 	for _, m := range t.members {
-		if err := sink.WriteRecord(image.TypeProcess, m.p); err != nil {
+		if err := sink.WriteProcess(m.p); err != nil {
 			return nil, err
 		}
 		if !m.p.Zombie {
@@ -228,7 +229,7 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 		}
 	}
 	for _, fd := range t.fileData {
-		if err := writeFileData(sink, fd.id, fd.data); err != nil {
+		if err := sink.WriteFileData(fd.id, fd.data); err != nil {
 			return nil, err
 		}
 	}
@@ -296,15 +297,6 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 	return res, nil
 }
 
-func writeFileData(sink Sink, id int, data []byte) error {
-	padded := data
-	if r := len(data) % image.PageSize; r != 0 {
-		padded = make([]byte, len(data)+image.PageSize-r)
-		copy(padded, data)
-	}
-	return sink.WriteRecord(image.TypeFileData, image.FileData{ID: id, Size: int64(len(data))}, padded)
-}
-
 // header describes the machine and the CPU features the process may use.
 func header(pid int, p *image.Process) (*image.Header, error) {
 	var uts unix.Utsname
@@ -320,7 +312,7 @@ func header(pid int, p *image.Process) (*image.Header, error) {
 		Root:      pid,
 		Processes: 1,
 	}
-	cpu, err := ReadCPU()
+	cpu, err := machine.ReadCPU()
 	if err != nil {
 		return nil, err
 	}
@@ -335,42 +327,8 @@ func header(pid int, p *image.Process) (*image.Header, error) {
 			if err := readMem(pid, v.Start, buf); err != nil {
 				return nil, fmt.Errorf("read vdso: %w", err)
 			}
-			h.VDSO = image.VDSO{Size: v.Len(), SHA256: HashVDSO(buf)}
+			h.VDSO = image.VDSO{Size: v.Len(), SHA256: machine.HashVDSO(buf)}
 		}
 	}
 	return h, nil
-}
-
-// HashVDSO is how images identify a vDSO.
-func HashVDSO(b []byte) string {
-	s := sha256.Sum256(b)
-	return hex.EncodeToString(s[:])
-}
-
-// ReadCPU describes this machine's processor from /proc/cpuinfo.
-func ReadCPU() (image.CPU, error) {
-	var c image.CPU
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return c, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
-		switch k {
-		case "vendor_id":
-			c.Vendor = v
-		case "model name":
-			c.Model = v
-		case "flags":
-			c.Flags = strings.Fields(v)
-		}
-		if c.Flags != nil {
-			break
-		}
-	}
-	return c, nil
 }

@@ -202,7 +202,7 @@ func dumpMemory(jobs []memJob, sink Sink, progress func(done, total int64), read
 			} else {
 				var meta []image.PageRun
 				meta, bt.n, bt.nzero = compact(buf, b.runs, zero)
-				bt.rec, bt.err = image.Prepare(image.TypePages, image.Pages{PID: b.pid, Runs: meta}, buf[:bt.n])
+				bt.rec, bt.err = image.PreparePages(&image.Pages{PID: b.pid, Runs: meta}, buf[:bt.n])
 			}
 			err := bt.err
 			select {

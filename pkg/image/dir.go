@@ -174,7 +174,7 @@ func CreateDir(dir string) (*DirWriter, error) {
 // Prepare writes the end record and syncs the file, so that only the
 // rename is left for Commit.
 func (d *DirWriter) Prepare() error {
-	if err := d.Writer.Close(); err != nil {
+	if err := d.Writer.End(); err != nil {
 		return err
 	}
 	return d.file.Sync()
@@ -183,7 +183,7 @@ func (d *DirWriter) Prepare() error {
 // Commit writes the end record (unless Prepare did), syncs the file and
 // gives it its final name.
 func (d *DirWriter) Commit() error {
-	if err := d.Writer.Close(); err != nil {
+	if err := d.Writer.End(); err != nil {
 		d.Abort()
 		return err
 	}

@@ -1,5 +1,12 @@
-// Package image defines the on-disk and on-the-wire format of a ckpt
-// checkpoint image, and a Writer and Reader for it.
+// Package image owns the on-disk and on-the-wire format of a ckpt
+// checkpoint image: its layout, its record order and what every record must
+// hold. Nothing outside this package reads or writes records by hand: a
+// dump writes with the typed methods of Writer (WriteHeader, WriteProcess,
+// WriteFileData, WritePages or WritePrepared, End), a restore, `ckpt show`
+// or a transfer reads with ReadMeta, which returns the header, every
+// process and the kept file contents in one checked pass, and then the
+// pages with Meta.Pages, an iterator over the pages records up to the end
+// record.
 //
 // An image is one stream of bytes, written in one pass and readable in one
 // pass, so that it can live in a file, go through a pipe or cross a socket.
@@ -11,11 +18,15 @@
 //
 //	offset size
 //	0      8    magic "CKPTIMG\x00"
-//	8      4    format version, little endian (currently 1)
+//	8      4    format version, little endian (currently 2)
 //	12     4    reserved, zero
 //
-// followed by records. Every record is a 32-byte record header, a metadata
-// part and an optional data part:
+// An image of another version is refused (ErrVersion), naming both
+// versions. Version 2 made metadata strict (below) and the record order
+// checked on both sides; version 1 images are not read.
+//
+// The file header is followed by records. Every record is a 32-byte record
+// header, a metadata part and an optional data part:
 //
 //	offset size
 //	0      4    record type (see Type)
@@ -25,22 +36,45 @@
 //	24     4    CRC-32C of metadata followed by data
 //	28     4    CRC-32C of bytes 0..27 of this header
 //
-// The metadata is JSON (self-describing; new fields can be added without a
-// version change). When D is not zero, zero bytes pad the stream after the
-// metadata up to the next multiple of 4096 counted from the start of the
-// stream, and the data follows: page data is page-aligned in a file, so it can
-// be mapped or read with O_DIRECT. Each record is checksummed on its own, so a
-// broken record is named exactly.
+// The metadata is JSON, decoded strictly: a field this version does not
+// know is an error (ErrInvalid), so that a renamed field is never silently
+// read as zero. A field added to a record makes an older ckpt refuse the
+// newer images, naming the field; Version is bumped when a change makes
+// older images read wrongly (a field renamed, retyped or given a new
+// meaning). When D is not zero, zero bytes pad the stream after the metadata up to the next
+// multiple of 4096 counted from the start of the stream, and the data
+// follows: page data is page-aligned in a file, so it can be mapped or read
+// with O_DIRECT. Each record is checksummed on its own, so a broken record
+// is named exactly.
 //
 // # Record order
 //
-// The first record is a Header (TypeHeader). Then come the metadata records
-// of every process (TypeProcess), and files whose content is kept in the
-// image (TypeFileData). Only then come the memory pages (TypePages): a
-// receiver has the whole process tree described before the first page
-// arrives, so it can build the processes while the pages stream in. The last
-// record is TypeEnd, which counts the records before it: a stream without it
-// is truncated, whatever else it holds.
+// The order is checked in one place (order.go), the same way when an image
+// is written and when it is read; a record out of order is ErrOrder:
+//
+//  1. one Header (TypeHeader), first;
+//  2. one Process (TypeProcess) per process, as many as Header.Processes,
+//     the root (Header.Root) first;
+//  3. the kept file contents (TypeFileData): deleted files, buffered pipe
+//     and socket bytes, each with a unique ID > 0;
+//  4. the memory pages (TypePages) of the live processes;
+//  5. the end record (TypeEnd), which counts the records before it: a
+//     stream without it is truncated, whatever else it holds.
+//
+// A receiver thus has the whole process tree described before the first
+// page arrives, so it can build the processes while the pages stream in.
+//
+// # Content checks
+//
+// Beyond the order, the records must hold what a restore relies on, or
+// they are refused with ErrInvalid naming the record: a process has its
+// leader thread (unless it is a zombie), distinct thread IDs and fd
+// numbers, page-aligned VMAs in ascending order with end > start, file
+// VMAs naming an entry of Process.Mapped, 0 or 64 signal actions, files
+// with a kind and image-wide unique IDs, and every fd names a file listed
+// by some process of the image (File IDs are image-wide: a process may use
+// a file listed by another one). A pages record names a live process of
+// the image and its runs use exactly its data.
 package image
 
 import (
@@ -54,7 +88,7 @@ import (
 const Magic = "CKPTIMG\x00"
 
 // Version is the format version this package writes and reads.
-const Version = 1
+const Version = 2
 
 // PageSize is the alignment of record data within a stream.
 const PageSize = 4096
@@ -111,6 +145,14 @@ var (
 	ErrTruncated = errors.New("image is truncated")
 	// ErrCorrupt means a checksum or a length does not match.
 	ErrCorrupt = errors.New("image is corrupt")
+	// ErrOrder means a record is out of place: not after the records the
+	// format puts before it, or one too many (a second header).
+	ErrOrder = errors.New("image records out of order")
+	// ErrInvalid means a record's metadata is well-formed JSON with a
+	// good checksum, but not what this version writes: an unknown field,
+	// a missing or malformed required field, a reference to something the
+	// image does not hold.
+	ErrInvalid = errors.New("invalid image record")
 )
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

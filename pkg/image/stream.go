@@ -3,12 +3,16 @@ package image
 import (
 	"bufio"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/crc32"
 	"io"
 )
+
+// This file holds the record framing: headers, checksums, padding and the
+// end record's counts. It knows nothing of what records mean or of their
+// order; writer.go and reader.go put the typed API and order.go the checks
+// on top of it.
 
 // endMeta is the metadata of the end record.
 type endMeta struct {
@@ -16,30 +20,17 @@ type endMeta struct {
 	DataBytes int64 `json:"data_bytes"`
 }
 
-// A Writer writes an image stream. It is not safe for concurrent use.
-type Writer struct {
+// rawWriter frames records into a stream.
+type rawWriter struct {
 	w         io.Writer
 	off       int64
 	records   int
 	dataBytes int64
 	scratch   []byte
 	err       error
-	closed    bool
 }
 
-// NewWriter writes the file header to w and returns a Writer for the records.
-func NewWriter(w io.Writer) (*Writer, error) {
-	iw := &Writer{w: w}
-	var h [fileHeaderSize]byte
-	copy(h[:], Magic)
-	binary.LittleEndian.PutUint32(h[8:], Version)
-	if err := iw.write(h[:]); err != nil {
-		return nil, fmt.Errorf("write image header: %w", err)
-	}
-	return iw, nil
-}
-
-func (w *Writer) write(b []byte) error {
+func (w *rawWriter) write(b []byte) error {
 	if w.err != nil {
 		return w.err
 	}
@@ -51,70 +42,35 @@ func (w *Writer) write(b []byte) error {
 	return err
 }
 
-// Offset is the number of bytes written so far.
-func (w *Writer) Offset() int64 { return w.off }
-
-// DataBytes is the number of record data bytes written so far.
-func (w *Writer) DataBytes() int64 { return w.dataBytes }
-
-// WriteRecord writes one record: meta encoded as JSON, then the data slices
-// in order. The data slices together must be a multiple of PageSize long.
-func (w *Writer) WriteRecord(t Type, meta any, data ...[]byte) error {
-	if w.closed {
-		return errors.New("image: write after close")
-	}
-	m, err := json.Marshal(meta)
-	if err != nil {
-		return fmt.Errorf("image: encode %s record: %w", t, err)
-	}
-	return w.writeRaw(t, m, data...)
+// writeFileHeader writes the magic and the version.
+func (w *rawWriter) writeFileHeader() error {
+	var h [fileHeaderSize]byte
+	copy(h[:], Magic)
+	binary.LittleEndian.PutUint32(h[8:], Version)
+	return w.write(h[:])
 }
 
-// Prepared is a record whose metadata is encoded and whose checksum is
-// computed ahead of its writing, so that a pipeline can do that work in
-// another goroutine than the one that writes (to a socket, say).
-type Prepared struct {
-	typ  Type
-	meta []byte
-	data [][]byte
-	sum  uint32
-}
-
-// Prepare encodes meta and checksums the record. The data must not change
-// until the record is written.
-func Prepare(t Type, meta any, data ...[]byte) (*Prepared, error) {
-	m, err := json.Marshal(meta)
-	if err != nil {
-		return nil, fmt.Errorf("image: encode %s record: %w", t, err)
-	}
-	sum := crc32.Update(0, castagnoli, m)
-	for _, d := range data {
-		sum = crc32.Update(sum, castagnoli, d)
-	}
-	return &Prepared{typ: t, meta: m, data: data, sum: sum}, nil
-}
-
-// WritePrepared writes a record made by Prepare.
-func (w *Writer) WritePrepared(p *Prepared) error {
-	if w.closed {
-		return errors.New("image: write after close")
-	}
-	return w.writeSum(p.typ, p.meta, p.sum, p.data...)
-}
-
-func (w *Writer) writeRaw(t Type, meta []byte, data ...[]byte) error {
+// checksum is the CRC-32C of a record's metadata followed by its data.
+func checksum(meta []byte, data [][]byte) uint32 {
 	sum := crc32.Update(0, castagnoli, meta)
 	for _, d := range data {
 		sum = crc32.Update(sum, castagnoli, d)
 	}
-	return w.writeSum(t, meta, sum, data...)
+	return sum
 }
 
-func (w *Writer) writeSum(t Type, meta []byte, sum uint32, data ...[]byte) error {
-	var dlen uint64
+// dataLen is the total length of data slices.
+func dataLen(data [][]byte) uint64 {
+	var n uint64
 	for _, d := range data {
-		dlen += uint64(len(d))
+		n += uint64(len(d))
 	}
+	return n
+}
+
+// writeRecord writes one record whose checksum is sum.
+func (w *rawWriter) writeRecord(t Type, meta []byte, sum uint32, data [][]byte) error {
+	dlen := dataLen(data)
 	if dlen%PageSize != 0 {
 		return fmt.Errorf("image: %s record data is %d bytes, not a multiple of %d", t, dlen, PageSize)
 	}
@@ -145,47 +101,45 @@ func (w *Writer) writeSum(t Type, meta []byte, sum uint32, data ...[]byte) error
 	return nil
 }
 
-// Close writes the end record. It does not close the underlying writer.
-func (w *Writer) Close() error {
-	if w.closed {
-		return nil
+// writeEnd writes the end record.
+func (w *rawWriter) writeEnd() error {
+	m, err := encodeMeta(endMeta{Records: w.records, DataBytes: w.dataBytes})
+	if err != nil {
+		return err
 	}
-	m, _ := json.Marshal(endMeta{Records: w.records, DataBytes: w.dataBytes})
-	err := w.writeRaw(TypeEnd, m)
-	w.closed = true
-	return err
+	return w.writeRecord(TypeEnd, m, checksum(m, nil), nil)
 }
 
-// A Record is one record of a stream, as returned by Reader.Next. Its data,
-// if any, is read with Reader.ReadData before the next call to Next.
-type Record struct {
-	Type    Type
-	Index   int   // position of the record in the stream, from 0
-	Offset  int64 // stream offset of the record header
-	Meta    []byte
-	DataLen int64
+// record is one record of a stream as the reader frames it. Its data, if
+// any, is read with readData or readDataLater before the next call to next.
+type record struct {
+	typ     Type
+	index   int   // position of the record in the stream, from 0
+	offset  int64 // stream offset of the record header
+	meta    []byte
+	dataLen int64
 }
 
-// Decode unmarshals the record's JSON metadata into v.
-func (r *Record) Decode(v any) error {
-	if err := json.Unmarshal(r.Meta, v); err != nil {
-		return fmt.Errorf("%s: decode metadata: %v: %w", r, err, ErrCorrupt)
+func (r *record) String() string {
+	return fmt.Sprintf("record %d (%s) at offset %d", r.index, r.typ, r.offset)
+}
+
+// decode unmarshals the record's metadata strictly into v.
+func (r *record) decode(v any) error {
+	if err := decodeMeta(r.meta, v); err != nil {
+		return fmt.Errorf("%s: %w", r, err)
 	}
 	return nil
 }
 
-func (r *Record) String() string {
-	return fmt.Sprintf("record %d (%s) at offset %d", r.Index, r.Type, r.Offset)
-}
-
-// A Reader reads an image stream record by record and verifies every
-// checksum. It is not safe for concurrent use.
-type Reader struct {
+// reader frames the records of a stream and verifies every checksum and
+// the end record's counts.
+type reader struct {
 	r         *bufio.Reader
 	off       int64
 	n         int
 	dataBytes int64
-	cur       *Record
+	cur       *record
 	left      int64  // data bytes of cur not yet read
 	sum       uint32 // running checksum of cur
 	want      uint32
@@ -193,9 +147,9 @@ type Reader struct {
 	discard   []byte
 }
 
-// NewReader reads and checks the file header.
-func NewReader(r io.Reader) (*Reader, error) {
-	ir := &Reader{r: bufio.NewReaderSize(r, 256<<10)}
+// newReader reads and checks the file header.
+func newReader(r io.Reader) (*reader, error) {
+	ir := &reader{r: bufio.NewReaderSize(r, 256<<10)}
 	var h [fileHeaderSize]byte
 	if _, err := io.ReadFull(ir.r, h[:]); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
@@ -208,12 +162,12 @@ func NewReader(r io.Reader) (*Reader, error) {
 		return nil, fmt.Errorf("bad magic %q: %w", h[:8], ErrNotImage)
 	}
 	if v := binary.LittleEndian.Uint32(h[8:]); v != Version {
-		return nil, fmt.Errorf("format version %d, this ckpt reads %d: %w", v, Version, ErrVersion)
+		return nil, fmt.Errorf("the image has format version %d, this ckpt reads version %d only: %w", v, Version, ErrVersion)
 	}
 	return ir, nil
 }
 
-func (r *Reader) readFull(p []byte, what string) error {
+func (r *reader) readFull(p []byte, what string) error {
 	n, err := io.ReadFull(r.r, p)
 	r.off += int64(n)
 	if err != nil {
@@ -225,10 +179,10 @@ func (r *Reader) readFull(p []byte, what string) error {
 	return nil
 }
 
-// Next returns the next record. It returns io.EOF after the end record has
+// next returns the next record. It returns io.EOF after the end record has
 // been read and checked. Data of the previous record that was not read is
 // read, checked and discarded.
-func (r *Reader) Next() (*Record, error) {
+func (r *reader) next() (*record, error) {
 	if r.done {
 		return nil, io.EOF
 	}
@@ -237,16 +191,13 @@ func (r *Reader) Next() (*Record, error) {
 			r.discard = make([]byte, 1<<20)
 		}
 		for r.left > 0 {
-			n := int64(len(r.discard))
-			if n > r.left {
-				n = r.left
-			}
-			if _, err := r.ReadData(r.discard[:n]); err != nil {
+			n := min(int64(len(r.discard)), r.left)
+			if _, err := r.readData(r.discard[:n]); err != nil {
 				return nil, err
 			}
 		}
 	}
-	rec := &Record{Index: r.n, Offset: r.off}
+	rec := &record{index: r.n, offset: r.off}
 	var hb [recordHeaderSize]byte
 	if err := r.readFull(hb[:], rec.String()+": header"); err != nil {
 		return nil, err
@@ -255,13 +206,13 @@ func (r *Reader) Next() (*Record, error) {
 	if err := h.unmarshal(hb[:]); err != nil {
 		return nil, fmt.Errorf("%s: %w", rec, err)
 	}
-	rec.Type = h.typ
-	rec.DataLen = int64(h.dataLen)
-	rec.Meta = make([]byte, h.metaLen)
-	if err := r.readFull(rec.Meta, rec.String()+": metadata"); err != nil {
+	rec.typ = h.typ
+	rec.dataLen = int64(h.dataLen)
+	rec.meta = make([]byte, h.metaLen)
+	if err := r.readFull(rec.meta, rec.String()+": metadata"); err != nil {
 		return nil, err
 	}
-	r.sum = crc32.Update(0, castagnoli, rec.Meta)
+	r.sum = crc32.Update(0, castagnoli, rec.meta)
 	r.want = h.sum
 	if h.dataLen > 0 {
 		pad := make([]byte, padding(r.off))
@@ -274,38 +225,38 @@ func (r *Reader) Next() (*Record, error) {
 			}
 		}
 	}
-	r.cur, r.left = rec, rec.DataLen
+	r.cur, r.left = rec, rec.dataLen
 	r.n++
 	if h.dataLen == 0 {
 		if err := r.check(); err != nil {
 			return nil, err
 		}
 	}
-	if rec.Type == TypeEnd {
+	if rec.typ == TypeEnd {
 		var end endMeta
-		if err := rec.Decode(&end); err != nil {
+		if err := rec.decode(&end); err != nil {
 			return nil, err
 		}
-		if end.Records != rec.Index || end.DataBytes != r.dataBytes {
+		if end.Records != rec.index || end.DataBytes != r.dataBytes {
 			return nil, fmt.Errorf("%s: counts %d records and %d data bytes, stream has %d and %d: %w",
-				rec, end.Records, end.DataBytes, rec.Index, r.dataBytes, ErrCorrupt)
+				rec, end.Records, end.DataBytes, rec.index, r.dataBytes, ErrCorrupt)
 		}
 		r.done = true
-		return nil, io.EOF
+		return rec, nil
 	}
 	return rec, nil
 }
 
-func (r *Reader) check() error {
+func (r *reader) check() error {
 	if r.sum != r.want {
 		return fmt.Errorf("%s: checksum %08x, want %08x: %w", r.cur, r.sum, r.want, ErrCorrupt)
 	}
 	return nil
 }
 
-// ReadData reads the next len(p) bytes of the current record's data. When
+// readData reads the next len(p) bytes of the current record's data. When
 // the last byte of the data has been read, it verifies the record checksum.
-func (r *Reader) ReadData(p []byte) (int, error) {
+func (r *reader) readData(p []byte) (int, error) {
 	if r.cur == nil || int64(len(p)) > r.left {
 		return 0, fmt.Errorf("image: read of %d data bytes, %d left in record", len(p), r.left)
 	}
@@ -323,12 +274,10 @@ func (r *Reader) ReadData(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// ReadDataLater reads all of the current record's data into p (exactly
-// its length) without checking it, and returns the check: it must be
-// called, and succeed, before the data is used. A pipeline uses it to move
-// the checksum off the goroutine that reads from a socket.
-func (r *Reader) ReadDataLater(p []byte) (check func() error, err error) {
-	if r.cur == nil || int64(len(p)) != r.left || r.left != r.cur.DataLen {
+// readDataLater reads all of the current record's data into p (exactly
+// its length) without checking it, and returns the check.
+func (r *reader) readDataLater(p []byte) (check func() error, err error) {
+	if r.cur == nil || int64(len(p)) != r.left || r.left != r.cur.dataLen {
 		return nil, fmt.Errorf("image: deferred read of %d data bytes, %d left in record", len(p), r.left)
 	}
 	if err := r.readFull(p, r.cur.String()+": data"); err != nil {
@@ -344,6 +293,3 @@ func (r *Reader) ReadDataLater(p []byte) (check func() error, err error) {
 		return nil
 	}, nil
 }
-
-// Offset is the number of stream bytes consumed so far.
-func (r *Reader) Offset() int64 { return r.off }

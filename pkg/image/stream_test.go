@@ -9,54 +9,95 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+// sampleHeader, sampleRoot and sampleChild make a small valid image of two
+// processes: the child uses a file (ID 0) that the root lists, and a pipe
+// (ID 1) it lists itself, whose buffered bytes are file data 1.
+func sampleHeader() *Header {
+	return &Header{Tool: "test", Machine: "x86_64", Root: 42, Processes: 2}
+}
+
+func sampleRoot() *Process {
+	return &Process{PID: 42, Comm: "root", Threads: []Thread{{TID: 42}, {TID: 44}},
+		VMAs: []VMA{
+			{Start: 0x1000, End: 0x3000, Kind: VMAAnon, File: -1, Pages: 2},
+			{Start: 0x9000, End: 0xe000, Kind: VMAAnon, File: -1, Pages: 5},
+			{Start: 0x20000, End: 0x21000, Kind: VMAFile, File: 0, Pages: 1},
+		},
+		Mapped: []FileRef{{Path: "/bin/x"}},
+		Files:  []File{{ID: 0, Kind: FileRegular, Ref: FileRef{Path: "/tmp/log"}}},
+		FDs:    []FD{{FD: 1, File: 0}},
+	}
+}
+
+func sampleChild() *Process {
+	return &Process{PID: 43, PPID: 42, Comm: "child", Threads: []Thread{{TID: 43}},
+		VMAs:  []VMA{{Start: 0x1000, End: 0x2000, Kind: VMAAnon, File: -1, Pages: 1}},
+		Files: []File{{ID: 1, Kind: FilePipe, Pipe: &Pipe{Ino: 7, DataID: 1}}},
+		FDs:   []FD{{FD: 1, File: 0}, {FD: 3, File: 1}},
+	}
+}
+
+var (
+	samplePage  = bytes.Repeat([]byte{0xab}, 2*PageSize)
+	samplePages = []*Pages{
+		{PID: 42, Runs: []PageRun{{Addr: 0x1000, Pages: 2}, {Addr: 0x9000, Pages: 5, Zero: true}}},
+		{PID: 43, Runs: []PageRun{{Addr: 0x1000, Pages: 1}}},
+		{PID: 42, Runs: []PageRun{{Addr: 0x20000, Pages: 1}}},
+	}
+	sampleData = [][]byte{samplePage, samplePage[:PageSize], samplePage[:PageSize]}
+)
+
 func writeSample(t testing.TB) []byte {
 	var buf bytes.Buffer
 	w, err := NewWriter(&buf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	page := bytes.Repeat([]byte{0xab}, 2*PageSize)
-	steps := []struct {
-		typ  Type
-		meta any
-		data [][]byte
-	}{
-		{TypeHeader, Header{Tool: "test", Root: 42}, nil},
-		{TypeProcess, Process{PID: 42, Comm: "x"}, nil},
-		{TypePages, Pages{PID: 42, Runs: []PageRun{{Addr: 0x1000, Pages: 2}, {Addr: 0x9000, Pages: 5, Zero: true}}}, [][]byte{page}},
-		{TypePages, Pages{PID: 42, Runs: []PageRun{{Addr: 0x20000, Pages: 1}}}, [][]byte{page[:PageSize]}},
+	steps := []func() error{
+		func() error { return w.WriteHeader(sampleHeader()) },
+		func() error { return w.WriteProcess(sampleRoot()) },
+		func() error { return w.WriteProcess(sampleChild()) },
+		func() error { return w.WriteFileData(1, []byte("hello")) },
+		func() error { return w.WritePages(samplePages[0], sampleData[0]) },
+		func() error {
+			p, err := PreparePages(samplePages[1], sampleData[1])
+			if err != nil {
+				return err
+			}
+			return w.WritePrepared(p)
+		},
+		func() error { return w.WritePages(samplePages[2], sampleData[2]) },
+		w.End,
 	}
-	for _, s := range steps {
-		if err := w.WriteRecord(s.typ, s.meta, s.data...); err != nil {
-			t.Fatal(err)
+	for i, s := range steps {
+		if err := s(); err != nil {
+			t.Fatalf("step %d: %v", i, err)
 		}
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
 	}
 	return buf.Bytes()
 }
 
-func readAll(b []byte) ([]Type, error) {
-	r, err := NewReader(bytes.NewReader(b))
+// readImage reads an image with ReadMeta and its pages iterator, reading
+// the data of every other pages record and letting Next skip the others.
+func readImage(b []byte) (*Meta, []*Pages, error) {
+	m, err := ReadMeta(bytes.NewReader(b))
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	var types []Type
-	for {
-		rec, err := r.Next()
+	var pages []*Pages
+	pr := m.Pages()
+	for i := 0; ; i++ {
+		pg, n, err := pr.Next()
 		if err == io.EOF {
-			return types, nil
+			return m, pages, nil
 		}
 		if err != nil {
-			return types, err
+			return m, pages, err
 		}
-		types = append(types, rec.Type)
-		if rec.DataLen > 0 && rec.Index%2 == 0 {
-			// read some records' data, let Next skip the others
-			buf := make([]byte, rec.DataLen)
-			if _, err := r.ReadData(buf); err != nil {
-				return types, err
+		pages = append(pages, pg)
+		if i%2 == 0 {
+			if err := pr.ReadData(make([]byte, n)); err != nil {
+				return m, pages, err
 			}
 		}
 	}
@@ -64,30 +105,52 @@ func readAll(b []byte) ([]Type, error) {
 
 func TestRoundTrip(t *testing.T) {
 	b := writeSample(t)
-	types, err := readAll(b)
+	m, pages, err := readImage(b)
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Type{TypeHeader, TypeProcess, TypePages, TypePages}
-	if diff := cmp.Diff(want, types); diff != "" {
-		t.Fatalf("types (-want +got):\n%s", diff)
+	if diff := cmp.Diff(*sampleHeader(), m.Header); diff != "" {
+		t.Errorf("header (-want +got):\n%s", diff)
 	}
-	// Data is page aligned in the stream.
-	r, _ := NewReader(bytes.NewReader(b))
+	if diff := cmp.Diff([]*Process{sampleRoot(), sampleChild()}, m.Processes); diff != "" {
+		t.Errorf("processes (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[int][]byte{1: []byte("hello")}, m.FileData); diff != "" {
+		t.Errorf("file data (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(samplePages, pages); diff != "" {
+		t.Errorf("pages (-want +got):\n%s", diff)
+	}
+	// File IDs are image-wide: the child's fd 1 is the root's file 0.
+	if f, ok := m.File(0); !ok || f.Ref.Path != "/tmp/log" {
+		t.Errorf("File(0) = %+v, %v; want the root's log", f, ok)
+	}
+	if f, ok := m.File(1); !ok || f.Kind != FilePipe {
+		t.Errorf("File(1) = %+v, %v; want the child's pipe", f, ok)
+	}
+	// Page data is page aligned in the stream.
+	m, err = ReadMeta(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := m.Pages()
 	for {
-		rec, err := r.Next()
-		if err != nil {
+		_, n, err := pr.Next()
+		if err == io.EOF {
 			break
 		}
-		if rec.DataLen > 0 && r.Offset()%PageSize != 0 {
-			t.Errorf("%s: data at offset %d, not page aligned", rec, r.Offset())
+		if err != nil {
+			t.Fatal(err)
 		}
-		var p Pages
-		if rec.Type == TypePages {
-			if err := rec.Decode(&p); err != nil || p.PID != 42 {
-				t.Errorf("decode pages: %v %+v", err, p)
-			}
+		if pr.Offset()%PageSize != 0 {
+			t.Errorf("data at offset %d, not page aligned", pr.Offset())
 		}
+		if err := pr.ReadData(make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if pr.Offset() != int64(len(b)) || pr.Records() != 7 {
+		t.Errorf("read %d bytes in %d records, want %d in 7", pr.Offset(), pr.Records(), len(b))
 	}
 }
 
@@ -112,7 +175,7 @@ func TestDamage(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := tt.mod(append([]byte(nil), good...))
-			_, err := readAll(b)
+			_, _, err := readImage(b)
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("got %v, want %v", err, tt.want)
 			}
@@ -120,99 +183,53 @@ func TestDamage(t *testing.T) {
 	}
 }
 
-func FuzzReader(f *testing.F) {
-	f.Add(writeSample(f))
-	f.Add([]byte(Magic + "\x01\x00\x00\x00\x00\x00\x00\x00"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		r, err := NewReader(bytes.NewReader(b))
-		if err != nil {
-			return
-		}
-		for i := 0; i < 1000; i++ {
-			rec, err := r.Next()
-			if err != nil {
-				return
-			}
-			var h Header
-			var p Process
-			var pg Pages
-			_ = rec.Decode(&h)
-			_ = rec.Decode(&p)
-			_ = rec.Decode(&pg)
-			if rec.DataLen > 0 && rec.DataLen < 1<<20 {
-				buf := make([]byte, rec.DataLen)
-				// Pages records the way a restore reads them: checked
-				// later; everything else checked as it is read. Either
-				// way a corrupt record must fail its check.
-				if rec.Type == TypePages {
-					check, err := r.ReadDataLater(buf)
-					if err != nil {
-						return
-					}
-					if err := check(); err != nil {
-						if !errors.Is(err, ErrCorrupt) {
-							t.Fatalf("deferred check: %v, want ErrCorrupt", err)
-						}
-						return
-					}
-				} else if _, err := r.ReadData(buf); err != nil {
-					return
-				}
-			}
-		}
-	})
-}
-
 // TestReadDataLater checks that a record read without its check is
 // verified by the check it returns: a flipped data byte fails it, and the
 // stream goes on to its end record either way.
 func TestReadDataLater(t *testing.T) {
-	var out bytes.Buffer
-	w, err := NewWriter(&out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data := bytes.Repeat([]byte{7}, 2*PageSize)
-	rec, err := Prepare(TypePages, Pages{PID: 1}, data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.WritePrepared(rec); err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Close(); err != nil {
-		t.Fatal(err)
-	}
-	good := out.Bytes()
+	good := writeSample(t)
 	bad := bytes.Clone(good)
-	bad[len(bad)-200-PageSize] ^= 1 // in the data, before the end record
+	bad[len(bad)-PageSize/2] ^= 1 // in the last page's data, before the end record
 	for _, tt := range []struct {
 		name string
 		img  []byte
 		ok   bool
 	}{{"intact", good, true}, {"flipped data byte", bad, false}} {
 		t.Run(tt.name, func(t *testing.T) {
-			r, err := NewReader(bytes.NewReader(tt.img))
+			m, err := ReadMeta(bytes.NewReader(tt.img))
 			if err != nil {
 				t.Fatal(err)
 			}
-			rec, err := r.Next()
-			if err != nil {
-				t.Fatal(err)
+			pr := m.Pages()
+			var checks []func() error
+			for {
+				_, n, err := pr.Next()
+				if err == io.EOF {
+					break
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+				buf := make([]byte, n)
+				if n > PageSize {
+					if _, err := pr.ReadDataLater(buf[:PageSize]); err == nil {
+						t.Fatal("ReadDataLater of part of the data succeeded")
+					}
+				}
+				check, err := pr.ReadDataLater(buf)
+				if err != nil {
+					t.Fatal(err)
+				}
+				checks = append(checks, check)
 			}
-			buf := make([]byte, rec.DataLen)
-			if _, err := r.ReadDataLater(buf[:PageSize]); err == nil {
-				t.Fatal("ReadDataLater of part of the data succeeded")
+			var err2 error
+			for _, c := range checks {
+				if err := c(); err != nil {
+					err2 = err
+				}
 			}
-			check, err := r.ReadDataLater(buf)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if _, err := r.Next(); err != io.EOF {
-				t.Fatalf("after the record: %v, want the end", err)
-			}
-			if err := check(); (err == nil) != tt.ok || (err != nil && !errors.Is(err, ErrCorrupt)) {
-				t.Fatalf("check: %v, want ok=%v", err, tt.ok)
+			if (err2 == nil) != tt.ok || (err2 != nil && !errors.Is(err2, ErrCorrupt)) {
+				t.Fatalf("checks: %v, want ok=%v", err2, tt.ok)
 			}
 		})
 	}

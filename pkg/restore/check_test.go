@@ -1,59 +1,10 @@
 package restore
 
 import (
-	"errors"
 	"testing"
 
-	"github.com/ckpt/ckpt/pkg/dump"
 	"github.com/ckpt/ckpt/pkg/image"
-	"golang.org/x/sys/unix"
 )
-
-func thisMachine(t *testing.T) image.Header {
-	t.Helper()
-	var uts unix.Utsname
-	if err := unix.Uname(&uts); err != nil {
-		t.Fatal(err)
-	}
-	cpu, err := dump.ReadCPU()
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, err := ownVDSO()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return image.Header{Machine: unix.ByteSliceToString(uts.Machine[:]), Kernel: "test", CPU: cpu, VDSO: v}
-}
-
-func TestCheckMachine(t *testing.T) {
-	tests := []struct {
-		name string
-		mod  func(h *image.Header)
-		ok   bool
-	}{
-		{"same machine", func(h *image.Header) {}, true},
-		{"other architecture", func(h *image.Header) { h.Machine = "aarch64" }, false},
-		{"missing ISA feature", func(h *image.Header) { h.CPU.Flags = append(h.CPU.Flags, "avx512_imaginary") }, false},
-		{"extra non-ISA flag is fine", func(h *image.Header) { h.CPU.Flags = append(h.CPU.Flags, "hypervisor_imaginary") }, true},
-		{"fewer features is fine", func(h *image.Header) { h.CPU.Flags = h.CPU.Flags[:1] }, true},
-		{"other vDSO", func(h *image.Header) { h.VDSO.SHA256 = "00" }, false},
-		{"other vDSO size", func(h *image.Header) { h.VDSO.Size += 4096 }, false},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			h := thisMachine(t)
-			tt.mod(&h)
-			err := checkMachine(&h)
-			if tt.ok && err != nil {
-				t.Fatalf("refused: %v", err)
-			}
-			if !tt.ok && !errors.Is(err, ErrIncompatible) {
-				t.Fatalf("got %v, want ErrIncompatible", err)
-			}
-		})
-	}
-}
 
 func TestResumeRegs(t *testing.T) {
 	neg := func(e int64) uint64 { return uint64(-e) }

@@ -32,8 +32,9 @@ type pagesChunk struct {
 // contents into the new process with process_vm_writev in this one, so that
 // reading the image and filling memory overlap. It reads up to the end
 // record, so a truncated or corrupt image fails here, before the process
-// could run.
-func (t *tree) writePages(ir *image.Reader) error {
+// could run. The record order and each record's runs are checked by
+// pkg/image; what is checked here is how the runs fit this process's VMAs.
+func (t *tree) writePages(pr *image.PagesReader) error {
 	start := time.Now()
 	var total int64
 	for _, b := range t.procs {
@@ -49,21 +50,16 @@ func (t *tree) writePages(ir *image.Reader) error {
 	stop := make(chan struct{})
 	go func() {
 		defer close(chunks)
-		rec := t.img.next
 		for {
-			if rec == nil {
-				return
-			}
 			var c pagesChunk
 			c.err = func() error {
-				if rec.Type != image.TypePages {
-					return fmt.Errorf("%s: want pages: %w", rec, image.ErrCorrupt)
-				}
-				if err := rec.Decode(&c.meta); err != nil {
+				pg, n, err := pr.Next()
+				if err != nil {
 					return err
 				}
-				if rec.DataLen > maxRecordData {
-					return fmt.Errorf("%s: %d data bytes: %w", rec, rec.DataLen, image.ErrCorrupt)
+				c.meta = *pg
+				if n > maxRecordData {
+					return fmt.Errorf("pages of process %d: %d data bytes: %w", pg.PID, n, image.ErrCorrupt)
 				}
 				var buf []byte
 				select {
@@ -71,12 +67,11 @@ func (t *tree) writePages(ir *image.Reader) error {
 				case <-stop:
 					return io.EOF
 				}
-				if int64(cap(buf)) < rec.DataLen {
-					buf = make([]byte, rec.DataLen)
+				if int64(cap(buf)) < n {
+					buf = make([]byte, n)
 				}
-				c.buf = buf[:rec.DataLen]
-				var err error
-				c.check, err = ir.ReadDataLater(c.buf)
+				c.buf = buf[:n]
+				c.check, err = pr.ReadDataLater(c.buf)
 				return err
 			}()
 			if c.err == io.EOF {
@@ -88,18 +83,6 @@ func (t *tree) writePages(ir *image.Reader) error {
 				return
 			}
 			if c.err != nil {
-				return
-			}
-			var err error
-			rec, err = ir.Next()
-			if err == io.EOF {
-				return
-			}
-			if err != nil {
-				select {
-				case chunks <- pagesChunk{err: err}:
-				case <-stop:
-				}
 				return
 			}
 		}

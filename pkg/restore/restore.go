@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/machine"
 	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
@@ -54,7 +55,7 @@ var (
 	ErrPIDInUse = errors.New("pid in use")
 	// ErrIncompatible means the image was taken on a machine this one
 	// cannot stand in for (CPU features, kernel vDSO, architecture).
-	ErrIncompatible = errors.New("image is incompatible with this machine")
+	ErrIncompatible = machine.ErrIncompatible
 	// ErrFileChanged means a file the process uses changed since the dump.
 	ErrFileChanged = fdkind.ErrFileChanged
 	// ErrExternal means the process had a resource shared with something
@@ -199,15 +200,11 @@ func (r *Restored) Kill() {
 // keep it locked until Release or Kill.
 func Build(rd io.Reader, opts Options) (*Restored, error) {
 	start := time.Now()
-	ir, err := image.NewReader(rd)
+	img, err := readMeta(rd)
 	if err != nil {
 		return nil, err
 	}
-	img, err := readMeta(ir)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkMachine(&img.hdr); err != nil {
+	if err := machine.Check(&img.hdr); err != nil {
 		return nil, err
 	}
 	t, err := newTree(img, &opts)
@@ -241,7 +238,7 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 			t.warnf("rewrite rule %s (line %d) matches no endpoint of the image", r, r.Line)
 		}
 	}
-	if err := t.build(ir); err != nil {
+	if err := t.build(img.pages); err != nil {
 		t.kill()
 		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}
@@ -280,116 +277,22 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 	return r, nil
 }
 
-// imageMeta is what an image says before its pages.
+// imageMeta is what an image says before its pages, read and checked by
+// image.ReadMeta.
 type imageMeta struct {
 	hdr   image.Header
 	procs []*image.Process
 	data  map[int][]byte
-	// next is the first record after the metadata (pages or nil at end).
-	next *image.Record
+	// pages reads the pages records that follow.
+	pages *image.PagesReader
 }
 
-func readMeta(ir *image.Reader) (*imageMeta, error) {
-	m := &imageMeta{data: map[int][]byte{}}
-	rec, err := ir.Next()
-	if err == io.EOF {
-		return nil, fmt.Errorf("image has no header: %w", image.ErrCorrupt)
-	}
+func readMeta(rd io.Reader) (*imageMeta, error) {
+	m, err := image.ReadMeta(rd)
 	if err != nil {
 		return nil, err
 	}
-	if rec.Type != image.TypeHeader {
-		return nil, fmt.Errorf("%s: want a header first: %w", rec, image.ErrCorrupt)
-	}
-	if err := rec.Decode(&m.hdr); err != nil {
-		return nil, err
-	}
-	for {
-		rec, err := ir.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		switch rec.Type {
-		case image.TypeProcess:
-			p := new(image.Process)
-			if err := rec.Decode(p); err != nil {
-				return nil, err
-			}
-			m.procs = append(m.procs, p)
-			continue
-		case image.TypeFileData:
-			var fd image.FileData
-			if err := rec.Decode(&fd); err != nil {
-				return nil, err
-			}
-			if fd.Size > rec.DataLen || fd.Size < 0 {
-				return nil, fmt.Errorf("%s: size %d over its data: %w", rec, fd.Size, image.ErrCorrupt)
-			}
-			buf := make([]byte, rec.DataLen)
-			if _, err := ir.ReadData(buf); err != nil {
-				return nil, err
-			}
-			m.data[fd.ID] = buf[:fd.Size]
-			continue
-		}
-		m.next = rec
-		break
-	}
-	if len(m.procs) == 0 {
-		return nil, fmt.Errorf("image holds no process: %w", image.ErrCorrupt)
-	}
-	for _, p := range m.procs {
-		if err := validate(p); err != nil {
-			return nil, err
-		}
-	}
-	return m, nil
-}
-
-// validate checks the invariants restore relies on, so that a corrupt but
-// well-checksummed image is refused instead of misbehaving.
-func validate(p *image.Process) error {
-	bad := func(format string, args ...any) error {
-		return fmt.Errorf("process %d: "+format+": %w", append([]any{p.PID}, append(args, image.ErrCorrupt)...)...)
-	}
-	if p.PID <= 0 || p.PID > 1<<22 {
-		return bad("pid out of range")
-	}
-	if p.Zombie {
-		return nil
-	}
-	if len(p.Threads) == 0 || p.Threads[0].TID != p.PID {
-		return bad("no leader thread")
-	}
-	tids := map[int]bool{}
-	for _, t := range p.Threads {
-		if t.TID <= 0 || t.TID > 1<<22 || tids[t.TID] {
-			return bad("thread id %d malformed or repeated", t.TID)
-		}
-		tids[t.TID] = true
-	}
-	var prevEnd uint64
-	for i, v := range p.VMAs {
-		if v.Start%image.PageSize != 0 || v.End%image.PageSize != 0 || v.End <= v.Start || v.Start < prevEnd {
-			return bad("vma %d %#x-%#x malformed", i, v.Start, v.End)
-		}
-		if v.Kind == image.VMAFile && (v.File < 0 || v.File >= len(p.Mapped)) {
-			return bad("vma %d names file %d of %d", i, v.File, len(p.Mapped))
-		}
-		prevEnd = v.End
-	}
-	for _, fd := range p.FDs {
-		if fd.FD < 0 || fd.FD > 1<<20 {
-			return bad("fd %d malformed", fd.FD)
-		}
-	}
-	if len(p.Signals.Actions) != 0 && len(p.Signals.Actions) != 64 {
-		return bad("%d signal actions", len(p.Signals.Actions))
-	}
-	return nil
+	return &imageMeta{hdr: m.Header, procs: m.Processes, data: m.FileData, pages: m.Pages()}, nil
 }
 
 // checkPID makes sure the PID is free, and says what holds it if not.

@@ -286,7 +286,7 @@ func (t *tree) chooseGadget() (uint64, error) {
 }
 
 // build rebuilds the tree; on failure the caller kills it.
-func (t *tree) build(ir *image.Reader) error {
+func (t *tree) build(pr *image.PagesReader) error {
 	if err := t.create(); err != nil {
 		return err
 	}
@@ -309,7 +309,7 @@ func (t *tree) build(ir *image.Reader) error {
 	for _, b := range live {
 		b.filler = b.openFiller()
 	}
-	err = t.writePages(ir)
+	err = t.writePages(pr)
 	// Every registration goes before anything else touches the memory.
 	for _, b := range live {
 		b.filler.close()

@@ -161,7 +161,7 @@ func (s *Sender) next() (string, error) {
 // processes (or failed to).
 func (s *Sender) Prepare() error {
 	s.prepared = true
-	if err := s.Writer.Close(); err != nil {
+	if err := s.Writer.End(); err != nil {
 		return fmt.Errorf("transfer to %s: %w: %w", s.addr, ErrBroken, err)
 	}
 	if err := s.bw.Flush(); err != nil {

@@ -1,0 +1,163 @@
+package image
+
+import (
+	"fmt"
+	"sort"
+)
+
+// checker follows an image record by record and refuses what the format
+// does not allow: a record out of order (ErrOrder) or one whose content a
+// reader cannot rely on (ErrInvalid). It is the one place that knows the
+// record order; Writer runs it before a record is written, the reading
+// side (ReadMeta, PagesReader) after a record is read, so that a writer
+// cannot produce an image its reader would refuse.
+type checker struct {
+	stage  Type // type of the last record accepted, 0 before the first
+	hdr    Header
+	procs  map[int]*Process // by PID
+	nprocs int
+	files  map[int]bool // File.IDs of every process
+	data   map[int]bool // FileData IDs
+}
+
+func newChecker() *checker {
+	return &checker{procs: map[int]*Process{}, files: map[int]bool{}, data: map[int]bool{}}
+}
+
+// rank is a record type's place in the order.
+func rank(t Type) int {
+	switch t {
+	case TypeHeader:
+		return 1
+	case TypeProcess:
+		return 2
+	case TypeFileData:
+		return 3
+	case TypePages:
+		return 4
+	case TypeEnd:
+		return 5
+	}
+	return 0
+}
+
+// enter moves to a record of type t, checking it may come now.
+func (c *checker) enter(t Type) error {
+	switch {
+	case rank(t) == 0:
+		return fmt.Errorf("unknown record type %d: %w", uint32(t), ErrCorrupt)
+	case c.stage == 0 && t != TypeHeader:
+		return fmt.Errorf("%s record first, want the header: %w", t, ErrOrder)
+	case c.stage != 0 && t == TypeHeader:
+		return fmt.Errorf("a second header: %w", ErrOrder)
+	case rank(t) < rank(c.stage):
+		return fmt.Errorf("%s record after %s records: %w", t, c.stage, ErrOrder)
+	case rank(t) > rank(TypeProcess) && rank(c.stage) <= rank(TypeProcess):
+		if err := c.endProcesses(t); err != nil {
+			return err
+		}
+	}
+	c.stage = t
+	return nil
+}
+
+// endProcesses checks, when the first record after the processes comes,
+// that they are all there and that every fd names a file of the image.
+func (c *checker) endProcesses(next Type) error {
+	if c.nprocs == 0 {
+		return fmt.Errorf("%s record before any process: %w", next, ErrOrder)
+	}
+	if c.nprocs != c.hdr.Processes {
+		return fmt.Errorf("the header announces %d processes, the image holds %d: %w", c.hdr.Processes, c.nprocs, ErrInvalid)
+	}
+	pids := make([]int, 0, len(c.procs))
+	for pid := range c.procs {
+		pids = append(pids, pid)
+	}
+	sort.Ints(pids)
+	for _, pid := range pids {
+		for _, fd := range c.procs[pid].FDs {
+			if !c.files[fd.File] {
+				return fmt.Errorf("process %d: fd %d: file %d is listed by no process of the image: %w", pid, fd.FD, fd.File, ErrInvalid)
+			}
+		}
+	}
+	return nil
+}
+
+// header checks the header record.
+func (c *checker) header(h *Header) error {
+	if err := c.enter(TypeHeader); err != nil {
+		return err
+	}
+	if err := checkHeader(h); err != nil {
+		return err
+	}
+	c.hdr = *h
+	return nil
+}
+
+// process checks a process record.
+func (c *checker) process(p *Process) error {
+	if err := c.enter(TypeProcess); err != nil {
+		return err
+	}
+	if c.nprocs == c.hdr.Processes {
+		return fmt.Errorf("process %d: one more than the %d the header announces: %w", p.PID, c.hdr.Processes, ErrInvalid)
+	}
+	if c.nprocs == 0 && p.PID != c.hdr.Root {
+		return fmt.Errorf("process %d first, the header's root is %d: %w", p.PID, c.hdr.Root, ErrInvalid)
+	}
+	if err := checkProcess(p); err != nil {
+		return err
+	}
+	if c.procs[p.PID] != nil {
+		return fmt.Errorf("process %d: a second record for it: %w", p.PID, ErrInvalid)
+	}
+	for _, f := range p.Files {
+		if c.files[f.ID] {
+			return fmt.Errorf("process %d: file %d (%s): another file has that ID: %w", p.PID, f.ID, f.Kind, ErrInvalid)
+		}
+		c.files[f.ID] = true
+	}
+	c.procs[p.PID] = p
+	c.nprocs++
+	return nil
+}
+
+// fileData checks a file data record with dataLen bytes of data.
+func (c *checker) fileData(fd *FileData, dataLen int64) error {
+	if err := c.enter(TypeFileData); err != nil {
+		return err
+	}
+	switch {
+	case fd.ID <= 0:
+		return fmt.Errorf("file data %d: ID not positive: %w", fd.ID, ErrInvalid)
+	case c.data[fd.ID]:
+		return fmt.Errorf("file data %d: a second record for it: %w", fd.ID, ErrInvalid)
+	case fd.Size < 0 || fd.Size > dataLen || dataLen-fd.Size >= PageSize:
+		return fmt.Errorf("file data %d: size %d in %d data bytes: %w", fd.ID, fd.Size, dataLen, ErrInvalid)
+	}
+	c.data[fd.ID] = true
+	return nil
+}
+
+// pages checks a pages record with dataLen bytes of data.
+func (c *checker) pages(pg *Pages, dataLen int64) error {
+	if err := c.enter(TypePages); err != nil {
+		return err
+	}
+	p := c.procs[pg.PID]
+	if p == nil {
+		return fmt.Errorf("pages of process %d, which the image does not hold: %w", pg.PID, ErrInvalid)
+	}
+	if p.Zombie {
+		return fmt.Errorf("pages of process %d, a zombie: %w", pg.PID, ErrInvalid)
+	}
+	return checkRuns(pg, dataLen)
+}
+
+// end checks the end record may come.
+func (c *checker) end() error {
+	return c.enter(TypeEnd)
+}

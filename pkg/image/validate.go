@@ -1,0 +1,109 @@
+package image
+
+import "fmt"
+
+// The checks of one record's content on its own; order.go checks what
+// spans records.
+
+// maxPID bounds PIDs and TIDs (PID_MAX_LIMIT).
+const maxPID = 1 << 22
+
+// maxFD bounds fd numbers (the kernel's NR_OPEN).
+const maxFD = 1 << 20
+
+// checkHeader checks the fields of a header a restore relies on.
+func checkHeader(h *Header) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("header: "+format+": %w", append(args, ErrInvalid)...)
+	}
+	switch {
+	case h.Tool == "":
+		return bad("no tool")
+	case h.Machine == "":
+		return bad("no machine")
+	case h.Root <= 0 || h.Root > maxPID:
+		return bad("root pid %d out of range", h.Root)
+	case h.Processes <= 0:
+		return bad("%d processes", h.Processes)
+	}
+	return nil
+}
+
+// checkProcess checks the invariants of one process record that a restore
+// relies on, so that a well-checksummed but malformed image is refused
+// with the process and the field named, instead of misbehaving.
+func checkProcess(p *Process) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("process %d: "+format+": %w", append([]any{p.PID}, append(args, ErrInvalid)...)...)
+	}
+	if p.PID <= 0 || p.PID > maxPID {
+		return bad("pid out of range")
+	}
+	if p.Zombie {
+		if len(p.Threads) != 0 || len(p.VMAs) != 0 || len(p.FDs) != 0 || len(p.Files) != 0 {
+			return bad("a zombie with threads, memory or files")
+		}
+		return nil
+	}
+	if len(p.Threads) == 0 || p.Threads[0].TID != p.PID {
+		return bad("no leader thread")
+	}
+	tids := map[int]bool{}
+	for _, t := range p.Threads {
+		if t.TID <= 0 || t.TID > maxPID || tids[t.TID] {
+			return bad("thread id %d malformed or repeated", t.TID)
+		}
+		tids[t.TID] = true
+	}
+	var prevEnd uint64
+	for i, v := range p.VMAs {
+		if v.Start%PageSize != 0 || v.End%PageSize != 0 || v.End <= v.Start || v.Start < prevEnd {
+			return bad("vma %d %#x-%#x malformed", i, v.Start, v.End)
+		}
+		if v.Kind == VMAFile && (v.File < 0 || v.File >= len(p.Mapped)) {
+			return bad("vma %d %#x-%#x names mapped file %d of %d", i, v.Start, v.End, v.File, len(p.Mapped))
+		}
+		if v.Pages < 0 || uint64(v.Pages) > v.Len()/PageSize {
+			return bad("vma %d %#x-%#x holds %d pages", i, v.Start, v.End, v.Pages)
+		}
+		prevEnd = v.End
+	}
+	for _, f := range p.Files {
+		if f.ID < 0 || f.Kind == "" {
+			return bad("file %d: no kind or negative ID", f.ID)
+		}
+	}
+	fds := map[int]bool{}
+	for _, fd := range p.FDs {
+		if fd.FD < 0 || fd.FD > maxFD || fds[fd.FD] {
+			return bad("fd %d malformed or repeated", fd.FD)
+		}
+		fds[fd.FD] = true
+	}
+	if len(p.Signals.Actions) != 0 && len(p.Signals.Actions) != 64 {
+		return bad("%d signal actions", len(p.Signals.Actions))
+	}
+	return nil
+}
+
+// checkRuns checks that the runs of a pages record are well-formed and
+// that those with data use exactly its dataLen bytes.
+func checkRuns(pg *Pages, dataLen int64) error {
+	var need uint64
+	for _, r := range pg.Runs {
+		n := r.Pages * PageSize
+		if r.Pages == 0 || n/PageSize != r.Pages || r.Addr%PageSize != 0 || r.Addr+n < r.Addr {
+			return fmt.Errorf("pages of process %d: run %#x+%d malformed: %w", pg.PID, r.Addr, r.Pages, ErrInvalid)
+		}
+		if !r.Zero {
+			if need+n < need {
+				return fmt.Errorf("pages of process %d: runs overflow: %w", pg.PID, ErrInvalid)
+			}
+			need += n
+		}
+	}
+	if dataLen < 0 || need != uint64(dataLen) {
+		return fmt.Errorf("pages of process %d: runs need %d data bytes, the record has %d: %w", pg.PID, need, dataLen, ErrInvalid)
+	}
+	return nil
+}
