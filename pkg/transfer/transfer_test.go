@@ -3,14 +3,17 @@ package transfer
 import (
 	"bufio"
 	"bytes"
-	"encoding/json"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +25,9 @@ import (
 // it declares a hang.
 const hangTimeout = 5 * time.Second
 
-// record is one record of a test image: its type, metadata and data.
+// record is one record of a test image: its type, its metadata (a
+// *image.Header, *image.Process, *image.Pages, or for file data its ID)
+// and its data.
 type record struct {
 	typ  image.Type
 	meta any
@@ -43,42 +48,61 @@ func randomPages(seed uint64, n int) []byte {
 	return b
 }
 
+// oneProcess is the header and process record of an image of one process
+// pid with one anonymous VMA of pages pages at addr.
+func oneProcess(pid int, addr uint64, pages int) []record {
+	return []record{
+		{image.TypeHeader, &image.Header{Tool: "transfer test", Created: time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC),
+			Kernel: "6.1.0", Machine: "x86_64", Hostname: "src", Root: pid, Processes: 1}, nil},
+		{image.TypeProcess, &image.Process{PID: pid, PPID: 1, PGID: pid, SID: pid, Comm: "victim",
+			Threads: []image.Thread{{TID: pid, InSyscall: -1}},
+			VMAs:    []image.VMA{{Start: addr, End: addr + uint64(pages)*image.PageSize, Prot: 3, Kind: image.VMAAnon, File: -1, Pages: pages}}}, nil},
+	}
+}
+
 // sampleRecords returns the records of a complete image in the order a dump
 // writes them: a header, a process, file data, then the memory pages of
 // that process in records of at most 256 pages (pages in all).
 func sampleRecords(pages int) []record {
 	const pid = 4242
-	recs := []record{
-		{image.TypeHeader, image.Header{Tool: "transfer test", Created: time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC),
-			Kernel: "6.1.0", Machine: "x86_64", Hostname: "src", Root: pid, Processes: 1}, nil},
-		{image.TypeProcess, image.Process{PID: pid, PPID: 1, PGID: pid, SID: pid, Comm: "victim",
-			VMAs: []image.VMA{{Start: 0x10000, End: 0x10000 + uint64(pages)*image.PageSize, Prot: 3, Kind: image.VMAAnon, File: -1, Pages: pages}}}, nil},
-		{image.TypeFileData, image.FileData{ID: 1, Size: 5}, append([]byte("hello"), make([]byte, image.PageSize-5)...)},
-	}
-	data := randomPages(uint64(pages), pages)
 	addr := uint64(0x10000)
+	recs := append(oneProcess(pid, addr, pages), record{image.TypeFileData, 1, []byte("hello")})
+	data := randomPages(uint64(pages), pages)
 	for off := 0; off < len(data); {
 		n := min(256*image.PageSize, len(data)-off)
-		recs = append(recs, record{image.TypePages, image.Pages{PID: pid, Runs: []image.PageRun{{Addr: addr, Pages: uint64(n / image.PageSize)}}}, data[off : off+n]})
+		recs = append(recs, record{image.TypePages, &image.Pages{PID: pid, Runs: []image.PageRun{{Addr: addr, Pages: uint64(n / image.PageSize)}}}, data[off : off+n]})
 		off += n
 		addr += uint64(n)
 	}
 	return recs
 }
 
-// recordWriter is what both an image.Writer and a Sender offer.
-type recordWriter interface {
-	WriteRecord(t image.Type, meta any, data ...[]byte) error
+// imageWriter is what both an image.Writer and a Sender offer.
+type imageWriter interface {
+	WriteHeader(h *image.Header) error
+	WriteProcess(p *image.Process) error
+	WriteFileData(id int, data []byte) error
+	WritePages(pg *image.Pages, data ...[]byte) error
 }
 
-// writeRecords writes recs to w, stopping at the first error.
-func writeRecords(w recordWriter, recs []record) error {
+// writeRecords writes recs to w with its typed methods, stopping at the
+// first error.
+func writeRecords(w imageWriter, recs []record) error {
 	for _, r := range recs {
-		var data [][]byte
-		if r.data != nil {
-			data = [][]byte{r.data}
+		var err error
+		switch m := r.meta.(type) {
+		case *image.Header:
+			err = w.WriteHeader(m)
+		case *image.Process:
+			err = w.WriteProcess(m)
+		case int:
+			err = w.WriteFileData(m, r.data)
+		case *image.Pages:
+			err = w.WritePages(m, r.data)
+		default:
+			err = fmt.Errorf("test record of type %T", r.meta)
 		}
-		if err := w.WriteRecord(r.typ, r.meta, data...); err != nil {
+		if err != nil {
 			return err
 		}
 	}
@@ -97,61 +121,56 @@ func encode(t testing.TB, recs []record) []byte {
 	if err := writeRecords(w, recs); err != nil {
 		t.Fatal(err)
 	}
-	if err := w.Close(); err != nil {
+	if err := w.End(); err != nil {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
 }
 
-// gotRecord is one record as read back from a stream.
-type gotRecord struct {
-	typ  image.Type
-	meta []byte
-	data []byte
-}
-
-// readImage reads an image stream to its end record with image.Reader,
-// checking every checksum, and returns its records with their data.
-func readImage(r io.Reader) ([]gotRecord, error) {
-	ir, err := image.NewReader(r)
+// readImage reads an image stream to its end record with image.ReadMeta
+// and its pages iterator, checking every checksum, and returns its records
+// with their data, in the form sampleRecords makes them.
+func readImage(r io.Reader) ([]record, error) {
+	m, err := image.ReadMeta(r)
 	if err != nil {
 		return nil, err
 	}
-	var recs []gotRecord
+	recs := []record{{image.TypeHeader, &m.Header, nil}}
+	for _, p := range m.Processes {
+		recs = append(recs, record{image.TypeProcess, p, nil})
+	}
+	ids := slices.Sorted(maps.Keys(m.FileData))
+	for _, id := range ids {
+		recs = append(recs, record{image.TypeFileData, id, m.FileData[id]})
+	}
+	pr := m.Pages()
 	for {
-		rec, err := ir.Next()
+		pg, n, err := pr.Next()
 		if err == io.EOF {
 			return recs, nil
 		}
 		if err != nil {
 			return recs, err
 		}
-		g := gotRecord{typ: rec.Type, meta: rec.Meta}
-		if rec.DataLen > 0 {
-			g.data = make([]byte, rec.DataLen)
-			if _, err := ir.ReadData(g.data); err != nil {
-				return recs, err
-			}
+		data := make([]byte, n)
+		if err := pr.ReadData(data); err != nil {
+			return recs, err
 		}
-		recs = append(recs, g)
+		recs = append(recs, record{image.TypePages, pg, data})
 	}
 }
 
 // sameRecords reports how the records read differ from the ones sent.
-func sameRecords(got []gotRecord, want []record) error {
+func sameRecords(got, want []record) error {
 	if len(got) != len(want) {
 		return fmt.Errorf("read %d records, sent %d", len(got), len(want))
 	}
 	for i, w := range want {
-		m, err := json.Marshal(w.meta)
-		if err != nil {
-			return err
-		}
 		switch g := got[i]; {
 		case g.typ != w.typ:
 			return fmt.Errorf("record %d: type %s, sent %s", i, g.typ, w.typ)
-		case !bytes.Equal(g.meta, m):
-			return fmt.Errorf("record %d: metadata %s, sent %s", i, g.meta, m)
+		case !reflect.DeepEqual(g.meta, w.meta):
+			return fmt.Errorf("record %d: metadata %+v, sent %+v", i, g.meta, w.meta)
 		case !bytes.Equal(g.data, w.data):
 			return fmt.Errorf("record %d: %d data bytes differ from the %d sent", i, len(g.data), len(w.data))
 		}
@@ -372,11 +391,7 @@ func TestTransferReceiverFails(t *testing.T) {
 						return err
 					}
 				} else {
-					ir, err := image.NewReader(r.Image())
-					if err != nil {
-						return err
-					}
-					if _, err := ir.Next(); err != nil {
+					if _, err := image.ReadMeta(r.Image()); err != nil {
 						return err
 					}
 				}
@@ -420,11 +435,7 @@ func TestTransferSenderStopsOnFail(t *testing.T) {
 	const records = 256 // of 1 MiB: far more than socket buffers hold
 	l := listen(t)
 	done := receive(l, "", func(r *Receiver) error {
-		ir, err := image.NewReader(r.Image())
-		if err != nil {
-			return err
-		}
-		if _, err := ir.Next(); err != nil {
+		if _, err := image.ReadMeta(r.Image()); err != nil {
 			return err
 		}
 		r.Fail(errors.New("no room"))
@@ -438,10 +449,10 @@ func TestTransferSenderStopsOnFail(t *testing.T) {
 	}
 	res := make(chan result, 1)
 	go func() {
-		err := s.WriteRecord(image.TypeHeader, image.Header{Tool: "stop test"})
+		err := writeRecords(s, oneProcess(1, 0, records*256))
 		i := 0
 		for ; err == nil && i < records; i++ {
-			err = s.WriteRecord(image.TypePages, image.Pages{PID: 1, Runs: []image.PageRun{{Addr: uint64(i) << 20, Pages: 256}}}, page)
+			err = s.WritePages(&image.Pages{PID: 1, Runs: []image.PageRun{{Addr: uint64(i) << 20, Pages: 256}}}, page)
 		}
 		if err == nil {
 			err = s.Prepare()
@@ -613,30 +624,31 @@ func TestTransferSenderReplies(t *testing.T) {
 
 // streamOffsets returns, for a good image stream, the offset of every
 // record header but the end record's, of the first data byte of every
-// record with data, and of the end record.
+// record with data, and of the end record. It walks the layout documented
+// in pkg/image on its own, so that the damage below lands where meant.
 func streamOffsets(t testing.TB, b []byte) (recs, data []int64, end int64) {
 	t.Helper()
-	r, err := image.NewReader(bytes.NewReader(b))
-	if err != nil {
-		t.Fatal(err)
+	if len(b) < 16 || string(b[:8]) != image.Magic {
+		t.Fatalf("not an image stream")
 	}
-	for {
-		rec, err := r.Next()
-		if err == io.EOF {
-			return recs, data, end
+	for off := int64(16); off+32 <= int64(len(b)); {
+		typ := image.Type(binary.LittleEndian.Uint32(b[off:]))
+		metaLen := int64(binary.LittleEndian.Uint64(b[off+8:]))
+		dataLen := int64(binary.LittleEndian.Uint64(b[off+16:]))
+		if typ == image.TypeEnd {
+			return recs, data, off
 		}
-		if err != nil {
-			t.Fatal(err)
+		recs = append(recs, off)
+		next := off + 32 + metaLen
+		if dataLen > 0 {
+			next += (image.PageSize - next%image.PageSize) % image.PageSize
+			data = append(data, next)
+			next += dataLen
 		}
-		recs = append(recs, rec.Offset)
-		if rec.DataLen > 0 {
-			data = append(data, r.Offset())
-			if _, err := r.ReadData(make([]byte, rec.DataLen)); err != nil {
-				t.Fatal(err)
-			}
-		}
-		end = r.Offset()
+		off = next
 	}
+	t.Fatalf("image stream without an end record")
+	return nil, nil, 0
 }
 
 // TestTransferDamagedStream sends broken image streams over a real
@@ -789,14 +801,16 @@ func BenchmarkTransfer(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		done := receive(l, "", func(r *Receiver) error {
-			ir, err := image.NewReader(r.Image())
+			m, err := image.ReadMeta(r.Image())
 			if err != nil {
+				r.Fail(err)
 				return err
 			}
+			pr := m.Pages()
 			buf := make([]byte, recordSize)
 			var n int64
 			for {
-				rec, err := ir.Next()
+				_, dlen, err := pr.Next()
 				if err == io.EOF {
 					break
 				}
@@ -804,11 +818,11 @@ func BenchmarkTransfer(b *testing.B) {
 					r.Fail(err)
 					return err
 				}
-				if _, err := ir.ReadData(buf[:rec.DataLen]); err != nil {
+				if err := pr.ReadData(buf[:dlen]); err != nil {
 					r.Fail(err)
 					return err
 				}
-				n += rec.DataLen
+				n += dlen
 			}
 			if n != total {
 				err := fmt.Errorf("received %d bytes of pages, want %d", n, total)
@@ -825,9 +839,12 @@ func BenchmarkTransfer(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
+		if err := writeRecords(s, oneProcess(1, 0, total/image.PageSize)); err != nil {
+			b.Fatal(err)
+		}
 		for i := range total / recordSize {
-			meta := image.Pages{PID: 1, Runs: []image.PageRun{{Addr: uint64(i) * recordSize, Pages: recordSize / image.PageSize}}}
-			if err := s.WriteRecord(image.TypePages, meta, page); err != nil {
+			meta := &image.Pages{PID: 1, Runs: []image.PageRun{{Addr: uint64(i) * recordSize, Pages: recordSize / image.PageSize}}}
+			if err := s.WritePages(meta, page); err != nil {
 				b.Fatal(err)
 			}
 		}
