@@ -146,31 +146,29 @@ func TestDumpErrors(t *testing.T) {
 // readImage reads a whole image and counts its process and pages records.
 func readImage(t *testing.T, f *os.File) (procs, pages int) {
 	t.Helper()
-	ir, err := image.NewReader(f)
+	m, err := image.ReadMeta(f)
 	if err != nil {
 		t.Fatal(err)
 	}
+	pr := m.Pages()
 	for {
-		rec, err := ir.Next()
+		_, _, err := pr.Next()
 		if err == io.EOF {
-			return procs, pages
+			return len(m.Processes), pages
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		switch rec.Type {
-		case image.TypeProcess:
-			procs++
-		case image.TypePages:
-			pages++
-		}
+		pages++
 	}
 }
 
 // discard is a sink that must never be written to.
 type discard struct{}
 
-func (discard) WriteRecord(image.Type, any, ...[]byte) error { return errors.New("discard") }
-func (discard) WritePrepared(*image.Prepared) error          { return errors.New("discard") }
-func (discard) Commit() error                                { return errors.New("discard") }
-func (discard) Abort()                                       {}
+func (discard) WriteHeader(*image.Header) error     { return errors.New("discard") }
+func (discard) WriteProcess(*image.Process) error   { return errors.New("discard") }
+func (discard) WriteFileData(int, []byte) error     { return errors.New("discard") }
+func (discard) WritePrepared(*image.Prepared) error { return errors.New("discard") }
+func (discard) Commit() error                       { return errors.New("discard") }
+func (discard) Abort()                              {}
