@@ -1,7 +1,6 @@
 package dump
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"os"
@@ -72,28 +71,38 @@ func (r *remote) call(name string, n int, nr uint64, args ...uint64) (uint64, []
 	return ret, out, nil
 }
 
-// vdsoGadget finds a `syscall` instruction in the process's vDSO.
-func vdsoGadget(pid int, vmas []image.VMA) (uint64, error) {
-	for _, v := range vmas {
-		if v.Kind != image.VMAVDSO {
-			continue
-		}
-		buf := make([]byte, v.Len())
-		if err := readMem(pid, v.Start, buf); err != nil {
-			return 0, fmt.Errorf("read vdso: %w", err)
-		}
-		if i := bytes.Index(buf, []byte{0x0f, 0x05}); i >= 0 {
-			return v.Start + uint64(i), nil
-		}
-		return 0, fmt.Errorf("no syscall instruction in the vdso")
+// syscallGadget finds a `syscall` instruction to run injected calls at:
+// in the vDSO, or, in a process without one (it may unmap it), in any
+// other executable mapping. Nothing is written into the process.
+func syscallGadget(pid int, vmas []image.VMA) (uint64, error) {
+	areas := execAreas(vmas)
+	g, ok, err := ptrace.FindSyscall(pid, areas)
+	if err != nil {
+		return 0, fmt.Errorf("find a syscall instruction: %w", err)
 	}
-	return 0, fmt.Errorf("process has no vdso: %w", ErrUnsupported)
+	if !ok {
+		return 0, fmt.Errorf("no vdso and no syscall instruction in any executable mapping: nothing to run injected calls at: %w", ErrUnsupported)
+	}
+	return g, nil
+}
+
+// execAreas lists the executable mappings, the vDSO first.
+func execAreas(vmas []image.VMA) []ptrace.Area {
+	var out []ptrace.Area
+	for _, v := range vmas {
+		if v.Kind == image.VMAVDSO {
+			out = append([]ptrace.Area{{Start: v.Start, End: v.End}}, out...)
+		} else if v.Prot&unix.PROT_EXEC != 0 && v.Kind != image.VMAVsyscall {
+			out = append(out, ptrace.Area{Start: v.Start, End: v.End})
+		}
+	}
+	return out
 }
 
 // inject asks the process what only it can tell. This is the only time the
 // target's registers are changed; each call puts them back.
 func (d *dumper) inject(p *image.Process) (err error) {
-	gadget, err := vdsoGadget(d.pid, p.VMAs)
+	gadget, err := syscallGadget(d.pid, p.VMAs)
 	if err != nil {
 		return err
 	}

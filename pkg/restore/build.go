@@ -1,7 +1,6 @@
 package restore
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"github.com/ckpt/ckpt/pkg/fdkind"
@@ -770,25 +769,20 @@ func (b *builder) seccomp() error {
 // finish removes the gadget area and gives the thread its registers back.
 func (b *builder) finish() error {
 	// The gadget cannot unmap itself and return to its int3: use a
-	// syscall instruction of the restored vDSO, single-stepping over it.
-	for _, v := range b.p.VMAs {
-		if v.Kind != image.VMAVDSO {
-			continue
-		}
-		buf := make([]byte, v.Len())
-		if err := ptrace.ReadMem(b.target, v.Start, buf); err != nil {
-			return err
-		}
-		if i := bytes.Index(buf, []byte{0x0f, 0x05}); i >= 0 {
-			b.in.Gadget, b.in.Step = v.Start+uint64(i), true
-		}
+	// syscall instruction of the restored vDSO, or of another executable
+	// mapping if the process had unmapped its vDSO, single-stepping over
+	// it.
+	if g, ok, err := ptrace.FindSyscall(b.target, execAreas(b.p.VMAs, b.gadget)); err != nil {
+		return err
+	} else if ok {
+		b.in.Gadget, b.in.Step = g, true
 	}
 	if b.in.Step {
 		if _, err := b.call("munmap gadget", unix.SYS_MUNMAP, b.gadget, gadgetSize); err != nil {
 			return err
 		}
 	} else {
-		b.warnf("no vdso in the image: the restorer's gadget area stays mapped at %#x", b.gadget)
+		b.warnf("no syscall instruction in the process's executable mappings: the restorer's gadget area stays mapped at %#x", b.gadget)
 	}
 	for i, in := range b.ins {
 		for _, sig := range in.Signals {
@@ -828,4 +822,20 @@ func resumeRegs(r image.Regs) image.Regs {
 	}
 	r.OrigRax = ^uint64(0)
 	return r
+}
+
+// execAreas lists the process's executable mappings, the vDSO first, but
+// not the gadget area at gadget.
+func execAreas(vmas []image.VMA, gadget uint64) []ptrace.Area {
+	var out []ptrace.Area
+	for _, v := range vmas {
+		switch {
+		case v.Start == gadget:
+		case v.Kind == image.VMAVDSO:
+			out = append([]ptrace.Area{{Start: v.Start, End: v.End}}, out...)
+		case v.Prot&unix.PROT_EXEC != 0 && v.Kind != image.VMAVsyscall:
+			out = append(out, ptrace.Area{Start: v.Start, End: v.End})
+		}
+	}
+	return out
 }

@@ -49,6 +49,8 @@ var cases = []fcase{
 	// File descriptors (pkg/fdkind): status flags, FD_CLOEXEC, positions,
 	// owners, shared descriptions.
 	{name: "fd_flags", src: "fd_flags.c"},
+	// The process tree and the freeze (sessions, stops, injection).
+	{name: "novdso", src: "tree_novdso.c"},
 	// Refusals: each dump fails by name, the program goes on untouched.
 	{name: "fd_io_uring", src: "fd_refused.c", args: []string{"io_uring"}, refuse: "fd 4 (anon_inode:[io_uring]): io_uring instance: cannot be restored"},
 	{name: "fd_bpf", src: "fd_refused.c", args: []string{"bpf"}, refuse: "fd 4 (anon_inode:bpf-map): bpf object"},
