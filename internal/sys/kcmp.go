@@ -44,3 +44,13 @@ func EpollWatches(pid PID, epfd, tfd, candidate TargetFD) (bool, error) {
 	r, err := kcmp(pid, pid, KcmpEpollTFD, uintptr(candidate), uintptr(unsafe.Pointer(&slot)))
 	return err == nil && r == 0, err
 }
+
+// KcmpVM is KCMP_VM: two processes with one address space.
+const KcmpVM KcmpType = 1
+
+// SameVM reports whether pid1 and pid2 share their memory (threads of one
+// process, a vfork() child before exec or exit, clone(CLONE_VM)).
+func SameVM(pid1, pid2 PID) (bool, error) {
+	r, err := kcmp(pid1, pid2, KcmpVM, 0, 0)
+	return err == nil && r == 0, err
+}

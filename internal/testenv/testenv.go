@@ -155,6 +155,7 @@ var victims = map[string]victimSpec{
 	"tree":            {"tree.c", []string{"-O1", "-g"}},
 	"tree_session":    {"tree_session.c", []string{"-O1", "-g"}},
 	"tree_stopped":    {"tree_stopped.c", []string{"-O1", "-g", "-pthread"}},
+	"tree_vfork":      {"tree_vfork.c", []string{"-O1", "-g"}},
 	"miscstate":       {"miscstate.c", []string{"-O1", "-g"}},
 	"ringjob":         {"ringjob.c", []string{"-O2", "-g"}},
 	"mem_shared":      {"mem_shared.c", []string{"-O1", "-g"}},

@@ -128,9 +128,11 @@ func seizeTask(tid int) (*task, error) {
 		return nil, err
 	}
 	t := &task{tid: tid}
+	deadline := time.Now().Add(stopTimeout)
 	for {
-		st, err := ptrace.Wait(tid)
+		st, err := waitStop(tid, deadline)
 		if err != nil {
+			ptrace.Detach(tid, 0)
 			return nil, err
 		}
 		if st.Exited() {
@@ -156,6 +158,45 @@ func seizeTask(tid int) (*task, error) {
 		t.signals = append(t.signals, ptrace.Signal{Sig: st.Sig(), Info: info})
 		if err := ptrace.Cont(tid, 0); err != nil {
 			return nil, err
+		}
+	}
+}
+
+// stopTimeout bounds the wait for a seized thread to stop: one that does
+// not is stuck in the kernel (an uninterruptible wait), and the dump fails
+// instead of hanging.
+const stopTimeout = 10 * time.Second
+
+// waitStop waits for a state change of tid until deadline: it polls, first
+// without sleeping (a seized thread usually stops within microseconds),
+// then with sleeps growing to a millisecond.
+func waitStop(tid int, deadline time.Time) (ptrace.Stop, error) {
+	sleep := time.Duration(0)
+	for i := 0; ; i++ {
+		var ws unix.WaitStatus
+		got, err := unix.Wait4(tid, &ws, unix.WALL|unix.WNOHANG, nil)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return ptrace.Stop{}, fmt.Errorf("wait %d: %w", tid, err)
+		case got == tid:
+			st := ptrace.Stop{Status: ws}
+			if ws.Stopped() {
+				st.Event = int(ws>>16) & 0xff
+			}
+			return st, nil
+		}
+		if time.Now().After(deadline) {
+			state := "?"
+			if s, err := proc.ReadStat(tid, 0); err == nil {
+				state = string(s.State)
+			}
+			return ptrace.Stop{}, fmt.Errorf("thread %d did not stop within %v (state %s: stuck in the kernel): %w", tid, stopTimeout, state, ErrUnsupported)
+		}
+		if i > 200 {
+			sleep = min(max(2*sleep, 20*time.Microsecond), time.Millisecond)
+			time.Sleep(sleep)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -64,6 +65,10 @@ func (t *tree) freeze(root int) error {
 			t.members = append(t.members, m)
 			continue
 		}
+		if err := sharedVM(pid, st, pid == root); err != nil {
+			t.release()
+			return err
+		}
 		if m.fz, err = freeze(pid); err != nil {
 			if errors.Is(err, unix.ESRCH) && pid != root {
 				if st, err2 := proc.ReadStat(pid, 0); err2 == nil && st.State == 'Z' {
@@ -82,6 +87,31 @@ func (t *tree) freeze(root int) error {
 			return fmt.Errorf("process %d: list children: %w", pid, err)
 		}
 		queue = append(queue, kids...)
+	}
+	return nil
+}
+
+// sharedVM refuses a process that shares its memory with another process
+// (not a thread of it): a parent waiting in vfork() for its child, which
+// runs in the parent's memory until it calls exec or exits, or a
+// clone(CLONE_VM) child. Such a parent cannot even be stopped until then:
+// the refusal comes before anything is seized.
+func sharedVM(pid int, st *proc.Stat, root bool) error {
+	kids, err := proc.Children(pid)
+	if err != nil {
+		return nil // gone meanwhile: freeze says so
+	}
+	for _, kid := range kids {
+		if same, _ := sys.SameVM(sys.PID(pid), sys.PID(kid)); same {
+			return fmt.Errorf("process %d (%s): its child %d shares its memory (a vfork() child before it calls exec or exits, or clone(CLONE_VM)): cannot be dumped; retry once the child has called exec or exited: %w",
+				pid, st.Comm, kid, ErrUnsupported)
+		}
+	}
+	if root && st.PPID > 0 {
+		if same, _ := sys.SameVM(sys.PID(pid), sys.PID(st.PPID)); same {
+			return fmt.Errorf("process %d (%s) shares the memory of its parent %d (a vfork() child before it calls exec or exits, or clone(CLONE_VM)): cannot be dumped: %w",
+				pid, st.Comm, st.PPID, ErrUnsupported)
+		}
 	}
 	return nil
 }

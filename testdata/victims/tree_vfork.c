@@ -1,0 +1,89 @@
+/*
+ * tree_vfork: a parent waiting in vfork() (usage: tree_vfork LOG).
+ *
+ * The root R forks P, which blocks SIGUSR1 and calls vfork(): its child C
+ * writes "vfork child c=C p=P" to the log and waits for SIGUSR1 with raw
+ * system calls only (it runs on P's memory and stack), then exits 0. P,
+ * which could not run meanwhile, then writes "vfork done c=C", reaps C and
+ * sleeps. R writes "start pid=R p=P", then "tick N" every 20 ms
+ * (victim.h); its check verifies that P is alive.
+ */
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "victim.h"
+
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+static pid_t p;
+static char line[64] = "vfork child c=";
+
+static int check(char *why, size_t len)
+{
+	if (kill(p, 0) < 0)
+		return snprintf(why, len, "P %d gone", p), -1;
+	return 0;
+}
+
+/* utoa appends n in decimal at s and returns the end. */
+static char *utoa(char *s, unsigned long n)
+{
+	char d[24];
+	int k = 0;
+	do
+		d[k++] = '0' + n % 10;
+	while (n /= 10);
+	while (k)
+		*s++ = d[--k];
+	return s;
+}
+
+static void run_p(void)
+{
+	sigset_t usr1;
+	sigemptyset(&usr1);
+	sigaddset(&usr1, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &usr1, NULL);
+	pid_t c = vfork();
+	if (c == 0) {
+		/* raw system calls only: this is P's memory and stack */
+		char *e = utoa(line + strlen("vfork child c="), syscall(SYS_getpid));
+		memcpy(e, " p=", 3);
+		e = utoa(e + 3, syscall(SYS_getppid));
+		*e++ = '\n';
+		syscall(SYS_write, log_fd, line, e - line);
+		struct timespec forever = {3600, 0};
+		while (syscall(SYS_rt_sigtimedwait, &usr1, NULL, &forever, 8) != SIGUSR1)
+			;
+		syscall(SYS_exit, 0);
+	}
+	if (c < 0)
+		die("vfork");
+	vlog("vfork done c=%d", c);
+	waitpid(c, NULL, 0);
+	for (;;)
+		pause();
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s LOG\n", argv[0]);
+		return 2;
+	}
+	log_fd = open(argv[1], O_WRONLY | O_CREAT | O_APPEND, 0644);
+	if (log_fd < 0)
+		die(argv[1]);
+	if ((p = fork()) < 0)
+		die("fork");
+	if (p == 0)
+		run_p();
+	close(log_fd);
+	char extra[32];
+	snprintf(extra, sizeof extra, "p=%d", p);
+	victim_start(argc, argv, 1, "LOG", O_WRONLY | O_APPEND, extra);
+	for (;;) {
+		vlog("tick %lu", ++ticks);
+		victim_sleep(20);
+		victim_poll(check);
+	}
+}
