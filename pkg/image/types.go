@@ -195,6 +195,9 @@ type Socket struct {
 	Ino      uint32 `json:"ino,omitempty"`
 	Peer     uint32 `json:"peer,omitempty"`
 	RecvMsgs []int  `json:"recv_msgs,omitempty"`
+	// RecvFrom are the names of the senders of RecvMsgs, when one of
+	// them has a name (a datagram socket receiving from several).
+	RecvFrom []string `json:"recv_from,omitempty"`
 }
 
 // SockOpt is a socket option: an integer Value, or the bytes getsockopt

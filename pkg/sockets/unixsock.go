@@ -1,0 +1,352 @@
+package sockets
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
+)
+
+// UnixMsg is a message queued in a UNIX socket: its bytes, and the name of
+// the socket that sent it as recvfrom gives it ("" unnamed).
+type UnixMsg struct {
+	Data []byte
+	From string
+}
+
+// maxUnixMsg is the largest datagram the dump reads.
+const maxUnixMsg = 4 << 20
+
+// DescribeUnix saves a UNIX socket (one of ckpt's fds) whose inode is ino:
+// bound, listening or neither; one end of a connection whose other end is
+// in the dump (inTree) or was closed; its options, shutdown state and the
+// messages in its receive queue (never consumed). It refuses, naming
+// them, connections to sockets outside the dump, connections waiting in a
+// listener's queue, file descriptors in flight (SCM_RIGHTS), and a
+// datagram socket connected one way to another socket of the dump.
+func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint32) bool) (*image.Socket, []UnixMsg, error) {
+	u, ok := all[ino]
+	if !ok {
+		return nil, nil, fmt.Errorf("UNIX socket %d not found by sock_diag: %w", ino, ErrState)
+	}
+	s := &image.Socket{Family: unix.AF_UNIX, Type: u.Type, Ino: ino, Local: u.Name, Shutdown: u.Shutdown}
+	switch {
+	case u.State == UnixListenState:
+		if u.Pending > 0 {
+			return nil, nil, fmt.Errorf("UNIX socket %s with %d connections not accepted yet: %w", u.Name, u.Pending, ErrAcceptQueue)
+		}
+		s.State, s.Backlog = StateListen, u.Backlog
+	case u.State == StateEstablished && u.Peer == 0:
+		// The peer was closed: sock_diag no longer knows its inode.
+		s.State, s.PeerClosed = StateEstablished, true
+	case u.State == StateEstablished:
+		p := all[u.Peer]
+		if !inTree(u.Peer) {
+			return nil, nil, fmt.Errorf("UNIX socket connected to socket %d %q of a process outside the dump: %w", u.Peer, p.Name, ErrState)
+		}
+		if p.Peer != ino {
+			return nil, nil, fmt.Errorf("UNIX datagram socket connected one way to socket %d %q of the dump: %w", u.Peer, p.Name, ErrState)
+		}
+		s.State, s.Peer = StateEstablished, u.Peer
+	}
+	var err error
+	if s.Options, err = ReadOptions(fd, unix.AF_UNIX, u.Type, 0, false); err != nil {
+		return nil, nil, err
+	}
+	if u.State == UnixListenState || u.Type != unix.SOCK_DGRAM && u.State != StateEstablished {
+		return s, nil, nil // no queue: a stream socket that is not connected
+	}
+	msgs, err := peekUnix(fd, u.Type)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(msgs) > 0 && u.State != StateEstablished && u.Name == "" {
+		return nil, nil, fmt.Errorf("messages queued on an unbound, unconnected UNIX socket: %w", ErrState)
+	}
+	return s, msgs, nil
+}
+
+// peekUnix reads the receive queue of a UNIX socket without consuming it:
+// a stream's bytes as one message, datagram or seqpacket messages one by
+// one with their senders (SO_PEEK_OFF). It never blocks. SO_PASSCRED is on
+// while it reads: every message then carries credentials, which tells an
+// empty message from the end of a shut down seqpacket queue. The
+// program's SO_PEEK_OFF and SO_PASSCRED are put back.
+func peekUnix(fd, typ int) ([]UnixMsg, error) {
+	for _, o := range []struct{ name, val int }{{unix.SO_PEEK_OFF, 0}, {unix.SO_PASSCRED, 1}} {
+		old, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, o.name)
+		if err != nil {
+			return nil, fmt.Errorf("getsockopt %d: %w", o.name, err)
+		}
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, o.name, o.val); err != nil {
+			return nil, fmt.Errorf("setsockopt %d: %w", o.name, err)
+		}
+		defer unix.SetsockoptInt(fd, unix.SOL_SOCKET, o.name, old)
+	}
+	var out []UnixMsg
+	buf := make([]byte, maxUnixMsg)
+	oob := make([]byte, unix.CmsgSpace(253*4)+unix.CmsgSpace(unix.SizeofUcred))
+	for {
+		n, oobn, flags, from, err := unix.Recvmsg(fd, buf, oob, unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+		if err == unix.EAGAIN {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("peek the queue: %w", err)
+		}
+		if flags&unix.MSG_TRUNC != 0 {
+			return nil, fmt.Errorf("a queued message larger than %d bytes: %w", maxUnixMsg, ErrState)
+		}
+		creds, rights := false, false
+		if cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+			for _, c := range cmsgs {
+				if c.Header.Level != unix.SOL_SOCKET {
+					continue
+				}
+				switch c.Header.Type {
+				case unix.SCM_CREDENTIALS:
+					creds = true
+				case unix.SCM_RIGHTS:
+					rights = true
+					if fds, err := unix.ParseUnixRights(&c); err == nil {
+						for _, f := range fds {
+							unix.Close(f)
+						}
+					}
+				}
+			}
+		}
+		if rights {
+			return nil, fmt.Errorf("file descriptors in flight in the queue (SCM_RIGHTS) cannot be restored: %w", ErrState)
+		}
+		if n == 0 && (typ == unix.SOCK_STREAM || !creds) {
+			break // end of a shut down queue
+		}
+		m := UnixMsg{Data: append([]byte(nil), buf[:n]...)}
+		if sa, ok := from.(*unix.SockaddrUnix); ok && typ == unix.SOCK_DGRAM {
+			m.From = sa.Name
+		}
+		out = append(out, m)
+	}
+	if typ == unix.SOCK_STREAM && len(out) > 1 {
+		var all []byte
+		for _, m := range out {
+			all = append(all, m.Data...)
+		}
+		out = []UnixMsg{{Data: all}}
+	}
+	return out, nil
+}
+
+// UnixPair rebuilds two connected UNIX sockets of the dump, a and b, with
+// their options, the messages queued for each (qa for a, sent by b) and
+// their shutdown state.
+func UnixPair(a, b *image.Socket, qa, qb []UnixMsg) (int, int, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("socketpair: %w", err)
+	}
+	if err := buildPair(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return -1, -1, err
+	}
+	return fds[0], fds[1], nil
+}
+
+func buildPair(fds [2]int, s [2]*image.Socket, q [2][]UnixMsg) error {
+	for i := range fds {
+		if s[i] == nil {
+			continue
+		}
+		if err := setOptions(fds[i], s[i].Options, early, nil); err != nil {
+			return err
+		}
+	}
+	for i := range fds {
+		if err := fillUnix(fds[1-i], fds[i], q[i], func(m UnixMsg) error { return sendNow(fds[1-i], m.Data, nil) }); err != nil {
+			return err
+		}
+	}
+	for i := range fds {
+		if s[i] == nil {
+			continue
+		}
+		if err := finishUnix(fds[i], s[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fillUnix refills the receive queue of to with msgs, sent by send (from
+// the socket from, -1 for temporary senders), with buffers raised so that
+// nothing blocks; the saved sizes are set back by finishUnix.
+func fillUnix(from, to int, msgs []UnixMsg, send func(UnixMsg) error) error {
+	total := 0
+	for _, m := range msgs {
+		total += len(m.Data) + 1024
+	}
+	if total == 0 {
+		return nil
+	}
+	if from >= 0 {
+		if err := raiseBuffers(from, total, 0); err != nil {
+			return err
+		}
+	}
+	if err := raiseBuffers(to, 0, total); err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if err := send(m); err != nil {
+			return fmt.Errorf("refill the queue: %w", err)
+		}
+	}
+	return nil
+}
+
+// finishUnix sets the late options of a rebuilt socket (buffers back to
+// their saved sizes) and its shutdown state.
+func finishUnix(fd int, s *image.Socket) error {
+	if err := setOptions(fd, mergeOptions(freshBuffers(s.Type), s.Options), late, nil); err != nil {
+		return err
+	}
+	if !s.PeerClosed {
+		return shutdown(fd, s.Shutdown)
+	}
+	return nil
+}
+
+// freshBuffers are the buffer sizes of a new UNIX socket, to put back
+// after a refill raised them.
+func freshBuffers(typ int) []image.SockOpt {
+	fd, err := unix.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil
+	}
+	defer unix.Close(fd)
+	return bufferSizes(fd)
+}
+
+// sendNow sends a message without blocking, to the socket's peer or to.
+func sendNow(fd int, b []byte, to unix.Sockaddr) error {
+	for {
+		n, err := unix.SendmsgN(fd, b, nil, to, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if to != nil || n == len(b) {
+			return nil
+		}
+		b = b[n:]
+	}
+}
+
+// OpenUnix builds a UNIX socket that is not one end of a pair of the dump:
+// bound to its name (a stale socket file of the dead process is
+// replaced), listening with its backlog, or a datagram socket whose queued
+// messages are sent to it again from their senders' names; or a connected
+// socket whose peer was closed (a pair whose other end is closed once the
+// queue is refilled).
+func OpenUnix(s *image.Socket, queue []UnixMsg) (int, error) {
+	if s.PeerClosed {
+		fds, err := unix.Socketpair(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return -1, fmt.Errorf("socketpair: %w", err)
+		}
+		err = buildPair(fds, [2]*image.Socket{s, nil}, [2][]UnixMsg{queue, nil})
+		unix.Close(fds[1])
+		if err != nil {
+			unix.Close(fds[0])
+			return -1, err
+		}
+		return fds[0], nil
+	}
+	fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("socket: %w", err)
+	}
+	if err := openUnix(fd, s, queue); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+func openUnix(fd int, s *image.Socket, queue []UnixMsg) error {
+	if err := setOptions(fd, s.Options, early, nil); err != nil {
+		return err
+	}
+	if s.Local != "" {
+		if s.Local[0] != '@' {
+			var st unix.Stat_t
+			if unix.Lstat(s.Local, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+				unix.Unlink(s.Local)
+			}
+		}
+		if err := unix.Bind(fd, unixAddr(s.Local)); err != nil {
+			return fmt.Errorf("bind %s: %w", s.Local, err)
+		}
+	}
+	if s.State == StateListen {
+		if err := unix.Listen(fd, max(s.Backlog, 1)); err != nil {
+			return fmt.Errorf("listen: %w", err)
+		}
+	}
+	if len(queue) > 0 {
+		if s.Local == "" || s.Type == unix.SOCK_STREAM {
+			return fmt.Errorf("queued data on an unconnected socket: %w", ErrState)
+		}
+		to := unixAddr(s.Local)
+		if err := fillUnix(-1, fd, queue, func(m UnixMsg) error { return sendFrom(s.Type, m, to) }); err != nil {
+			return err
+		}
+	}
+	return finishUnix(fd, s)
+}
+
+// sendFrom sends a datagram to to from a temporary socket bound to the
+// original sender's name, so that recvfrom gives the same name. A path
+// name taken by a socket file is moved aside while the temporary socket
+// binds it.
+func sendFrom(typ int, m UnixMsg, to unix.Sockaddr) error {
+	tmp, err := unix.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(tmp)
+	if m.From != "" {
+		if m.From[0] == '@' {
+			if err := unix.Bind(tmp, unixAddr(m.From)); err != nil {
+				return fmt.Errorf("bind the sender's name %s: %w", m.From, err)
+			}
+		} else {
+			aside := ""
+			if _, err := os.Lstat(m.From); err == nil {
+				aside = m.From + ".ckpt-aside-" + strconv.Itoa(os.Getpid())
+				if err := os.Rename(m.From, aside); err != nil {
+					return fmt.Errorf("move %s aside: %w", m.From, err)
+				}
+			}
+			err := unix.Bind(tmp, unixAddr(m.From))
+			defer func() {
+				if err == nil {
+					os.Remove(m.From)
+				}
+				if aside != "" {
+					os.Rename(aside, m.From)
+				}
+			}()
+			if err != nil {
+				return fmt.Errorf("bind the sender's name %s: %w", m.From, err)
+			}
+		}
+	}
+	return sendNow(tmp, m.Data, to)
+}

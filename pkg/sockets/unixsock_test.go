@@ -1,0 +1,259 @@
+package sockets
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
+)
+
+func inode(t *testing.T, fd int) uint32 {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		t.Fatal(err)
+	}
+	return uint32(st.Ino)
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// saved is a UNIX socket as the dump saw it, and what the test expects of
+// its copy.
+type saved struct {
+	s     *image.Socket
+	msgs  []UnixMsg
+	opts  map[string]image.SockOpt
+	shut  int
+	local string
+}
+
+func describeAll(t *testing.T, fds []int) []saved {
+	t.Helper()
+	all, err := UnixSockets()
+	must(t, err)
+	in := map[uint32]bool{}
+	for _, fd := range fds {
+		in[inode(t, fd)] = true
+	}
+	var out []saved
+	for _, fd := range fds {
+		ino := inode(t, fd)
+		want := readAll(t, fd)
+		s, msgs, err := DescribeUnix(fd, ino, all, func(i uint32) bool { return in[i] })
+		must(t, err)
+		out = append(out, saved{s, msgs, want, all[ino].Shutdown, all[ino].Name})
+	}
+	return out
+}
+
+// checkCopy compares a rebuilt socket with what was saved.
+func checkCopy(t *testing.T, fd int, sv saved) {
+	t.Helper()
+	compareAll(t, sv.opts, readAll(t, fd))
+	all, err := UnixSockets()
+	must(t, err)
+	if got := all[inode(t, fd)].Shutdown; got != sv.shut {
+		t.Errorf("shutdown %d, want %d", got, sv.shut)
+	}
+}
+
+// readMsgs reads what a rebuilt socket has queued, with the senders.
+func readMsgs(t *testing.T, fd, typ int) []string {
+	t.Helper()
+	var out []string
+	buf := make([]byte, 1<<16)
+	for {
+		n, _, _, from, err := unix.Recvmsg(fd, buf, nil, unix.MSG_DONTWAIT)
+		if err == unix.EAGAIN || err == unix.EINVAL && typ == unix.SOCK_STREAM {
+			return out // an empty queue, or a stream socket never connected
+		}
+		must(t, err)
+		name := ""
+		if sa, ok := from.(*unix.SockaddrUnix); ok {
+			name = sa.Name
+		}
+		if n == 0 && typ == unix.SOCK_STREAM {
+			return append(out, "EOF")
+		}
+		if typ == unix.SOCK_DGRAM {
+			out = append(out, fmt.Sprintf("%s<%s", buf[:n], name))
+		} else {
+			out = append(out, string(buf[:n]))
+		}
+		if n == 0 && len(out) > 10 {
+			return append(out, "...")
+		}
+	}
+}
+
+// TestUnixSockets saves UNIX sockets in the states a program leaves them
+// in, rebuilds them after closing the originals, and checks options,
+// shutdown state and queued messages (with their senders).
+func TestUnixSockets(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root (SO_*BUFFORCE)")
+	}
+	dir := t.TempDir()
+	tests := []struct {
+		name string
+		// make returns the sockets to save and the messages each
+		// rebuilt socket must then read.
+		make func(t *testing.T) ([]int, int, [][]string)
+	}{
+		{"stream pair, options, SHUT_WR", func(t *testing.T) ([]int, int, [][]string) {
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+			must(t, err)
+			must(t, unix.SetsockoptInt(fds[0], unix.SOL_SOCKET, unix.SO_PASSCRED, 1))
+			must(t, unix.SetsockoptInt(fds[1], unix.SOL_SOCKET, unix.SO_SNDBUF, 50000))
+			must(t, unix.SetsockoptInt(fds[1], unix.SOL_SOCKET, unix.SO_PEEK_OFF, 2))
+			must(t, sendNow(fds[0], []byte("to b"), nil))
+			must(t, sendNow(fds[1], []byte("to a"), nil))
+			must(t, unix.Shutdown(fds[0], unix.SHUT_WR))
+			return fds[:], unix.SOCK_STREAM, [][]string{{"to a"}, {"to b", "EOF"}}
+		}},
+		{"seqpacket pair, empty message", func(t *testing.T) ([]int, int, [][]string) {
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET, 0)
+			must(t, err)
+			for _, m := range []string{"one", "", "three"} {
+				must(t, sendNow(fds[1], []byte(m), nil))
+			}
+			return fds[:], unix.SOCK_SEQPACKET, [][]string{{"one", "", "three"}, nil}
+		}},
+		{"seqpacket, peer closed", func(t *testing.T) ([]int, int, [][]string) {
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET, 0)
+			must(t, err)
+			must(t, sendNow(fds[1], []byte("last words"), nil))
+			unix.Close(fds[1])
+			return fds[:1], unix.SOCK_SEQPACKET, [][]string{{"last words", "", "", "", "", "", "", "", "", "", "", "..."}}
+		}},
+		{"stream, peer closed", func(t *testing.T) ([]int, int, [][]string) {
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+			must(t, err)
+			must(t, sendNow(fds[1], []byte("bye"), nil))
+			unix.Close(fds[1])
+			return fds[:1], unix.SOCK_STREAM, [][]string{{"bye", "EOF"}}
+		}},
+		{"datagram, several senders", func(t *testing.T) ([]int, int, [][]string) {
+			srv, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+			must(t, err)
+			name := fmt.Sprintf("@ckpt-test-srv-%d", time.Now().UnixNano())
+			must(t, unix.Bind(srv, unixAddr(name)))
+			abs := fmt.Sprintf("@ckpt-test-cli-%d", time.Now().UnixNano())
+			path := filepath.Join(dir, "cli")
+			var want []string
+			for i, from := range []string{"", abs, path} {
+				c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM, 0)
+				must(t, err)
+				if from != "" {
+					must(t, unix.Bind(c, unixAddr(from)))
+				}
+				must(t, unix.Sendto(c, []byte(fmt.Sprint("m", i)), 0, unixAddr(name)))
+				unix.Close(c)
+				want = append(want, fmt.Sprintf("m%d<%s", i, from))
+			}
+			os.Remove(path)
+			return []int{srv}, unix.SOCK_DGRAM, [][]string{want}
+		}},
+		{"unconnected stream", func(t *testing.T) ([]int, int, [][]string) {
+			a, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+			must(t, err)
+			b, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+			must(t, err)
+			must(t, unix.Bind(b, unixAddr(filepath.Join(dir, "bound"))))
+			must(t, unix.Shutdown(b, unix.SHUT_RD))
+			return []int{a, b}, unix.SOCK_STREAM, [][]string{nil, nil}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fds, typ, want := tt.make(t)
+			sv := describeAll(t, fds)
+			for _, fd := range fds {
+				unix.Close(fd)
+			}
+			var rebuilt []int
+			if len(sv) == 2 && sv[0].s.Peer != 0 {
+				a, b, err := UnixPair(sv[0].s, sv[1].s, sv[0].msgs, sv[1].msgs)
+				must(t, err)
+				rebuilt = []int{a, b}
+			} else {
+				for _, v := range sv {
+					fd, err := OpenUnix(v.s, v.msgs)
+					must(t, err)
+					rebuilt = append(rebuilt, fd)
+				}
+			}
+			for i, fd := range rebuilt {
+				defer unix.Close(fd)
+				checkCopy(t, fd, sv[i])
+				if sv[i].s.PeerClosed || sv[i].s.Peer == 0 {
+					if sa, err := unix.Getsockname(fd); err == nil && sv[i].local != "" {
+						if got := sa.(*unix.SockaddrUnix).Name; got != sv[i].local {
+							t.Errorf("socket %d: name %q, want %q", i, got, sv[i].local)
+						}
+					}
+				}
+				unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, -1)
+				if got := readMsgs(t, fd, typ); strings.Join(got, "|") != strings.Join(want[i], "|") {
+					t.Errorf("socket %d read %q, want %q", i, got, want[i])
+				}
+			}
+		})
+	}
+}
+
+// TestUnixRefused checks the UNIX sockets the dump refuses, by name.
+func TestUnixRefused(t *testing.T) {
+	tests := []struct {
+		name  string
+		make  func(t *testing.T) (fd int, inTree bool)
+		where string
+	}{
+		{"SCM_RIGHTS in flight", func(t *testing.T) (int, bool) {
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+			must(t, err)
+			must(t, unix.Sendmsg(fds[1], []byte("x"), unix.UnixRights(0), nil, 0))
+			return fds[0], true
+		}, "SCM_RIGHTS"},
+		{"peer outside the dump", func(t *testing.T) (int, bool) {
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+			must(t, err)
+			return fds[0], false
+		}, "outside the dump"},
+		{"accept queue", func(t *testing.T) (int, bool) {
+			l, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+			must(t, err)
+			name := fmt.Sprintf("@ckpt-test-l-%d", time.Now().UnixNano())
+			must(t, unix.Bind(l, unixAddr(name)))
+			must(t, unix.Listen(l, 4))
+			c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+			must(t, err)
+			must(t, unix.Connect(c, unixAddr(name)))
+			return l, true
+		}, "not accepted yet"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fd, in := tt.make(t)
+			defer unix.Close(fd)
+			all, err := UnixSockets()
+			must(t, err)
+			_, _, err = DescribeUnix(fd, inode(t, fd), all, func(uint32) bool { return in })
+			if !errors.Is(err, ErrState) || !strings.Contains(err.Error(), tt.where) {
+				t.Fatalf("DescribeUnix: %v, want a refusal naming %q", err, tt.where)
+			}
+		})
+	}
+}
