@@ -160,6 +160,7 @@ var victims = map[string]victimSpec{
 	"ringjob":         {"ringjob.c", []string{"-O2", "-g"}},
 	"mem_shared":      {"mem_shared.c", []string{"-O1", "-g"}},
 	"mem_contents":    {"mem_contents.c", []string{"-O1", "-g"}},
+	"mem_sysv":        {"mem_sysv.c", []string{"-O1", "-g"}},
 }
 
 // victimHeaders are included by the C victims and so part of the cache key.

@@ -203,6 +203,9 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 	if err := shm.unreachable(); err != nil {
 		return nil, err
 	}
+	if err := checkSysV(t.members); err != nil {
+		return nil, err
+	}
 	opts.fault(PhaseCollected)
 	root := t.members[0].p
 	hdr, err := header(pid, root)

@@ -50,7 +50,7 @@ func wantPages(v *image.VMA) (want bool, onlyAnon bool) {
 			return false, false // the file holds it
 		}
 		return true, true
-	case image.VMAShmAnon:
+	case image.VMAShmAnon, image.VMASysVShm:
 		return true, false
 	}
 	return true, false
@@ -75,7 +75,7 @@ func planMemory(pid int, vmas []image.VMA, shm shmObjects) (*memPlan, error) {
 		if !want {
 			continue
 		}
-		if v.Kind == image.VMAShmAnon {
+		if v.Kind == image.VMAShmAnon || v.Kind == image.VMASysVShm {
 			o, err := shm.object(pid, v)
 			if err != nil {
 				return nil, err

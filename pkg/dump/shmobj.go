@@ -28,13 +28,21 @@ type shmObject struct {
 	where string
 }
 
-// shmObjects holds the shared memory objects of a tree by inode.
-type shmObjects map[uint64]*shmObject
+// shmKey names a shared memory object: a SysV segment's inode number is
+// its id, which may equal another shmem inode's number.
+type shmKey struct {
+	sysv bool
+	ino  uint64
+}
+
+// shmObjects holds the shared memory objects of a tree.
+type shmObjects map[shmKey]*shmObject
 
 // object returns the object behind the VMA of pid, reading its layout the
 // first time.
 func (s shmObjects) object(pid int, v *image.VMA) (*shmObject, error) {
-	if o, ok := s[v.ShmID]; ok {
+	key := shmKey{v.Kind == image.VMASysVShm, v.ShmID}
+	if o, ok := s[key]; ok {
 		return o, nil
 	}
 	o := &shmObject{ino: v.ShmID, where: fmt.Sprintf("process %d mapping %#x-%#x", pid, v.Start, v.End)}
@@ -49,13 +57,19 @@ func (s shmObjects) object(pid int, v *image.VMA) (*shmObject, error) {
 		return nil, fmt.Errorf("mapping %#x-%#x: shared memory object layout: %w", v.Start, v.End, err)
 	}
 	o.planned = make([]uint64, (size/pageSize+63)/64)
-	s[v.ShmID] = o
+	s[key] = o
 	return o, nil
 }
 
 // dataRanges lists the ranges of a file holding data, up to size, page
-// aligned.
+// aligned. A file whose lseek does not know SEEK_DATA (a SysV segment's:
+// noop_llseek) is all data.
 func dataRanges(fd int, size uint64) ([][2]uint64, error) {
+	h, errH := unix.Seek(fd, 0, unix.SEEK_HOLE)
+	d, errD := unix.Seek(fd, 0, unix.SEEK_DATA)
+	if errors.Is(errH, unix.EINVAL) || errH == nil && errD == nil && h == 0 && d == 0 && size > 0 {
+		return [][2]uint64{{0, (size + pageSize - 1) &^ (pageSize - 1)}}, nil
+	}
 	var out [][2]uint64
 	off := int64(0)
 	for uint64(off) < size {
@@ -69,6 +83,9 @@ func dataRanges(fd int, size uint64) ([][2]uint64, error) {
 		h, err := unix.Seek(fd, d, unix.SEEK_HOLE)
 		if err != nil {
 			return nil, fmt.Errorf("SEEK_HOLE at %d: %w", d, err)
+		}
+		if h <= d || d < off {
+			return nil, fmt.Errorf("lseek gives data at %d and a hole at %d after %d", d, h, off)
 		}
 		lo := uint64(d) &^ (pageSize - 1)
 		hi := min((uint64(h)+pageSize-1)&^(pageSize-1), size)
@@ -111,13 +128,13 @@ func (o *shmObject) plan(v *image.VMA, plan *memPlan) {
 // no mapping of the tree covers: it could be read back only through
 // /proc/PID/map_files, and a restore could not put it anywhere.
 func (s shmObjects) unreachable() error {
-	inos := make([]uint64, 0, len(s))
-	for ino := range s {
-		inos = append(inos, ino)
+	keys := make([]shmKey, 0, len(s))
+	for k := range s {
+		keys = append(keys, k)
 	}
-	sort.Slice(inos, func(i, j int) bool { return inos[i] < inos[j] })
-	for _, ino := range inos {
-		o := s[ino]
+	sort.Slice(keys, func(i, j int) bool { return keys[i].ino < keys[j].ino || keys[i].ino == keys[j].ino && !keys[i].sysv })
+	for _, k := range keys {
+		o := s[k]
 		for _, d := range o.data {
 			for off := d[0]; off < d[1]; off += pageSize {
 				pg := off / pageSize

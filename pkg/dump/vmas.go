@@ -62,8 +62,10 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 			if v.Shared {
 				v.Kind = image.VMAShmAnon
 			}
-		case v.Shared && (strings.HasPrefix(m.Path, "/dev/zero") || strings.HasPrefix(m.Path, "/SYSV")):
+		case v.Shared && strings.HasPrefix(m.Path, "/dev/zero"):
 			v.Kind = image.VMAShmAnon
+		case v.Shared && strings.HasPrefix(m.Path, "/SYSV"):
+			v.Kind = image.VMASysVShm
 		case m.VmFlags["io"] || m.VmFlags["pf"]:
 			return fmt.Errorf("mapping %#x-%#x %s is device memory: %w", m.Start, m.End, m.Path, ErrUnsupported)
 		case m.Inode != 0:
@@ -84,7 +86,7 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 		default:
 			return fmt.Errorf("mapping %#x-%#x %q: unknown kind: %w", m.Start, m.End, m.Path, ErrUnsupported)
 		}
-		if v.Kind == image.VMAShmAnon {
+		if v.Kind == image.VMAShmAnon || v.Kind == image.VMASysVShm {
 			// The shared memory object: processes of the tree that map
 			// the same one share it again after restore.
 			var st syscall.Stat_t
@@ -94,6 +96,11 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 			}
 			v.ShmID = st.Ino
 			v.ShmSize = st.Size
+		}
+		if v.Kind == image.VMASysVShm {
+			if err := sysvAttachment(&v, m); err != nil {
+				return fmt.Errorf("mapping %#x-%#x %s: %w", m.Start, m.End, m.Path, err)
+			}
 		}
 		p.VMAs = append(p.VMAs, v)
 	}
@@ -145,4 +152,25 @@ func statRef(path string, st *syscall.Stat_t) image.FileRef {
 		Path: path, Dev: st.Dev, Ino: st.Ino, Size: st.Size,
 		MtimeNs: st.Mtim.Sec*1e9 + st.Mtim.Nsec, Mode: st.Mode,
 	}
+}
+
+// sysvAttachment describes the System V shared memory segment v attaches
+// (the inode of a SysV mapping is the segment id). Only whole, writable
+// attachments are restored (shmat at the same address).
+func sysvAttachment(v *image.VMA, m proc.Mapping) error {
+	s, _, err := sysvShm(v.ShmID)
+	if err != nil {
+		return fmt.Errorf("SysV shared memory: %w", err)
+	}
+	v.SysV = s
+	pages := (s.Size + pageSize - 1) &^ (pageSize - 1)
+	if v.Offset != 0 || v.Len() != pages {
+		return fmt.Errorf("SysV shared memory segment %d (key %#x) attached in part (offset %#x, %d of %d bytes): cannot be restored: %w",
+			s.ID, uint32(s.Key), v.Offset, v.Len(), pages, ErrUnsupported)
+	}
+	if !m.VmFlags["mw"] {
+		return fmt.Errorf("SysV shared memory segment %d (key %#x) attached read-only (SHM_RDONLY): cannot be restored: %w",
+			s.ID, uint32(s.Key), ErrUnsupported)
+	}
+	return nil
 }

@@ -94,11 +94,12 @@ type VMAKind string
 
 // VMA kinds.
 const (
-	VMAAnon       VMAKind = "anon" // anonymous private (incl. heap, stack)
-	VMAShmAnon    VMAKind = "shm"  // anonymous shared
-	VMAFile       VMAKind = "file" // backed by a file in Process.Mapped
-	VMAVDSO       VMAKind = "vdso" // [vdso]
-	VMAVvar       VMAKind = "vvar" // [vvar], [vvar_vclock]
+	VMAAnon       VMAKind = "anon"    // anonymous private (incl. heap, stack)
+	VMAShmAnon    VMAKind = "shm"     // anonymous shared
+	VMASysVShm    VMAKind = "sysvshm" // a System V shared memory attachment (shmat)
+	VMAFile       VMAKind = "file"    // backed by a file in Process.Mapped
+	VMAVDSO       VMAKind = "vdso"    // [vdso]
+	VMAVvar       VMAKind = "vvar"    // [vvar], [vvar_vclock]
 	VMAVsyscall   VMAKind = "vsyscall"
 	VMAHeap       VMAKind = "heap"
 	VMAStack      VMAKind = "stack"
@@ -127,6 +128,22 @@ type VMA struct {
 	// first mapping of each range. ShmSize is the object's size.
 	ShmID   uint64 `json:"shm_id,omitempty"`
 	ShmSize int64  `json:"shm_size,omitempty"`
+	// SysV describes the segment a VMASysVShm mapping attaches.
+	SysV *SysVShm `json:"sysv,omitempty"`
+}
+
+// SysVShm is a System V shared memory segment as /proc/sysvipc/shm shows
+// it. Its content is stored as the pages of the attachments (like
+// VMAShmAnon, ShmID being the segment id).
+type SysVShm struct {
+	Key  int32  `json:"key"`
+	ID   int    `json:"id"`
+	Mode uint32 `json:"mode"` // permissions, SHM_DEST, SHM_LOCKED
+	Size uint64 `json:"size"`
+	UID  uint32 `json:"uid"`
+	GID  uint32 `json:"gid"`
+	CUID uint32 `json:"cuid"`
+	CGID uint32 `json:"cgid"`
 }
 
 // Len is the VMA's size in bytes.

@@ -219,7 +219,7 @@ func mapProt(v *image.VMA) int {
 // mapVMAs maps every VMA of the image at its address; shared anonymous
 // memory last (see mapShared), once everything else is in place.
 func (b *builder) mapVMAs() error {
-	var shared []*image.VMA
+	var shared, sysv []*image.VMA
 	for i := range b.p.VMAs {
 		v := &b.p.VMAs[i]
 		if v.Start < b.gadget+gadgetSize && b.gadget < v.End {
@@ -236,6 +236,9 @@ func (b *builder) mapVMAs() error {
 		case image.VMAShmAnon:
 			shared = append(shared, v)
 			continue
+		case image.VMASysVShm:
+			sysv = append(sysv, v)
+			continue
 		case image.VMAFile:
 			fd, off = uint64(b.mapFD[v.File]), v.Offset
 		default:
@@ -248,7 +251,10 @@ func (b *builder) mapVMAs() error {
 			return err
 		}
 	}
-	return b.mapShared(shared)
+	if err := b.mapShared(shared); err != nil {
+		return err
+	}
+	return b.attachSysV(sysv)
 }
 
 // mapAt maps v at its address and gives it its advice.
@@ -261,6 +267,11 @@ func (b *builder) mapAt(v *image.VMA, flags int, fd, off uint64) error {
 	if ret != v.Start {
 		return fmt.Errorf("mmap %#x-%#x landed at %#x", v.Start, v.End, ret)
 	}
+	return b.advise(v)
+}
+
+// advise gives v its madvise(2) advice.
+func (b *builder) advise(v *image.VMA) error {
 	for _, a := range v.Advice {
 		ret, err := b.in.Syscall(unix.SYS_MADVISE, v.Start, v.Len(), uint64(a))
 		if err != nil {

@@ -29,6 +29,7 @@ type tree struct {
 	owned    []*os.File
 	fileFD   map[int]int          // File.ID -> fd in the new processes before dup3
 	shmSrc   map[uint64]shmSource // shared memory object -> where it was created
+	sysv     map[int]bool         // SysV segment id -> created by this restore
 	// inTarget opens, inside a process, the descriptions only it can
 	// open (File ID -> how); foreign marks descriptions the user gave
 	// (--inherit-fd, --shell-job, --stdio), left as they are.
@@ -118,8 +119,10 @@ func (t *tree) cleanup() {
 	t.conns = nil
 }
 
-// kill kills every process built so far.
+// kill kills every process built so far (and removes the SysV segments
+// made for them).
 func (t *tree) kill() {
+	defer t.removeSysV()
 	for _, b := range t.procs {
 		if b.target != 0 {
 			unix.Kill(b.target, unix.SIGKILL)
@@ -303,6 +306,9 @@ func (t *tree) build(pr *image.PagesReader) error {
 		}
 	}
 	if err := t.dropShmTemps(); err != nil {
+		return err
+	}
+	if err := t.sysvDone(); err != nil {
 		return err
 	}
 	t.opts.fault(PhaseMemory)

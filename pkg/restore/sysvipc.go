@@ -1,0 +1,161 @@
+package restore
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
+)
+
+const (
+	shmDest   = 0o1000 // SHM_DEST
+	shmLocked = 0o2000 // SHM_LOCKED
+	shmExec   = 0o100000
+	shmLock   = 11 // shmctl SHM_LOCK
+)
+
+// ErrSysV says a System V IPC object of the image cannot be had again.
+var ErrSysV = errors.New("SysV IPC object unavailable")
+
+// sysvSegment makes System V shared memory segment s available with its
+// old id, once per restore: the same segment if it still exists with the
+// same key and size and nobody attaches it (its content is cleared, the
+// image's is written back through the attachments), else a new one created
+// with the old id (through /proc/sys/kernel/shm_next_id). Anything else is
+// refused by name.
+func (t *tree) sysvSegment(s *image.SysVShm) error {
+	if t.sysv == nil {
+		t.sysv = map[int]bool{}
+	}
+	if _, done := t.sysv[s.ID]; done {
+		return nil
+	}
+	name := fmt.Sprintf("SysV shared memory segment %d (key %#x, %d bytes)", s.ID, uint32(s.Key), s.Size)
+	var ds unix.SysvShmDesc
+	_, err := unix.SysvShmCtl(s.ID, unix.IPC_STAT, &ds)
+	switch {
+	case err == nil:
+		if ds.Perm.Key != s.Key || ds.Segsz != s.Size || ds.Perm.Mode&shmDest != 0 {
+			return fmt.Errorf("%s: id %d now names another segment (key %#x, %d bytes): %w", name, s.ID, uint32(ds.Perm.Key), ds.Segsz, ErrSysV)
+		}
+		if ds.Nattch != 0 {
+			return fmt.Errorf("%s: still attached %d times by other processes: %w", name, ds.Nattch, ErrSysV)
+		}
+		if err := clearSegment(s.ID); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		t.sysv[s.ID] = false
+	case errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EIDRM):
+		if s.Key != 0 {
+			if id, err := unix.SysvShmGet(int(s.Key), 0, 0); err == nil {
+				return fmt.Errorf("%s: the key now names segment %d: %w", name, id, ErrSysV)
+			}
+		}
+		if err := os.WriteFile("/proc/sys/kernel/shm_next_id", []byte(strconv.Itoa(s.ID)), 0); err != nil {
+			return fmt.Errorf("%s: set shm_next_id: %w", name, err)
+		}
+		id, err := unix.SysvShmGet(int(s.Key), int(s.Size), unix.IPC_CREAT|unix.IPC_EXCL|int(s.Mode&0o777))
+		if err != nil {
+			return fmt.Errorf("%s: shmget: %w", name, err)
+		}
+		t.sysv[id] = true // removed again if the restore fails
+		if id != s.ID {
+			return fmt.Errorf("%s: created again with id %d (another segment took the id meanwhile): %w", name, id, ErrSysV)
+		}
+	default:
+		return fmt.Errorf("%s: IPC_STAT: %w", name, err)
+	}
+	if _, err := unix.SysvShmCtl(s.ID, unix.IPC_STAT, &ds); err != nil {
+		return fmt.Errorf("%s: IPC_STAT: %w", name, err)
+	}
+	locked := ds.Perm.Mode & shmLocked
+	ds.Perm.Uid, ds.Perm.Gid, ds.Perm.Mode = s.UID, s.GID, s.Mode&0o777
+	if _, err := unix.SysvShmCtl(s.ID, unix.IPC_SET, &ds); err != nil {
+		return fmt.Errorf("%s: IPC_SET: %w", name, err)
+	}
+	if s.Mode&shmLocked != 0 && locked == 0 {
+		if _, err := unix.SysvShmCtl(s.ID, shmLock, nil); err != nil {
+			return fmt.Errorf("%s: SHM_LOCK: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// clearSegment empties an existing segment (its pages become holes again,
+// as in a fresh one) before the image's content is written into it.
+func clearSegment(id int) error {
+	b, err := unix.SysvShmAttach(id, 0, 0)
+	if err != nil {
+		return fmt.Errorf("attach to clear it: %w", err)
+	}
+	defer unix.SysvShmDetach(b)
+	if err := unix.Madvise(b, unix.MADV_REMOVE); err != nil {
+		return fmt.Errorf("clear: %w", err)
+	}
+	return nil
+}
+
+// attachSysV attaches the System V shared memory segments of b at their
+// addresses (shmat, like the program did).
+func (b *builder) attachSysV(vs []*image.VMA) error {
+	for _, v := range vs {
+		s := v.SysV
+		if s == nil {
+			return fmt.Errorf("SysV mapping %#x-%#x without its segment: %w", v.Start, v.End, image.ErrCorrupt)
+		}
+		if err := b.t.sysvSegment(s); err != nil {
+			return err
+		}
+		flags := uint64(0)
+		if v.Prot&unix.PROT_EXEC != 0 {
+			flags |= shmExec
+		}
+		ret, err := b.call(fmt.Sprintf("shmat %d at %#x", s.ID, v.Start), unix.SYS_SHMAT, uint64(s.ID), v.Start, flags)
+		if err != nil {
+			return err
+		}
+		if ret != v.Start {
+			return fmt.Errorf("shmat %d landed at %#x, not %#x", s.ID, ret, v.Start)
+		}
+		if p := uint64(mapProt(v)); p != unix.PROT_READ|unix.PROT_WRITE|uint64(v.Prot&unix.PROT_EXEC) {
+			if _, err := b.call("mprotect", unix.SYS_MPROTECT, v.Start, v.Len(), p); err != nil {
+				return err
+			}
+		}
+		if err := b.advise(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// sysvDone marks the segments that were marked for removal (IPC_RMID)
+// while attached, once every process attaches them.
+func (t *tree) sysvDone() error {
+	seen := map[int]bool{}
+	for _, b := range t.procs {
+		for _, v := range b.p.VMAs {
+			if v.Kind != image.VMASysVShm || v.SysV == nil || seen[v.SysV.ID] || v.SysV.Mode&shmDest == 0 {
+				continue
+			}
+			seen[v.SysV.ID] = true
+			if _, err := unix.SysvShmCtl(v.SysV.ID, unix.IPC_RMID, nil); err != nil {
+				return fmt.Errorf("SysV shared memory segment %d: IPC_RMID: %w", v.SysV.ID, err)
+			}
+		}
+	}
+	return nil
+}
+
+// removeSysV removes the segments a failed restore created.
+func (t *tree) removeSysV() {
+	for id, created := range t.sysv {
+		if created {
+			unix.SysvShmCtl(id, unix.IPC_RMID, nil)
+		}
+	}
+	t.sysv = nil
+}

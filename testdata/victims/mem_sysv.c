@@ -1,0 +1,116 @@
+/*
+ * mem_sysv: System V shared memory (usage: mem_sysv LOG).
+ *
+ *   seg1  a segment with a key (from the pid), 3 pages + 100 bytes, mode
+ *         0640, filled with a pattern, attached by the root and, over
+ *         fork, by an "echo" child;
+ *   seg2  an IPC_PRIVATE page marked for removal (IPC_RMID) while
+ *         attached: it lives as long as the attachments.
+ *
+ * Start line: "start pid=P shmid=ID1 shmid2=ID2 echo=C". Ticks every
+ * 20 ms, bumping a counter in seg1. SIGUSR1: both segments have their ids,
+ * key, size, mode (SHM_DEST on seg2), owner and 2 attachments, their
+ * content, and the child echoes a token through seg1. SIGUSR2: the root
+ * kills the child, removes seg1, says bye.
+ */
+#include "victim.h"
+
+#include <sys/ipc.h>
+#include <sys/shm.h>
+#include <sys/wait.h>
+
+#define SIZE1 (3 * 4096 + 100)
+
+static int id1, id2;
+static key_t key1;
+static unsigned char *s1, *s2;
+static pid_t echo;
+
+struct ctl {
+	volatile uint64_t ticks, token, ack;
+};
+#define CTL ((struct ctl *)(s1 + 4096))
+
+static unsigned char pat(size_t i, int seg) { return (unsigned char)(mix64(i ^ ((uint64_t)seg << 32)) >> 7); }
+
+static int check_seg(int id, key_t key, size_t size, int dest, char *why, size_t len)
+{
+	struct shmid_ds ds;
+	if (shmctl(id, IPC_STAT, &ds) < 0)
+		return snprintf(why, len, "shmctl %d IPC_STAT: %s", id, strerror(errno)), -1;
+	if (ds.shm_perm.__key != key || ds.shm_segsz != size || (ds.shm_perm.mode & 0777) != 0640 ||
+	    !!(ds.shm_perm.mode & SHM_DEST) != dest || ds.shm_perm.uid != getuid() || ds.shm_nattch != 2)
+		return snprintf(why, len, "segment %d: key %#x size %zu mode %#o uid %d nattch %lu; want key %#x size %zu mode 0640%s nattch 2",
+				id, ds.shm_perm.__key, (size_t)ds.shm_segsz, ds.shm_perm.mode, ds.shm_perm.uid,
+				(unsigned long)ds.shm_nattch, key, size, dest ? "+SHM_DEST" : ""), -1;
+	return 0;
+}
+
+static int check(char *why, size_t len)
+{
+	if (check_seg(id1, key1, SIZE1, 0, why, len) < 0 || check_seg(id2, IPC_PRIVATE, 4096, 1, why, len) < 0)
+		return -1;
+	if (CTL->ticks != ticks)
+		return snprintf(why, len, "segment counter %lu, want %lu", (unsigned long)CTL->ticks, ticks), -1;
+	for (size_t i = 0; i < SIZE1; i++)
+		if (i / 4096 != 1 && s1[i] != pat(i, 1))
+			return snprintf(why, len, "seg1 byte %zu differs", i), -1;
+	for (size_t i = 0; i < 4096; i++)
+		if (s2[i] != pat(i, 2))
+			return snprintf(why, len, "seg2 byte %zu differs", i), -1;
+	uint64_t tok = (mix64(ticks) ^ (uint64_t)time(NULL)) | 1;
+	CTL->token = tok;
+	for (int i = 0; i < 2000 && CTL->ack != tok; i++)
+		victim_sleep(1);
+	if (CTL->ack != tok)
+		return snprintf(why, len, "the child did not echo token %#lx through the segment", (unsigned long)tok), -1;
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc != 2) {
+		fprintf(stderr, "usage: %s LOG\n", argv[0]);
+		return 2;
+	}
+	key1 = 0x6d650000 | (getpid() & 0xffff);
+	id1 = shmget(key1, SIZE1, IPC_CREAT | IPC_EXCL | 0640);
+	id2 = shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0640);
+	if (id1 < 0 || id2 < 0)
+		die("shmget");
+	s1 = shmat(id1, NULL, 0);
+	s2 = shmat(id2, NULL, 0);
+	if (s1 == (void *)-1 || s2 == (void *)-1)
+		die("shmat");
+	if (shmctl(id2, IPC_RMID, NULL) < 0)
+		die("IPC_RMID");
+	for (size_t i = 0; i < SIZE1; i++)
+		s1[i] = pat(i, 1);
+	memset(s1 + 4096, 0, 4096);
+	for (size_t i = 0; i < 4096; i++)
+		s2[i] = pat(i, 2);
+	echo = fork();
+	if (echo < 0)
+		die("fork");
+	if (echo == 0) {
+		for (;;) {
+			if (CTL->ack != CTL->token)
+				CTL->ack = CTL->token;
+			victim_sleep(2);
+		}
+	}
+	char extra[96];
+	snprintf(extra, sizeof extra, "shmid=%d shmid2=%d echo=%d", id1, id2, echo);
+	victim_start(argc, argv, 1, "LOG", O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, extra);
+	for (;;) {
+		victim_sleep(20);
+		CTL->ticks = ++ticks;
+		vlog("tick %lu", ticks);
+		if (want_bye) {
+			kill(echo, SIGKILL);
+			waitpid(echo, NULL, 0);
+			shmctl(id1, IPC_RMID, NULL);
+		}
+		victim_poll(check);
+	}
+}
