@@ -1,142 +1,131 @@
-// Package kernelcheck tells whether the running kernel has the features
-// ckpt relies on, like `criu check`. Each check exercises the feature on
-// ckpt's own process where it can, rather than trusting version numbers.
+// Package kernelcheck probes the running kernel for the features ckpt
+// relies on. Each probe exercises the feature on ckpt's own process (or
+// calls it with arguments only a kernel that has it rejects the right way)
+// rather than trusting version numbers, costs microseconds, and returns nil
+// or an error wrapping ErrNotSupported that names the feature. dump.Run
+// and restore.Build run the probes they need (Check) before they touch
+// anything; `ckpt check` prints them all (Run).
 package kernelcheck
 
 import (
+	"errors"
 	"fmt"
-	"os"
-	"unsafe"
-
-	"github.com/ckpt/ckpt/internal/sys"
-	"golang.org/x/sys/unix"
+	"strings"
 )
 
-// Result is the outcome of one check.
+// ErrNotSupported is wrapped by the error of every probe that fails:
+// "clone3 set_tid: not supported by this kernel (...)".
+var ErrNotSupported = errors.New("not supported by this kernel")
+
+// A NotSupportedError says which feature a probe found missing, and why.
+type NotSupportedError struct {
+	Feature string
+	Cause   error // what the probe saw: an errno, a version
+}
+
+func (e *NotSupportedError) Error() string {
+	return fmt.Sprintf("%s: %v (%v)", e.Feature, ErrNotSupported, e.Cause)
+}
+
+// Is makes errors.Is(err, ErrNotSupported) true.
+func (e *NotSupportedError) Is(target error) bool { return target == ErrNotSupported }
+
+// Unwrap gives the cause (errors.Is(err, unix.ENOSYS), for instance).
+func (e *NotSupportedError) Unwrap() error { return e.Cause }
+
+// notSupported wraps a probe's failure; nil stays nil.
+func notSupported(feature string, cause error) error {
+	if cause == nil {
+		return nil
+	}
+	return &NotSupportedError{Feature: feature, Cause: cause}
+}
+
+// Need says which operations need a feature.
+type Need uint8
+
+// The operations a feature can be needed by. A feature needed by neither
+// is optional: ckpt uses it where a process has what it serves (TCP
+// connections, sockets) or falls back without it.
+const (
+	Dump    Need = 1 << iota // every dump
+	Restore                  // every restore
+)
+
+func (n Need) String() string {
+	var s []string
+	if n&Dump != 0 {
+		s = append(s, "dump")
+	}
+	if n&Restore != 0 {
+		s = append(s, "restore")
+	}
+	if len(s) == 0 {
+		return "optional"
+	}
+	return strings.Join(s, ", ")
+}
+
+// A Feature is one kernel feature ckpt uses and its probe.
+type Feature struct {
+	Name  string // as errors and ckpt check name it
+	Use   string // what ckpt does with it
+	Need  Need   // which operations cannot work without it
+	Probe func() error
+}
+
+// Features lists every feature ckpt uses, in the order ckpt check prints
+// them. Each call returns a fresh table.
+func Features() []Feature {
+	return []Feature{
+		{FeatureMapFiles, "mapped files reachable through /proc/PID/map_files", Dump | Restore, MapFiles},
+		{FeatureKcmp, "open files shared between processes found with kcmp(KCMP_FILE)", Dump, Kcmp},
+		{FeatureProcessVMReadv, "memory read in large batches", Dump, ProcessVMReadv},
+		{FeaturePagemap, "present pages found without reading them", Dump, Pagemap},
+		{FeaturePtraceRseq, "rseq registrations dumped", Dump, PtraceRseq},
+		{FeatureClone3SetTID, "processes and threads get their old PIDs back", Restore, Clone3SetTID},
+		{FeaturePRSetMMMap, "mm fields, auxv and exe link restored", Restore, PRSetMMMap},
+		{FeatureMemfdCreate, "the restore helper runs from memory", Restore, MemfdCreate},
+		{FeatureUserfaultfd, "restored memory filled with UFFDIO_COPY (else process_vm_writev)", 0, Userfaultfd},
+		{FeaturePidfdGetfd, "sockets of the dumped processes read through pidfd_getfd", 0, PidfdGetfd},
+		{FeatureTCPRepair, "TCP connections dumped and restored", 0, TCPRepair},
+		{FeatureSockDiag, "sockets listed through netlink", 0, SockDiag},
+	}
+}
+
+// Check runs the probes of every feature need asks for (Dump, Restore or
+// both), each once, and returns the first failure: an error wrapping
+// ErrNotSupported that names the feature.
+func Check(need Need) error {
+	for _, f := range Features() {
+		if f.Need&need == 0 {
+			continue
+		}
+		if err := f.Probe(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Result is the outcome of one probe, as ckpt check prints it.
 type Result struct {
 	Name     string `json:"name"`
 	OK       bool   `json:"ok"`
-	Required bool   `json:"required"` // ckpt cannot work without it
-	Detail   string `json:"detail"`
+	Required bool   `json:"required"`  // needed by every dump or every restore
+	NeededBy string `json:"needed_by"` // "dump", "restore", "dump, restore" or "optional"
+	Use      string `json:"use"`
+	Error    string `json:"error,omitempty"` // the probe's error, if it failed
 }
 
-type check struct {
-	name     string
-	required bool
-	run      func() (string, error)
-}
-
-var checks = []check{
-	{"proc map_files", true, func() (string, error) {
-		_, err := os.ReadDir("/proc/self/map_files")
-		return "mapped files reachable through /proc/PID/map_files", err
-	}},
-	{"kcmp", true, func() (string, error) {
-		me := sys.PID(os.Getpid())
-		if _, err := sys.SameFile(me, 0, me, 0); err != nil {
-			return "", err
-		}
-		return "shared open files detected with kcmp(KCMP_FILE)", nil
-	}},
-	{"clone3 set_tid", true, func() (string, error) {
-		if _, err := os.Stat("/proc/sys/kernel/ns_last_pid"); err != nil {
-			return "", fmt.Errorf("no ns_last_pid: kernel built without CONFIG_CHECKPOINT_RESTORE")
-		}
-		return "processes get their old PIDs back", kernelAtLeast(5, 5)
-	}},
-	{"PR_SET_MM_MAP", true, func() (string, error) {
-		var size uint32
-		if err := unix.Prctl(unix.PR_SET_MM, unix.PR_SET_MM_MAP_SIZE, uintptr(unsafe.Pointer(&size)), 0, 0); err != nil {
-			return "", err
-		}
-		if size != 104 {
-			return "", fmt.Errorf("prctl_mm_map is %d bytes, ckpt knows 104", size)
-		}
-		return "mm fields, auxv and exe link restorable", nil
-	}},
-	{"process_vm_readv", true, func() (string, error) {
-		var src, dst [8]byte
-		src[0] = 42
-		l := []unix.Iovec{{Base: &dst[0], Len: 8}}
-		r := []unix.RemoteIovec{{Base: uintptr(unsafe.Pointer(&src[0])), Len: 8}}
-		if _, err := unix.ProcessVMReadv(os.Getpid(), l, r, 0); err != nil {
-			return "", err
-		}
-		if dst[0] != 42 {
-			return "", fmt.Errorf("read the wrong bytes")
-		}
-		return "memory moved in batches", nil
-	}},
-	{"pagemap", true, func() (string, error) {
-		f, err := os.Open("/proc/self/pagemap")
-		if err != nil {
-			return "", err
-		}
-		defer f.Close()
-		var b [8]byte
-		_, err = f.ReadAt(b[:], int64(uintptr(unsafe.Pointer(&b[0]))/4096*8))
-		return "present pages found without reading them", err
-	}},
-	{"ptrace rseq configuration", true, func() (string, error) {
-		return "rseq registrations dumped", kernelAtLeast(5, 13)
-	}},
-	{"memfd_create", true, func() (string, error) {
-		fd, err := unix.MemfdCreate("ckpt-check", unix.MFD_CLOEXEC)
-		if err == nil {
-			unix.Close(fd)
-		}
-		return "restore helper runs from memory", err
-	}},
-	{"userfaultfd", false, func() (string, error) {
-		fd, err := sys.Userfaultfd(unix.O_CLOEXEC)
-		if err != nil {
-			return "", err
-		}
-		fd.Close()
-		return "restored memory filled with UFFDIO_COPY (faster than process_vm_writev)", nil
-	}},
-	{"TCP_REPAIR", false, func() (string, error) {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-		if err != nil {
-			return "", err
-		}
-		defer unix.Close(fd)
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR, 1); err != nil {
-			return "", err
-		}
-		return "TCP connections can be checkpointed", nil
-	}},
-	{"sock_diag", false, func() (string, error) {
-		fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
-		if err != nil {
-			return "", err
-		}
-		unix.Close(fd)
-		return "sockets listed through netlink", nil
-	}},
-}
-
-func kernelAtLeast(major, minor int) error {
-	var uts unix.Utsname
-	if err := unix.Uname(&uts); err != nil {
-		return err
-	}
-	var ma, mi int
-	fmt.Sscanf(unix.ByteSliceToString(uts.Release[:]), "%d.%d", &ma, &mi)
-	if ma > major || (ma == major && mi >= minor) {
-		return nil
-	}
-	return fmt.Errorf("kernel %d.%d, need %d.%d", ma, mi, major, minor)
-}
-
-// Run runs every check.
+// Run runs every probe.
 func Run() []Result {
-	out := make([]Result, 0, len(checks))
-	for _, c := range checks {
-		detail, err := c.run()
-		r := Result{Name: c.name, Required: c.required, OK: err == nil, Detail: detail}
-		if err != nil {
-			r.Detail = err.Error()
+	fs := Features()
+	out := make([]Result, 0, len(fs))
+	for _, f := range fs {
+		r := Result{Name: f.Name, OK: true, Required: f.Need != 0, NeededBy: f.Need.String(), Use: f.Use}
+		if err := f.Probe(); err != nil {
+			r.OK, r.Error = false, err.Error()
 		}
 		out = append(out, r)
 	}
