@@ -11,7 +11,7 @@ import (
 func checkCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "check",
-		Usage: "report which kernel features ckpt needs and whether this kernel has them",
+		Usage: "probe the kernel features ckpt uses (the probes dump and restore run before they start)",
 		Flags: []cli.Flag{&cli.BoolFlag{Name: "json", Usage: "print the results as JSON"}},
 		Action: func(c *cli.Context) error {
 			results := kernelcheck.Run()
@@ -21,14 +21,14 @@ func checkCommand() *cli.Command {
 				}
 			} else {
 				for _, r := range results {
-					mark := "ok  "
+					mark, what := "ok  ", r.Use
 					if !r.OK {
-						mark = "FAIL"
+						mark, what = "FAIL", r.Error
 						if !r.Required {
 							mark = "warn"
 						}
 					}
-					fmt.Fprintf(os.Stdout, "%s %-28s %s\n", mark, r.Name, r.Detail)
+					fmt.Fprintf(os.Stdout, "%s %-26s %-16s %s\n", mark, r.Name, r.NeededBy, what)
 				}
 			}
 			for _, r := range results {

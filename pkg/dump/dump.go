@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/kernelcheck"
 	"github.com/ckpt/ckpt/pkg/machine"
 	"golang.org/x/sys/unix"
 )
@@ -130,11 +131,20 @@ func (o *Options) fault(phase string) {
 
 // Run dumps process pid and all its descendants into sink. On success the
 // sink is committed and the processes killed (unless opts.LeaveRunning); on
-// failure the sink is aborted and every process resumes untouched.
+// failure the sink is aborted and every process resumes untouched. It first
+// probes the kernel features every dump needs (kernelcheck.Check): a missing
+// one is an error wrapping kernelcheck.ErrNotSupported, before the process
+// is touched.
 func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 	start := time.Now()
 	if opts.GhostLimit == 0 {
 		opts.GhostLimit = DefaultGhostLimit
+	}
+	// A kernel feature the dump needs is missing: say which, before the
+	// process is touched.
+	if err := kernelcheck.Check(kernelcheck.Dump); err != nil {
+		sink.Abort()
+		return nil, fmt.Errorf("dump %d: %w", pid, err)
 	}
 	st, err := checkTarget(pid)
 	if err != nil {

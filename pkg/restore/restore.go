@@ -40,6 +40,7 @@ import (
 	"time"
 
 	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/kernelcheck"
 	"github.com/ckpt/ckpt/pkg/machine"
 	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -197,9 +198,16 @@ func (r *Restored) Kill() {
 
 // Build rebuilds the process tree from the image stream and holds it
 // stopped. The caller must have locked its goroutine to its OS thread and
-// keep it locked until Release or Kill.
+// keep it locked until Release or Kill. It first probes the kernel features
+// every restore needs (kernelcheck.Check): a missing one is an error
+// wrapping kernelcheck.ErrNotSupported, before anything is built.
 func Build(rd io.Reader, opts Options) (*Restored, error) {
 	start := time.Now()
+	// A kernel feature the restore needs is missing: say which, before
+	// anything is built.
+	if err := kernelcheck.Check(kernelcheck.Restore); err != nil {
+		return nil, fmt.Errorf("restore: %w", err)
+	}
 	img, err := readMeta(rd)
 	if err != nil {
 		return nil, err

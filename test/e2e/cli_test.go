@@ -2,6 +2,8 @@ package e2e
 
 import (
 	"bytes"
+	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -220,17 +222,77 @@ func TestCLIDemo(t *testing.T) {
 	}
 }
 
-// TestCLICheck: ckpt check prints only what ckpt uses, every line ok on
-// the test machines: no soft-dirty line (ckpt does not track writes).
+// TestCLICheck: ckpt check prints the probes dump and restore run, every
+// one ok on the test machines, with who needs each; no soft-dirty line
+// (ckpt does not track writes). --json gives the same.
 func TestCLICheck(t *testing.T) {
 	e := setup(t)
 	res := e.runCkpt(t, nil, "check")
 	if res.code != 0 {
 		t.Fatalf("ckpt check: %v", res)
 	}
-	for _, l := range strings.Split(strings.TrimSpace(res.stdout), "\n") {
+	lines := strings.Split(strings.TrimSpace(res.stdout), "\n")
+	for _, l := range lines {
 		if !strings.HasPrefix(l, "ok ") || strings.Contains(l, "soft-dirty") || strings.Contains(l, "write-protect") {
 			t.Errorf("ckpt check: line %q", l)
 		}
 	}
+	for _, want := range []string{"clone3 set_tid", "kcmp", "PR_SET_MM_MAP", "TCP_REPAIR"} {
+		if !strings.Contains(res.stdout, want) {
+			t.Errorf("ckpt check does not probe %s:\n%s", want, res.stdout)
+		}
+	}
+	res = e.runCkpt(t, nil, "check", "--json")
+	var probes []struct {
+		Name     string `json:"name"`
+		OK       bool   `json:"ok"`
+		Required bool   `json:"required"`
+		NeededBy string `json:"needed_by"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &probes); err != nil || res.code != 0 || len(probes) != len(lines) {
+		t.Fatalf("ckpt check --json: %v (%v); want %d probes", res, err, len(lines))
+	}
+	for _, p := range probes {
+		if !p.OK || p.NeededBy == "" {
+			t.Errorf("ckpt check --json: %+v", p)
+		}
+	}
+}
+
+// TestCLIMissingFeature: with a system call made to fail with ENOSYS (a
+// seccomp filter, as a kernel without it would answer), a dump and a
+// restore name the missing feature before they touch anything: the
+// process goes on, no image directory is left, nothing is restored; the
+// same image restores without the filter.
+func TestCLIMissingFeature(t *testing.T) {
+	e := setup(t)
+	nosys := compileC(t, "nosys.c")
+	const sysKcmp = 312 // x86-64
+	v := e.startVictim(t, "dynamic_counter")
+	img := filepath.Join(t.TempDir(), "img")
+
+	res := e.runRedoArgv(t, []string{nosys, strconv.Itoa(sysKcmp), e.ckpt(), "dump", "--dir", img, strconv.Itoa(v.pid)})
+	if want := "kcmp: not supported by this kernel"; res.code != 1 || !strings.Contains(res.stderr, want) {
+		t.Errorf("ckpt dump without kcmp: %v; want %q", res, want)
+	}
+	if _, err := os.Stat(img); err == nil {
+		t.Errorf("a dump that found a feature missing left %s", img)
+	}
+	e.expectAlive(t, v, "after a dump that found kcmp missing")
+	if tp := statusField(v.pid, "TracerPid"); tp != "0" {
+		t.Errorf("after a dump that found kcmp missing: TracerPid %s", tp)
+	}
+
+	e.dumpKill(t, v, img)
+	const sysClone3 = 435 // x86-64
+	res = e.runRedoArgv(t, []string{nosys, strconv.Itoa(sysClone3), e.redo(), img})
+	if want := "clone3 set_tid: not supported by this kernel"; res.code != 1 || !strings.Contains(res.stderr, want) {
+		t.Errorf("ckpt-redo without clone3: %v; want %q", res, want)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", v.pid)); err == nil {
+		t.Errorf("pid %d exists after a restore that found clone3 missing", v.pid)
+	}
+	e.restore(t, v, img)
+	v.check(t)
+	e.bye(t, v)
 }
