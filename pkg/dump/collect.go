@@ -86,7 +86,8 @@ func (d *dumper) collect() (*image.Process, error) {
 		return nil, err
 	}
 	d.opts.fault(PhaseInjected)
-	// Queued signals last: injection may have taken some off the queue.
+	// Queued signals last, after the injection: a SIGSTOP it took off the
+	// queue is saved as pending.
 	for i, t := range d.fz.tasks {
 		pend, err := ptrace.PeekSigInfo(t.tid, false)
 		if err != nil {
@@ -168,9 +169,7 @@ func (d *dumper) collectThread(t *task) (*image.Thread, error) {
 	if th.XState, err = ptrace.GetXState(t.tid); err != nil {
 		return nil, err
 	}
-	if th.SigMask, err = ptrace.GetSigMask(t.tid); err != nil {
-		return nil, err
-	}
+	th.SigMask = t.mask
 	rs, err := ptrace.GetRseq(t.tid)
 	if err != nil {
 		return nil, err

@@ -29,8 +29,10 @@ type task struct {
 	tid     int
 	stopped bool        // in group-stop when seized
 	stopSig unix.Signal // the signal of that group-stop
-	// signals taken off the queue while seizing or injecting, to be
-	// re-delivered when the task is let go, or saved in the image.
+	mask    uint64      // the blocked signal mask, as the process had it
+	// signals taken off the queue while injecting (only SIGSTOP can be:
+	// every other signal is blocked then), to be re-delivered when the
+	// task is let go, or saved in the image.
 	signals []ptrace.Signal
 }
 
@@ -142,6 +144,10 @@ func seizeTask(tid int) (*task, error) {
 			if t.stopped = st.IsGroupStop(); t.stopped {
 				t.stopSig = st.Sig()
 			}
+			// The process's own mask, before the dump changes it.
+			if t.mask, err = ptrace.GetSigMask(tid); err != nil {
+				return nil, err
+			}
 			return t, nil
 		}
 		if st.Event != 0 {
@@ -151,12 +157,15 @@ func seizeTask(tid int) (*task, error) {
 			}
 			continue
 		}
-		// A signal-delivery stop: the signal was dequeued. Keep it (it is
-		// re-delivered on release, or saved as pending) and go on to the
-		// interrupt stop.
-		info, _ := ptrace.GetSigInfo(tid)
-		t.signals = append(t.signals, ptrace.Signal{Sig: st.Sig(), Info: info})
-		if err := ptrace.Cont(tid, 0); err != nil {
+		// A signal-delivery stop: the task took a signal off its queue
+		// before it saw the interrupt. Let the delivery go on, as it would
+		// have without us: a handler's frame is set up (the task stops at
+		// the interrupt before running a single instruction of it), an
+		// ignored signal is dropped, a stop signal stops the process.
+		// Taking it and sending it again would lose its siginfo (si_code,
+		// si_value, a POSIX timer's id and overrun) or reorder real-time
+		// signals.
+		if err := ptrace.Cont(tid, st.Sig()); err != nil {
 			return nil, err
 		}
 	}
@@ -201,8 +210,8 @@ func waitStop(tid int, deadline time.Time) (ptrace.Stop, error) {
 	}
 }
 
-// release detaches every task and re-delivers the signals taken from them,
-// leaving the process as it was.
+// release detaches every task, leaving the process as it was (a SIGSTOP
+// taken while injecting is delivered again).
 func (fz *frozen) release() {
 	for _, t := range fz.tasks {
 		var first unix.Signal

@@ -42,12 +42,21 @@ func (d *dumper) newRemote(tid int, gadget uint64) (*remote, error) {
 	return r, nil
 }
 
+// block blocks every signal of the thread for its injection window: no
+// signal is taken off a queue (and so changed) while the calls run. done
+// puts the process's own mask back.
+func (r *remote) block() error { return ptrace.SetSigMask(r.in.TID, ^uint64(0)) }
+
 // done puts the scratch memory back, parks the thread in an interrupt
-// stop (see ptrace.Injector.Park) and hands over signals that arrived.
+// stop (see ptrace.Injector.Park), puts its signal mask back and hands over
+// signals that arrived anyway (SIGSTOP, which cannot be blocked).
 func (r *remote) done(t *task) error {
 	err := ptrace.WriteMem(r.pid, r.scratch, r.saved)
 	if perr := r.in.Park(); err == nil {
 		err = perr
+	}
+	if merr := ptrace.SetSigMask(t.tid, t.mask); err == nil {
+		err = merr
 	}
 	t.signals = append(t.signals, r.in.Signals...)
 	r.in.Signals = nil
@@ -111,7 +120,10 @@ func (d *dumper) inject(p *image.Process) (err error) {
 		if err != nil {
 			return err
 		}
-		ierr := d.injectThread(r, p, &p.Threads[i], i == 0)
+		ierr := r.block()
+		if ierr == nil {
+			ierr = d.injectThread(r, p, &p.Threads[i], i == 0)
+		}
 		if err := r.done(t); err != nil && ierr == nil {
 			ierr = fmt.Errorf("thread %d: restore stack: %w", t.tid, err)
 		}

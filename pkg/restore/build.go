@@ -566,6 +566,14 @@ func (b *builder) signals() error {
 		if it.ValueUs == 0 && it.IntervalUs == 0 {
 			continue
 		}
+		if it.ValueUs == 0 {
+			// An interval timer that expired with its signal still
+			// queued: the kernel re-arms it when that signal is taken,
+			// which setitimer cannot express (a zero value disarms).
+			// Armed for one interval, it next fires where the re-armed
+			// timer would; the queued signal is restored with the rest.
+			it.ValueUs = it.IntervalUs
+		}
 		v := [4]int64{it.IntervalUs / 1e6, it.IntervalUs % 1e6, it.ValueUs / 1e6, it.ValueUs % 1e6}
 		if err := b.write(scratchOff, ptrace.Bytes(&v)); err != nil {
 			return err
