@@ -210,6 +210,10 @@ func TestRestoreErrors(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(bad, "image.ckpt"), tc.data, 0o600); err != nil {
 				t.Fatal(err)
 			}
+			// A subtest runs on its own goroutine: the tracer must be
+			// one OS thread.
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
 			_, err := build(t, bad, restore.Options{})
 			if err == nil {
 				t.Fatal("restore succeeded")
