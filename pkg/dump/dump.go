@@ -156,7 +156,7 @@ func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 
-	t := &tree{opts: &opts, ghosts: map[[2]uint64]int{}}
+	t := &tree{opts: &opts, ghosts: map[[2]uint64]image.FileRef{}}
 	if err := t.freeze(pid); err != nil {
 		sink.Abort()
 		return nil, fmt.Errorf("dump %d (%s): %w", pid, st.Comm, err)

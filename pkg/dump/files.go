@@ -132,8 +132,8 @@ type fileEnv struct{ t *tree }
 
 func (e fileEnv) AddData(b []byte) int { return e.t.addData(b) }
 
-func (e fileEnv) Ghost(path string, st *unix.Stat_t) (int, error) {
-	return (&dumper{t: e.t, opts: e.t.opts}).ghost(path, &syscall.Stat_t{Dev: st.Dev, Ino: st.Ino, Size: st.Size})
+func (e fileEnv) Ghost(path string, st *unix.Stat_t, ref *image.FileRef) error {
+	return (&dumper{t: e.t, opts: e.t.opts}).ghost(path, &syscall.Stat_t{Dev: st.Dev, Ino: st.Ino, Size: st.Size}, ref)
 }
 
 func (e fileEnv) Socket(pid, fd int) (int, bool) {

@@ -29,7 +29,7 @@ type tree struct {
 	files    []openFile
 	fileData []fileData
 	nextData int
-	ghosts   map[[2]uint64]int // dev, ino of a deleted file -> its data ID
+	ghosts   map[[2]uint64]image.FileRef // dev, ino of a deleted file -> its saved ref
 	socks    sockState
 	// stopUnreported holds the stopped processes whose parent has not
 	// collected their stop yet (asked in the parent, see stopReports).

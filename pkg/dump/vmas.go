@@ -2,7 +2,7 @@ package dump
 
 import (
 	"fmt"
-	"os"
+	"github.com/ckpt/ckpt/pkg/fdkind"
 	"strings"
 	"syscall"
 
@@ -118,39 +118,36 @@ func (d *dumper) mappedFile(m proc.Mapping) (image.FileRef, error) {
 	}
 	ref := statRef(lf.Path, &lf.Stat)
 	if lf.Unlinked {
-		ref.Deleted = true
-		id, err := d.ghost(mf, &lf.Stat)
-		if err != nil {
+		if err := d.ghost(mf, &lf.Stat, &ref); err != nil {
 			return ref, err
 		}
-		ref.DataID = id
 	}
 	return ref, nil
 }
 
 // ghost saves the content of a deleted file once, however many fds and
-// mappings use it, and returns its data ID.
-func (d *dumper) ghost(path string, st *syscall.Stat_t) (int, error) {
+// mappings use it (fdkind.ReadGhost: holes are not stored), and marks ref
+// deleted with its data record.
+func (d *dumper) ghost(path string, st *syscall.Stat_t, ref *image.FileRef) error {
 	key := [2]uint64{st.Dev, st.Ino}
-	if id, ok := d.t.ghosts[key]; ok {
-		return id, nil
+	if g, ok := d.t.ghosts[key]; ok {
+		ref.Deleted, ref.DataID, ref.Extents, ref.Seals = true, g.DataID, g.Extents, g.Seals
+		return nil
 	}
-	if st.Size > d.opts.GhostLimit {
-		return 0, fmt.Errorf("deleted file is %d bytes, over the limit of %d (raise it with --ghost-limit): %w", st.Size, d.opts.GhostLimit, ErrUnsupported)
-	}
-	data, err := os.ReadFile(path)
+	data, err := fdkind.ReadGhost(path, ref, d.opts.GhostLimit)
 	if err != nil {
-		return 0, fmt.Errorf("read deleted file content: %w", err)
+		return err
 	}
-	id := d.addData(data)
-	d.t.ghosts[key] = id
-	return id, nil
+	ref.Deleted, ref.DataID = true, d.addData(data)
+	d.t.ghosts[key] = *ref
+	return nil
 }
 
 func statRef(path string, st *syscall.Stat_t) image.FileRef {
 	return image.FileRef{
 		Path: path, Dev: st.Dev, Ino: st.Ino, Size: st.Size,
 		MtimeNs: st.Mtim.Sec*1e9 + st.Mtim.Nsec, Mode: st.Mode,
+		UID: int(st.Uid), GID: int(st.Gid),
 	}
 }
 

@@ -13,9 +13,9 @@ import (
 type DumpEnv interface {
 	// AddData stores bytes in a FileData record and returns its ID.
 	AddData(b []byte) int
-	// Ghost stores the content of a deleted file once per inode and
-	// returns its FileData ID (see Ghost in regular.go for the format).
-	Ghost(path string, st *unix.Stat_t) (int, error)
+	// Ghost stores the content of a deleted file once per inode
+	// (ReadGhost) and marks ref deleted, with its data record.
+	Ghost(path string, st *unix.Stat_t, ref *image.FileRef) error
 	// Socket returns ckpt's copy of a socket fd of the tree, taken when
 	// the tree was frozen.
 	Socket(pid, fd int) (int, bool)

@@ -30,12 +30,13 @@ func newTestEnv(t *testing.T) *testEnv {
 
 func (e *testEnv) AddData(b []byte) int { e.data[len(e.data)+1] = b; return len(e.data) }
 
-func (e *testEnv) Ghost(path string, st *unix.Stat_t) (int, error) {
-	b, err := os.ReadFile(path)
+func (e *testEnv) Ghost(path string, st *unix.Stat_t, ref *image.FileRef) error {
+	b, err := ReadGhost(path, ref, 1<<30)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	return e.AddData(b), nil
+	ref.Deleted, ref.DataID = true, e.AddData(b)
+	return nil
 }
 
 func (e *testEnv) Socket(pid, fd int) (int, bool) { return 0, false }

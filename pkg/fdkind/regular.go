@@ -3,7 +3,6 @@ package fdkind
 import (
 	"fmt"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -37,11 +36,9 @@ func describeRegular(env DumpEnv, s *Source, f *image.File) error {
 	}
 	f.Ref = StatRef(lf.Path, &s.Stat)
 	if lf.Unlinked {
-		id, err := env.Ghost(s.Path(), &s.Stat)
-		if err != nil {
+		if err := env.Ghost(s.Path(), &s.Stat, &f.Ref); err != nil {
 			return err
 		}
-		f.Ref.Deleted, f.Ref.DataID = true, id
 	}
 	return nil
 }
@@ -51,6 +48,7 @@ func StatRef(path string, st *unix.Stat_t) image.FileRef {
 	return image.FileRef{
 		Path: path, Dev: st.Dev, Ino: st.Ino, Size: st.Size,
 		MtimeNs: st.Mtim.Sec*1e9 + st.Mtim.Nsec, Mode: st.Mode,
+		UID: int(st.Uid), GID: int(st.Gid),
 	}
 }
 
@@ -144,49 +142,4 @@ func OpenRef(env RestoreEnv, ref *image.FileRef, flags int, strict bool) (*os.Fi
 		}
 	}
 	return os.OpenFile(ref.Path, fl|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
-}
-
-// ghostKey names the unnamed file standing for a deleted file.
-type ghostKey int
-
-// openGhost opens a new description of the unnamed file standing for a
-// deleted one, made once per content record: every fd and mapping of it
-// shares it, as they shared the original.
-func openGhost(env RestoreEnv, ref *image.FileRef, flags int) (*os.File, error) {
-	v, err := env.Once(ghostKey(ref.DataID), func() (any, error) { return makeGhost(env, ref) })
-	if err != nil {
-		return nil, err
-	}
-	tmp := v.(*os.File)
-	// O_NOFOLLOW would refuse the /proc link itself.
-	f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", tmp.Fd()), flags&^unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("%s: reopen: %w", ref.Path, err)
-	}
-	return f, nil
-}
-
-// makeGhost creates the unnamed file of a deleted file: an O_TMPFILE file
-// in the directory it was in (or /tmp), which has no name, as before.
-func makeGhost(env RestoreEnv, ref *image.FileRef) (*os.File, error) {
-	data, err := env.Data(ref.DataID)
-	if err != nil {
-		return nil, fmt.Errorf("%s: content: %w", ref.Path, err)
-	}
-	var tmp *os.File
-	for _, dir := range []string{filepath.Dir(ref.Path), os.TempDir()} {
-		fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, ref.Mode&0o7777)
-		if err == nil {
-			tmp = os.NewFile(uintptr(fd), ref.Path)
-			break
-		}
-	}
-	if tmp == nil {
-		return nil, fmt.Errorf("%s: cannot create an unnamed file for the deleted file's content", ref.Path)
-	}
-	env.Keep(tmp)
-	if _, err := tmp.Write(data); err != nil {
-		return nil, fmt.Errorf("%s: write content: %w", ref.Path, err)
-	}
-	return tmp, nil
 }

@@ -158,10 +158,22 @@ type FileRef struct {
 	Size    int64  `json:"size"`
 	MtimeNs int64  `json:"mtime_ns"`
 	Mode    uint32 `json:"mode"`
+	UID     int    `json:"uid,omitempty"`
+	GID     int    `json:"gid,omitempty"`
 	// Deleted files (unlinked while open or mapped) have their content in a
-	// FileData record with this ID.
-	Deleted bool `json:"deleted,omitempty"`
-	DataID  int  `json:"data_id,omitempty"`
+	// FileData record with this ID: the bytes of Extents back to back
+	// (holes are not stored), or the whole file when Extents is empty.
+	Deleted bool     `json:"deleted,omitempty"`
+	DataID  int      `json:"data_id,omitempty"`
+	Extents []Extent `json:"extents,omitempty"`
+	// Seals are a deleted memfd's F_GET_SEALS.
+	Seals int `json:"seals,omitempty"`
+}
+
+// Extent is a range of a file that holds data.
+type Extent struct {
+	Off int64 `json:"off"`
+	Len int64 `json:"len"`
 }
 
 // FileKind says what an open file description is.

@@ -49,6 +49,7 @@ var cases = []fcase{
 	// File descriptors (pkg/fdkind): status flags, FD_CLOEXEC, positions,
 	// owners, shared descriptions.
 	{name: "fd_flags", src: "fd_flags.c"},
+	{name: "fd_shm", src: "fd_shm.c"},
 	// The process tree and the freeze (sessions, stops, injection).
 	{name: "novdso", src: "tree_novdso.c"},
 	// Refusals: each dump fails by name, the program goes on untouched.
