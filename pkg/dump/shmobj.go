@@ -56,7 +56,7 @@ func (s shmObjects) object(pid int, v *image.VMA) (*shmObject, error) {
 	if o.data, err = dataRanges(int(f.Fd()), size); err != nil {
 		return nil, fmt.Errorf("mapping %#x-%#x: shared memory object layout: %w", v.Start, v.End, err)
 	}
-	o.planned = make([]uint64, (size/pageSize+63)/64)
+	o.planned = make([]uint64, ((size+pageSize-1)/pageSize+63)/64)
 	s[key] = o
 	return o, nil
 }
@@ -138,7 +138,7 @@ func (s shmObjects) unreachable() error {
 		for _, d := range o.data {
 			for off := d[0]; off < d[1]; off += pageSize {
 				pg := off / pageSize
-				if o.planned[pg/64]&(1<<(pg%64)) == 0 {
+				if pg/64 >= uint64(len(o.planned)) || o.planned[pg/64]&(1<<(pg%64)) == 0 {
 					return fmt.Errorf("%s: shared memory object (inode %d) holds data at offset %#x that no mapping of the tree covers: cannot be restored: %w",
 						o.where, o.ino, off, ErrUnsupported)
 				}

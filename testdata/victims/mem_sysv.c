@@ -4,7 +4,7 @@
  *   seg1  a segment with a key (from the pid), 3 pages + 100 bytes, mode
  *         0640, filled with a pattern, attached by the root and, over
  *         fork, by an "echo" child;
- *   seg2  an IPC_PRIVATE page marked for removal (IPC_RMID) while
+ *   seg2  an IPC_PRIVATE segment of 100 bytes marked for removal (IPC_RMID) while
  *         attached: it lives as long as the attachments.
  *
  * Start line: "start pid=P shmid=ID1 shmid2=ID2 echo=C". Ticks every
@@ -20,6 +20,7 @@
 #include <sys/wait.h>
 
 #define SIZE1 (3 * 4096 + 100)
+#define SIZE2 100
 
 static int id1, id2;
 static key_t key1;
@@ -48,14 +49,14 @@ static int check_seg(int id, key_t key, size_t size, int dest, char *why, size_t
 
 static int check(char *why, size_t len)
 {
-	if (check_seg(id1, key1, SIZE1, 0, why, len) < 0 || check_seg(id2, IPC_PRIVATE, 4096, 1, why, len) < 0)
+	if (check_seg(id1, key1, SIZE1, 0, why, len) < 0 || check_seg(id2, IPC_PRIVATE, SIZE2, 1, why, len) < 0)
 		return -1;
 	if (CTL->ticks != ticks)
 		return snprintf(why, len, "segment counter %lu, want %lu", (unsigned long)CTL->ticks, ticks), -1;
 	for (size_t i = 0; i < SIZE1; i++)
 		if (i / 4096 != 1 && s1[i] != pat(i, 1))
 			return snprintf(why, len, "seg1 byte %zu differs", i), -1;
-	for (size_t i = 0; i < 4096; i++)
+	for (size_t i = 0; i < SIZE2; i++)
 		if (s2[i] != pat(i, 2))
 			return snprintf(why, len, "seg2 byte %zu differs", i), -1;
 	uint64_t tok = (mix64(ticks) ^ (uint64_t)time(NULL)) | 1;
@@ -75,7 +76,7 @@ int main(int argc, char **argv)
 	}
 	key1 = 0x6d650000 | (getpid() & 0xffff);
 	id1 = shmget(key1, SIZE1, IPC_CREAT | IPC_EXCL | 0640);
-	id2 = shmget(IPC_PRIVATE, 4096, IPC_CREAT | 0640);
+	id2 = shmget(IPC_PRIVATE, SIZE2, IPC_CREAT | 0640);
 	if (id1 < 0 || id2 < 0)
 		die("shmget");
 	s1 = shmat(id1, NULL, 0);
@@ -87,7 +88,7 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < SIZE1; i++)
 		s1[i] = pat(i, 1);
 	memset(s1 + 4096, 0, 4096);
-	for (size_t i = 0; i < 4096; i++)
+	for (size_t i = 0; i < SIZE2; i++)
 		s2[i] = pat(i, 2);
 	echo = fork();
 	if (echo < 0)
