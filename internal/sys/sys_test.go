@@ -231,3 +231,9 @@ func TestPidfd(t *testing.T) {
 		t.Errorf("missing process: %v", err)
 	}
 }
+
+func TestClone3SetTIDProbe(t *testing.T) {
+	if err := Clone3SetTIDProbe(); err != nil {
+		t.Errorf("clone3 set_tid: %v (this kernel has it)", err)
+	}
+}

@@ -117,29 +117,10 @@ func PtraceRseq() error {
 	return notSupported(FeaturePtraceRseq, kernelAtLeast(unameRelease(), 5, 13))
 }
 
-// cloneArgs is struct clone_args up to set_tid_size (CLONE_ARGS_SIZE_VER1).
-type cloneArgs struct {
-	flags, pidfd, childTID, parentTID, exitSignal, stack, stackSize, tls uint64
-	setTID, setTIDSize                                                   uint64
-}
-
 // Clone3SetTID probes clone3 with set_tid (Linux 5.5) without creating a
-// process: it passes a set_tid array and an invalid exit signal. A kernel
-// with set_tid checks the signal and says EINVAL; one with clone3 but no
-// set_tid refuses the larger struct (E2BIG); one without clone3 says
-// ENOSYS.
+// process (see sys.Clone3SetTIDProbe).
 func Clone3SetTID() error {
-	tid := int32(1)
-	args := cloneArgs{exitSignal: 1 << 32, setTID: uint64(uintptr(unsafe.Pointer(&tid))), setTIDSize: 1}
-	_, _, e := unix.RawSyscall(unix.SYS_CLONE3, uintptr(unsafe.Pointer(&args)), unsafe.Sizeof(args), 0)
-	switch e {
-	case unix.EINVAL:
-		return nil
-	case 0:
-		// Unreachable: the exit signal is invalid. Never return in a child.
-		unix.RawSyscall(unix.SYS_EXIT, 127, 0, 0)
-	}
-	return notSupported(FeatureClone3SetTID, e)
+	return notSupported(FeatureClone3SetTID, sys.Clone3SetTIDProbe())
 }
 
 // PRSetMMMap probes prctl(PR_SET_MM, PR_SET_MM_MAP_SIZE): the struct

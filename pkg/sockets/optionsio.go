@@ -48,11 +48,8 @@ func readRow(fd int, o *Option) (v image.SockOpt, ok bool, err error) {
 		v.Value, err = unix.GetsockoptInt(fd, o.Level, o.Name)
 	case Bytes:
 		buf := make([]byte, o.Size)
-		l := uint32(len(buf))
-		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), uintptr(o.Level), uintptr(o.Name), uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&l)), 0)
-		if e != 0 {
-			err = e
-		} else {
+		var l int
+		if l, err = sys.Getsockopt(fd, o.Level, o.Name, unsafe.Pointer(&buf[0]), uintptr(len(buf))); err == nil {
 			v.Bytes = buf[:l]
 		}
 	case Filter:
@@ -72,22 +69,21 @@ func readRow(fd int, o *Option) (v image.SockOpt, ok bool, err error) {
 // readFilter reads a classic BPF socket filter (8 bytes an instruction);
 // nil without one.
 func readFilter(fd int) ([]byte, error) {
-	var l uint32
-	_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_GET_FILTER, 0, uintptr(unsafe.Pointer(&l)), 0)
-	if e == unix.EACCES {
+	// With no buffer, the kernel says how many instructions there are.
+	l, err := sys.Getsockopt(fd, unix.SOL_SOCKET, unix.SO_GET_FILTER, nil, 0)
+	if errors.Is(err, unix.EACCES) {
 		return nil, fmt.Errorf("an eBPF socket filter (SO_ATTACH_BPF) cannot be read back: %w", ErrState)
 	}
-	if e != 0 {
-		return nil, e
+	if err != nil {
+		return nil, err
 	}
 	if l == 0 {
 		return nil, nil
 	}
 	buf := make([]byte, 8*l)
-	n := l
-	_, _, e = unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.SOL_SOCKET, unix.SO_GET_FILTER, uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
-	if e != 0 {
-		return nil, e
+	n, err := sys.Getsockopt(fd, unix.SOL_SOCKET, unix.SO_GET_FILTER, unsafe.Pointer(&buf[0]), uintptr(l))
+	if err != nil {
+		return nil, err
 	}
 	return buf[:8*n], nil
 }
@@ -136,15 +132,12 @@ func refuseOptions(fd, proto int) error {
 	}
 	if proto == unix.IPPROTO_TCP {
 		ulp := make([]byte, 16)
-		l := uint32(len(ulp))
-		_, _, e := unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, unix.TCP_ULP, uintptr(unsafe.Pointer(&ulp[0])), uintptr(unsafe.Pointer(&l)), 0)
-		if name := string(bytes.TrimRight(ulp[:l], "\x00")); e == 0 && name != "" {
+		l, err := sys.Getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_ULP, unsafe.Pointer(&ulp[0]), uintptr(len(ulp)))
+		if name := string(bytes.TrimRight(ulp[:l], "\x00")); err == nil && name != "" {
 			return fmt.Errorf("TCP upper layer protocol %q (TCP_ULP, kTLS) cannot be read back: %w", name, ErrState)
 		}
 		ao := make([]byte, 64)
-		l = uint32(len(ao))
-		_, _, e = unix.Syscall6(unix.SYS_GETSOCKOPT, uintptr(fd), unix.IPPROTO_TCP, tcpAOInfo, uintptr(unsafe.Pointer(&ao[0])), uintptr(unsafe.Pointer(&l)), 0)
-		if e == 0 {
+		if _, err := sys.Getsockopt(fd, unix.IPPROTO_TCP, tcpAOInfo, unsafe.Pointer(&ao[0]), uintptr(len(ao))); err == nil {
 			return fmt.Errorf("TCP-AO keys (TCP_AO_ADD_KEY) cannot be read back: %w", ErrState)
 		}
 	}
