@@ -73,8 +73,10 @@
 // VMAs naming an entry of Process.Mapped, 0 or 64 signal actions, files
 // with a kind and image-wide unique IDs, and every fd names a file listed
 // by some process of the image (File IDs are image-wide: a process may use
-// a file listed by another one). A pages record names a live process of
-// the image and its runs use exactly its data.
+// a file listed by another one). Every FileData ID the processes name (the
+// content of a deleted file, bytes buffered in a pipe, socket queues) has
+// its record. A pages record names a live process of the image and its
+// runs use exactly its data.
 package image
 
 import (

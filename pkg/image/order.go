@@ -18,6 +18,14 @@ type checker struct {
 	nprocs int
 	files  map[int]bool // File.IDs of every process
 	data   map[int]bool // FileData IDs
+	refs   []dataRef    // FileData IDs the processes name
+}
+
+// dataRef is a FileData ID named by a process's metadata.
+type dataRef struct {
+	pid  int
+	what string
+	id   int
 }
 
 func newChecker() *checker {
@@ -52,9 +60,17 @@ func (c *checker) enter(t Type) error {
 		return fmt.Errorf("a second header: %w", ErrOrder)
 	case rank(t) < rank(c.stage):
 		return fmt.Errorf("%s record after %s records: %w", t, c.stage, ErrOrder)
-	case rank(t) > rank(TypeProcess) && rank(c.stage) <= rank(TypeProcess):
+	}
+	if rank(t) > rank(TypeProcess) && rank(c.stage) <= rank(TypeProcess) {
 		if err := c.endProcesses(t); err != nil {
 			return err
+		}
+	}
+	if rank(t) > rank(TypeFileData) && rank(c.stage) <= rank(TypeFileData) {
+		for _, r := range c.refs {
+			if !c.data[r.id] {
+				return fmt.Errorf("process %d: %s: file data %d is not in the image: %w", r.pid, r.what, r.id, ErrInvalid)
+			}
 		}
 	}
 	c.stage = t
@@ -120,9 +136,39 @@ func (c *checker) process(p *Process) error {
 		}
 		c.files[f.ID] = true
 	}
+	c.refs = append(c.refs, dataRefs(p)...)
 	c.procs[p.PID] = p
 	c.nprocs++
 	return nil
+}
+
+// dataRefs lists the FileData IDs a process's metadata names: the content
+// of deleted files (opened or mapped), bytes buffered in pipes, socket
+// queues.
+func dataRefs(p *Process) []dataRef {
+	var refs []dataRef
+	add := func(id int, format string, args ...any) {
+		if id != 0 {
+			refs = append(refs, dataRef{p.PID, fmt.Sprintf(format, args...), id})
+		}
+	}
+	for i, m := range p.Mapped {
+		add(m.DataID, "mapped file %d (%s)", i, m.Path)
+	}
+	for _, f := range p.Files {
+		add(f.Ref.DataID, "file %d (%s)", f.ID, f.Ref.Path)
+		if f.Pipe != nil {
+			add(f.Pipe.DataID, "file %d (pipe:[%d])", f.ID, f.Pipe.Ino)
+		}
+		if s := f.Socket; s != nil {
+			add(s.RecvDataID, "file %d (socket) receive queue", f.ID)
+			add(s.SendDataID, "file %d (socket) send queue", f.ID)
+			for i, id := range s.RecvMsgs {
+				add(id, "file %d (socket) message %d", f.ID, i)
+			}
+		}
+	}
+	return refs
 }
 
 // fileData checks a file data record with dataLen bytes of data.

@@ -82,7 +82,7 @@ func TestReadOrder(t *testing.T) {
 		{"header after a process", edit(func(r []rawRec) []rawRec { return append([]rawRec{r[0], r[1], r[0]}, r[2:]...) }), ErrOrder, "second header"},
 		{"pages before processes", edit(func(r []rawRec) []rawRec { return []rawRec{r[0], r[4], r[1], r[2], r[3]} }), ErrOrder, "pages record before any process"},
 		{"process after file data", edit(func(r []rawRec) []rawRec { return []rawRec{{TypeHeader, one, nil}, r[1], r[3], r[2], r[4]} }), ErrOrder, "process record after file-data records"},
-		{"file data after pages", edit(func(r []rawRec) []rawRec { return []rawRec{r[0], r[1], r[2], r[4], r[3], r[5]} }), ErrOrder, "file-data record after pages records"},
+		{"file data after pages", edit(func(r []rawRec) []rawRec { return []rawRec{{TypeHeader, one, nil}, r[1], r[4], r[3]} }), ErrOrder, "file-data record after pages records"},
 		{"process after pages", edit(func(r []rawRec) []rawRec { return []rawRec{{TypeHeader, one, nil}, r[1], r[4], r[2]} }), ErrOrder, "process record after pages records"},
 		{"unknown record type", edit(func(r []rawRec) []rawRec { return append(r, rawRec{Type(99), struct{}{}, nil}) }), ErrCorrupt, "unknown record type 99"},
 		{"unknown header field", edit(func(r []rawRec) []rawRec {
@@ -157,6 +157,7 @@ func TestReadOrder(t *testing.T) {
 			r[1].meta = proc(func(p *Process) { p.Signals.Actions = make([]Sigaction, 3) })
 			return r
 		}), ErrInvalid, "3 signal actions"},
+		{"file data missing", edit(func(r []rawRec) []rawRec { return append(r[:3], r[4:]...) }), ErrInvalid, "process 43: file 1 (pipe:[7]): file data 1 is not in the image"},
 		{"file data ID 0", edit(func(r []rawRec) []rawRec { r[3].meta = FileData{ID: 0, Size: 5}; return r }), ErrInvalid, "file data 0: ID not positive"},
 		{"file data twice", edit(func(r []rawRec) []rawRec { return append(r[:4], r[3:]...) }), ErrInvalid, "file data 1: a second record"},
 		{"file data size over its data", edit(func(r []rawRec) []rawRec { r[3].meta = FileData{ID: 1, Size: PageSize + 1}; return r }), ErrInvalid, "size 4097 in 4096"},
