@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"github.com/ckpt/ckpt/internal/sys"
 	"os"
-	"strconv"
-	"strings"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
@@ -28,41 +26,15 @@ func epoll() Kind {
 }
 
 func describeEpoll(env DumpEnv, s *Source, f *image.File) error {
+	items, err := s.Info.EpollItems()
+	if err != nil {
+		return err
+	}
 	f.Event = &image.EventFile{}
-	for _, line := range s.Info.Lines {
-		if !strings.HasPrefix(line, "tfd:") {
-			continue
-		}
-		it, err := parseEpollItem(line)
-		if err != nil {
-			return err
-		}
-		f.Event.Items = append(f.Event.Items, it)
+	for _, it := range items {
+		f.Event.Items = append(f.Event.Items, image.EpollItem{FD: it.FD, Events: it.Events, Data: it.Data})
 	}
 	return nil
-}
-
-// parseEpollItem parses "tfd: 5 events: 19 data: 5 pos:0 ino:... sdev:...".
-func parseEpollItem(line string) (image.EpollItem, error) {
-	var it image.EpollItem
-	f := strings.Fields(line)
-	for i := 0; i+1 < len(f); i++ {
-		var err error
-		switch f[i] {
-		case "tfd:":
-			it.FD, err = strconv.Atoi(f[i+1])
-		case "events:":
-			var v uint64
-			v, err = strconv.ParseUint(f[i+1], 16, 32)
-			it.Events = uint32(v)
-		case "data:":
-			it.Data, err = strconv.ParseUint(f[i+1], 16, 64)
-		}
-		if err != nil {
-			return it, fmt.Errorf("epoll item %q: %w", line, err)
-		}
-	}
-	return it, nil
 }
 
 // linkEpollItems finds, for every item of every epoll set, the file it

@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
@@ -31,12 +29,11 @@ func event(f *image.File) *image.EventFile {
 }
 
 func describeEventfd(env DumpEnv, s *Source, f *image.File) error {
-	v := s.Info.Extra["eventfd-count"]
-	n, err := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+	e, err := s.Info.Eventfd()
 	if err != nil {
-		return fmt.Errorf("eventfd count %q: %w", v, err)
+		return fmt.Errorf("eventfd: %w", err)
 	}
-	f.Event = &image.EventFile{Count: n, Semaphore: strings.TrimSpace(s.Info.Extra["eventfd-semaphore"]) == "1"}
+	f.Event = &image.EventFile{Count: e.Count, Semaphore: e.Semaphore}
 	return nil
 }
 

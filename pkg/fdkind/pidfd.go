@@ -3,7 +3,6 @@ package fdkind
 import (
 	"fmt"
 	"os"
-	"strconv"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
@@ -21,7 +20,10 @@ func pidfd() Kind {
 }
 
 func describePidfd(env DumpEnv, s *Source, f *image.File) error {
-	pid, _ := strconv.Atoi(s.Info.Extra["Pid"])
+	pid, err := s.Info.PidfdPID()
+	if err != nil {
+		return fmt.Errorf("pidfd: %w", err)
+	}
 	if pid <= 0 {
 		return fmt.Errorf("pidfd of a process that has exited: cannot be restored: %w", ErrUnsupported)
 	}

@@ -3,7 +3,6 @@ package fdkind
 import (
 	"fmt"
 	"os"
-	"strconv"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
@@ -21,10 +20,9 @@ func signalfd() Kind {
 }
 
 func describeSignalfd(env DumpEnv, s *Source, f *image.File) error {
-	v := s.Info.Extra["sigmask"]
-	m, err := strconv.ParseUint(v, 16, 64)
+	m, err := s.Info.Signalfd()
 	if err != nil {
-		return fmt.Errorf("signalfd mask %q: %w", v, err)
+		return fmt.Errorf("signalfd: %w", err)
 	}
 	f.Event = &image.EventFile{SigMask: m}
 	return nil

@@ -3,8 +3,6 @@ package fdkind
 import (
 	"fmt"
 	"github.com/ckpt/ckpt/internal/sys"
-	"strconv"
-	"strings"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
@@ -26,30 +24,12 @@ func timerfd() Kind {
 }
 
 func describeTimerfd(env DumpEnv, s *Source, f *image.File) error {
-	x := s.Info.Extra
-	ev := &image.EventFile{}
-	ev.Clock, _ = strconv.Atoi(x["clockid"])
-	ev.Ticks, _ = strconv.ParseUint(x["ticks"], 10, 64)
-	fl, _ := strconv.ParseUint(x["settime flags"], 8, 32)
-	ev.SettimeFlags = int(fl)
-	var err error
-	if ev.ValueNs, err = parseTimespec(x["it_value"]); err != nil {
-		return err
+	t, err := s.Info.Timerfd()
+	if err != nil {
+		return fmt.Errorf("timerfd: %w", err)
 	}
-	if ev.IntervalNs, err = parseTimespec(x["it_interval"]); err != nil {
-		return err
-	}
-	f.Event = ev
+	f.Event = &image.EventFile{Clock: t.Clock, Ticks: t.Ticks, SettimeFlags: t.SettimeFlags, ValueNs: t.ValueNs, IntervalNs: t.IntervalNs}
 	return nil
-}
-
-// parseTimespec parses "(sec, nsec)".
-func parseTimespec(s string) (int64, error) {
-	var sec, nsec int64
-	if _, err := fmt.Sscanf(strings.TrimSpace(s), "(%d, %d)", &sec, &nsec); err != nil {
-		return 0, fmt.Errorf("timespec %q: %w", s, err)
-	}
-	return sec*1e9 + nsec, nil
 }
 
 func openTimerfd(env RestoreEnv, f *image.File, at Where) (Desc, error) {

@@ -29,14 +29,3 @@ func TestTimerfdRoundTrip(t *testing.T) {
 		t.Errorf("restored timer %+v, want an hour", cur)
 	}
 }
-
-func TestParseTimespec(t *testing.T) {
-	for in, want := range map[string]int64{"(0, 0)": 0, "(3, 5)": 3e9 + 5, " (12, 999999999)": 12e9 + 999999999} {
-		if got, err := parseTimespec(in); err != nil || got != want {
-			t.Errorf("%q: %d, %v; want %d", in, got, err, want)
-		}
-	}
-	if _, err := parseTimespec("garbage"); err == nil {
-		t.Error("garbage parsed")
-	}
-}
