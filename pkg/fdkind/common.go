@@ -52,6 +52,7 @@ func Describe(env DumpEnv, s *Source, cp int) (*image.File, error) {
 		return nil, err
 	}
 	f := &image.File{Kind: k.Name}
+	s.Copy = cp
 	if err := k.Describe(env, s, f); err != nil {
 		return nil, err
 	}

@@ -31,6 +31,10 @@ type Source struct {
 	Link string      // the fd's link in /proc/PID/fd
 	Stat unix.Stat_t // stat of the file behind it
 	Info *proc.FDInfo
+	// Copy is ckpt's own fd of the same open file description
+	// (pidfd_getfd), -1 if none: what only the description tells (poll,
+	// fcntl) is asked there, without opening the file again.
+	Copy int
 }
 
 // Path is the fd's path in /proc, which opens the same file.

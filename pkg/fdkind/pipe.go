@@ -32,12 +32,33 @@ func describePipe(env DumpEnv, s *Source, f *image.File) error {
 		return err
 	}
 	f.Pipe.Size = size
+	f.Pipe.PeerClosed = peerClosed(s.Copy, f.Pipe.Write)
 	return nil
 }
 
+// peerClosed tells whether nobody has the other end of a pipe open: poll
+// on the description itself (ckpt's copy, which counts as neither reader
+// nor writer) says POLLHUP on a read end without writers, POLLERR on a
+// write end without readers.
+func peerClosed(cp int, write bool) bool {
+	if cp < 0 {
+		return false
+	}
+	fds := []unix.PollFd{{Fd: int32(cp), Events: 0}}
+	if n, err := unix.Poll(fds, 0); err != nil || n == 0 {
+		return false
+	}
+	if write {
+		return fds[0].Revents&unix.POLLERR != 0
+	}
+	return fds[0].Revents&unix.POLLHUP != 0
+}
+
 // linkPipes decides, for every pipe, whether both of its ends are in the
-// dump (by the pipe's inode, across the whole tree), and reads the bytes
-// buffered in those that are.
+// dump (by the pipe's inode, across the whole tree) or the other end is
+// open nowhere any more, and reads the bytes buffered in those pipes: they
+// are rebuilt. A pipe whose other end is open outside the dump is
+// external.
 func linkPipes(env DumpEnv, fds []Held) error {
 	ends := map[uint64][2]bool{} // ino -> read end seen, write end seen
 	for _, h := range fds {
@@ -51,13 +72,17 @@ func linkPipes(env DumpEnv, fds []Held) error {
 			ends[p.Ino] = e
 		}
 	}
+	inside := func(p *image.Pipe) bool {
+		e := ends[p.Ino]
+		return (e[0] && e[1]) || p.PeerClosed
+	}
 	data := map[uint64]int{}
 	for _, h := range fds {
 		p := h.File.Pipe
 		if p == nil || p.Write {
 			continue
 		}
-		if _, done := data[p.Ino]; done || !(ends[p.Ino][0] && ends[p.Ino][1]) {
+		if _, done := data[p.Ino]; done || !inside(p) {
 			continue
 		}
 		buf, err := peekPipe(proc.Path(h.PID, "fd", fmt.Sprint(h.FD)))
@@ -71,7 +96,7 @@ func linkPipes(env DumpEnv, fds []Held) error {
 	}
 	for _, h := range fds {
 		if p := h.File.Pipe; p != nil {
-			p.External = !(ends[p.Ino][0] && ends[p.Ino][1])
+			p.External = !inside(p)
 			p.DataID = data[p.Ino]
 		}
 	}
@@ -84,8 +109,11 @@ func showPipe(f *image.File) string {
 		end = "write"
 	}
 	d := fmt.Sprintf("pipe:[%d] %s end", f.Pipe.Ino, end)
-	if f.Pipe.External {
+	switch {
+	case f.Pipe.External:
 		d += " (other end outside the dump)"
+	case f.Pipe.PeerClosed:
+		d += " (other end closed)"
 	}
 	return d
 }

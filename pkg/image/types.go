@@ -313,7 +313,10 @@ type Pipe struct {
 	Ino      uint64 `json:"ino"`
 	Write    bool   `json:"write"`    // the write end
 	External bool   `json:"external"` // the other end is outside the dump
-	Size     int    `json:"size"`     // pipe capacity (F_GETPIPE_SZ)
+	// PeerClosed: nobody had the other end open any more (a reader sees
+	// EOF once the data is read, a writer gets EPIPE).
+	PeerClosed bool `json:"peer_closed,omitempty"`
+	Size       int  `json:"size"` // pipe capacity (F_GETPIPE_SZ)
 	// DataID names the FileData record with the bytes that were buffered
 	// in the pipe, 0 if none.
 	DataID int `json:"data_id,omitempty"`

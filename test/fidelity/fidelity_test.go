@@ -50,6 +50,7 @@ var cases = []fcase{
 	// owners, shared descriptions.
 	{name: "fd_flags", src: "fd_flags.c"},
 	{name: "fd_shm", src: "fd_shm.c"},
+	{name: "fd_pipes", src: "fd_pipes.c"},
 	// The process tree and the freeze (sessions, stops, injection).
 	{name: "novdso", src: "tree_novdso.c"},
 	// Refusals: each dump fails by name, the program goes on untouched.
