@@ -200,7 +200,15 @@ func (c *checker) pages(pg *Pages, dataLen int64) error {
 	if p.Zombie {
 		return fmt.Errorf("pages of process %d, a zombie: %w", pg.PID, ErrInvalid)
 	}
-	return checkRuns(pg, dataLen)
+	if err := checkRuns(pg, dataLen); err != nil {
+		return err
+	}
+	for _, r := range pg.Runs {
+		if v := p.VMAAt(r.Addr, r.Pages*PageSize); v == nil || v.Pages == 0 {
+			return fmt.Errorf("pages of process %d: run %#x+%d outside any VMA holding pages: %w", pg.PID, r.Addr, r.Pages, ErrInvalid)
+		}
+	}
+	return nil
 }
 
 // end checks the end record may come.

@@ -166,6 +166,14 @@ func TestReadOrder(t *testing.T) {
 			r[5].meta = &Pages{PID: 43, Runs: []PageRun{{Addr: 0x1000, Pages: 2}}}
 			return r
 		}), ErrInvalid, "runs need 8192 data bytes, the record has 4096"},
+		{"pages run outside the vmas", edit(func(r []rawRec) []rawRec {
+			r[5].meta = &Pages{PID: 43, Runs: []PageRun{{Addr: 0x5000, Pages: 1}}}
+			return r
+		}), ErrInvalid, "run 0x5000+1 outside any VMA holding pages"},
+		{"pages run across two vmas", edit(func(r []rawRec) []rawRec {
+			r[4].meta = &Pages{PID: 42, Runs: []PageRun{{Addr: 0x2000, Pages: 2}}}
+			return r
+		}), ErrInvalid, "run 0x2000+2 outside any VMA"},
 		{"pages run not aligned", edit(func(r []rawRec) []rawRec {
 			r[5].meta = &Pages{PID: 43, Runs: []PageRun{{Addr: 0x1001, Pages: 1}}}
 			return r

@@ -1,6 +1,9 @@
 package image
 
-import "fmt"
+import (
+	"fmt"
+	"sort"
+)
 
 // The checks of one record's content on its own; order.go checks what
 // spans records.
@@ -104,6 +107,17 @@ func checkRuns(pg *Pages, dataLen int64) error {
 	}
 	if dataLen < 0 || need != uint64(dataLen) {
 		return fmt.Errorf("pages of process %d: runs need %d data bytes, the record has %d: %w", pg.PID, need, dataLen, ErrInvalid)
+	}
+	return nil
+}
+
+// VMAAt returns the VMA of p that holds [addr, addr+n), or nil. p's VMAs
+// are in ascending order (checked when the process record is read).
+func (p *Process) VMAAt(addr, n uint64) *VMA {
+	vs := p.VMAs
+	i := sort.Search(len(vs), func(i int) bool { return vs[i].End > addr })
+	if i < len(vs) && vs[i].Start <= addr && addr+n <= vs[i].End {
+		return &vs[i]
 	}
 	return nil
 }

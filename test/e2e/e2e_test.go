@@ -326,6 +326,7 @@ func TestRestoreBadImage(t *testing.T) {
 		{"byte flipped in the middle", flip(size / 2), "corrupt"},
 		{"byte flipped in the process record", flip(procMeta), "corrupt"},
 		{"byte flipped in the end record", flip(endOff + 40), "corrupt"},
+		{"other format version", func(b []byte) []byte { b[8] = 1; return b }, "format version 1, this ckpt reads version 2"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
