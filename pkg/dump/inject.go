@@ -3,9 +3,6 @@ package dump
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
-	"strconv"
-	"strings"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -243,58 +240,16 @@ func (d *dumper) stopReports(r *remote) error {
 
 func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
 
-// readPosixTimers parses /proc/PID/timers:
-//
-//	ID: 0
-//	signal: 14/0000000000000000
-//	notify: signal/pid.1234
-//	ClockID: 1
+// readPosixTimers reads the POSIX timers of a process from
+// /proc/PID/timers; their times come from injected timer_gettime.
 func readPosixTimers(pid int) ([]image.PosixTimer, error) {
-	b, err := os.ReadFile(proc.Path(pid, "timers"))
+	ts, err := proc.ReadTimers(pid)
 	if err != nil {
-		if os.IsNotExist(err) {
-			return nil, nil
-		}
 		return nil, fmt.Errorf("read timers: %w", err)
 	}
 	var out []image.PosixTimer
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		v = strings.TrimSpace(v)
-		if k == "ID" {
-			id, _ := strconv.Atoi(v)
-			out = append(out, image.PosixTimer{ID: id})
-			continue
-		}
-		if len(out) == 0 {
-			continue
-		}
-		t := &out[len(out)-1]
-		switch k {
-		case "signal":
-			sig, val, _ := strings.Cut(v, "/")
-			t.Signal, _ = strconv.Atoi(sig)
-			t.SigValue, _ = strconv.ParseUint(val, 16, 64)
-		case "notify":
-			how, who, _ := strings.Cut(v, "/")
-			switch how {
-			case "signal":
-				t.Notify = 0 // SIGEV_SIGNAL
-			case "none":
-				t.Notify = 1 // SIGEV_NONE
-			case "thread":
-				t.Notify = 2 // SIGEV_THREAD
-			}
-			if kind, n, ok := strings.Cut(who, "."); ok && kind == "tid" {
-				t.Notify = 4 // SIGEV_THREAD_ID
-				t.NotifyTID, _ = strconv.Atoi(n)
-			}
-		case "ClockID":
-			t.Clock, _ = strconv.Atoi(v)
-		}
+	for _, t := range ts {
+		out = append(out, image.PosixTimer{ID: t.ID, Clock: t.Clock, Signal: t.Signal, Notify: t.Notify, NotifyTID: t.NotifyTID, SigValue: t.SigValue})
 	}
 	return out, nil
 }

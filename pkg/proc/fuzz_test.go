@@ -92,3 +92,16 @@ func FuzzParseFDInfo(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseTimers(f *testing.F) {
+	seed(f, "timers")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		timers, err := parseTimers(b)
+		if err != nil {
+			return
+		}
+		if n := bytes.Count(b, []byte("ID:")); len(timers) > n {
+			t.Fatalf("%d timers from %d ID lines", len(timers), n)
+		}
+	})
+}

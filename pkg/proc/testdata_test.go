@@ -403,3 +403,62 @@ func TestReadMountInfoTestdata(t *testing.T) {
 		t.Error("found mount -1")
 	}
 }
+
+// testdata/proc/1848/timers comes from another small program (PID 951)
+// with three timers: SIGEV_SIGNAL, SIGEV_NONE and SIGEV_THREAD_ID.
+func TestReadTimersTestdata(t *testing.T) {
+	got, err := readTimers(testRoot, testPID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []Timer{
+		{ID: 2, Signal: 36, SigValue: 77, Notify: 4, NotifyTID: 951, Clock: 7},
+		{ID: 1, Signal: 14, SigValue: 0x1234, Notify: 1, Clock: 0},
+		{ID: 0, Signal: 14, SigValue: 0x1234, Notify: 0, Clock: 1},
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+	if none, err := readTimers(testRoot, 1); none != nil || err != nil {
+		t.Errorf("no timers file: %v, %v", none, err)
+	}
+}
+
+func TestParseTimers(t *testing.T) {
+	const one = "ID: 3\nsignal: 10/00000000000000ff\nnotify: thread/pid.5\nClockID: 0\n"
+	tests := []struct {
+		name    string
+		text    string
+		want    []Timer
+		wantErr string
+	}{
+		{"thread", one, []Timer{{ID: 3, Signal: 10, SigValue: 0xff, Notify: 2}}, ""},
+		{"empty", "", nil, ""},
+		{"field first", "signal: 1/0\n", nil, "before an ID"},
+		{"bad id", "ID: x\n", nil, "ID"},
+		{"bad signal", strings.Replace(one, "10/", "x/", 1), nil, "signal"},
+		{"bad value", strings.Replace(one, "/00000000000000ff", "/zz", 1), nil, "signal"},
+		{"bad notify", strings.Replace(one, "thread/", "wave/", 1), nil, "notify"},
+		{"no pid", strings.Replace(one, "pid.5", "5", 1), nil, "notify"},
+		{"bad tid", strings.Replace(one, "pid.5", "tid.q", 1), nil, "notify"},
+		{"bad clock", strings.Replace(one, "ClockID: 0", "ClockID: c", 1), nil, "ClockID"},
+		{"junk", one + "junk\n", nil, "line"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseTimers([]byte(tt.text))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
