@@ -41,6 +41,9 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 		}
 		v.Shared = m.Perms[3] == 's'
 		v.GrowsDown = m.VmFlags["gd"]
+		if err := vmaAttributes(&v, m); err != nil {
+			return fmt.Errorf("mapping %#x-%#x %s: %w", m.Start, m.End, m.Path, err)
+		}
 		for _, a := range vmAdvice {
 			if m.VmFlags[a.flag] {
 				v.Advice = append(v.Advice, a.advice)
@@ -168,6 +171,33 @@ func sysvAttachment(v *image.VMA, m proc.Mapping) error {
 	if !m.VmFlags["mw"] {
 		return fmt.Errorf("SysV shared memory segment %d (key %#x) attached read-only (SHM_RDONLY): cannot be restored: %w",
 			s.ID, uint32(s.Key), ErrUnsupported)
+	}
+	return nil
+}
+
+// vmaRefused are the VmFlags of attributes a restore cannot give a
+// mapping again, with what they are.
+var vmaRefused = []struct{ flag, what string }{
+	{"ss", "shadow stack"},
+	{"dp", "droppable memory (MAP_DROPPABLE)"},
+	{"um", "registered with a userfaultfd (missing mode)"},
+	{"uw", "registered with a userfaultfd (write-protect mode)"},
+	{"ui", "registered with a userfaultfd (minor mode)"},
+}
+
+// vmaAttributes reads the attributes of a mapping restore gives back
+// (mlock, mlock on fault, mseal) and refuses those it cannot.
+func vmaAttributes(v *image.VMA, m proc.Mapping) error {
+	v.Locked = m.VmFlags["lo"]
+	v.LockOnFault = m.VmFlags["lf"]
+	v.Sealed = m.VmFlags["sl"]
+	if m.ProtectionKey != 0 {
+		return fmt.Errorf("memory protection key %d (pkey_mprotect): cannot be restored: %w", m.ProtectionKey, ErrUnsupported)
+	}
+	for _, r := range vmaRefused {
+		if m.VmFlags[r.flag] {
+			return fmt.Errorf("%s: cannot be restored: %w", r.what, ErrUnsupported)
+		}
 	}
 	return nil
 }

@@ -128,6 +128,11 @@ type VMA struct {
 	// first mapping of each range. ShmSize is the object's size.
 	ShmID   uint64 `json:"shm_id,omitempty"`
 	ShmSize int64  `json:"shm_size,omitempty"`
+	// Locked is mlock(2) (VmFlags lo), LockOnFault mlock2(MLOCK_ONFAULT)
+	// (lf), Sealed mseal(2) (sl).
+	Locked      bool `json:"locked,omitempty"`
+	LockOnFault bool `json:"lock_on_fault,omitempty"`
+	Sealed      bool `json:"sealed,omitempty"`
 	// SysV describes the segment a VMASysVShm mapping attaches.
 	SysV *SysVShm `json:"sysv,omitempty"`
 }

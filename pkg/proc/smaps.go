@@ -24,6 +24,9 @@ type Mapping struct {
 	// one is found with ReadLinkedFile on its map_files link.
 	Path    string
 	VmFlags map[string]bool
+	// ProtectionKey is the memory protection key of the mapping (0, the
+	// default, where the CPU has none).
+	ProtectionKey int
 }
 
 // ReadSmaps parses /proc/PID/smaps.
@@ -61,6 +64,14 @@ func parseSmaps(r io.Reader) ([]Mapping, error) {
 				fl[f] = true
 			}
 			out[len(out)-1].VmFlags = fl
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, "ProtectionKey:"); ok && len(out) > 0 {
+			k, err := strconv.Atoi(strings.TrimSpace(rest))
+			if err != nil {
+				return nil, fmt.Errorf("ProtectionKey %q: %w", rest, err)
+			}
+			out[len(out)-1].ProtectionKey = k
 			continue
 		}
 		if m, ok := parseMapLine(line); ok {

@@ -278,9 +278,9 @@ func (b *builder) advise(v *image.VMA) error {
 			return err
 		}
 		if e := ptrace.Errno(ret); e != nil {
-			// Advice this kernel does not take (KSM or THP left out)
-			// changes performance, not behaviour.
-			b.warnf("madvise(%d) on %#x-%#x: %v", a, v.Start, v.End, e)
+			// The advice shows in smaps (and MADV_DONTFORK,
+			// MADV_WIPEONFORK change what a fork does): never dropped.
+			return fmt.Errorf("madvise(%d) on %#x-%#x: %w", a, v.Start, v.End, e)
 		}
 	}
 	return nil
@@ -293,10 +293,32 @@ func (b *builder) protect() error {
 		case image.VMAVDSO, image.VMAVvar, image.VMAVsyscall:
 			continue
 		}
-		if mapProt(v) == v.Prot {
-			continue
+		if mapProt(v) != v.Prot {
+			if _, err := b.call("mprotect", unix.SYS_MPROTECT, v.Start, v.Len(), uint64(v.Prot)); err != nil {
+				return err
+			}
 		}
-		if _, err := b.call("mprotect", unix.SYS_MPROTECT, v.Start, v.Len(), uint64(v.Prot)); err != nil {
+		if err := b.lockSeal(v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lockSeal locks v in memory (mlock2, on fault or not) and seals it
+// (mseal) as it was; sealing comes last, nothing changes v after it.
+func (b *builder) lockSeal(v *image.VMA) error {
+	if v.Locked || v.LockOnFault {
+		flags := uint64(0)
+		if v.LockOnFault {
+			flags = unix.MLOCK_ONFAULT
+		}
+		if _, err := b.call(fmt.Sprintf("mlock2 %#x-%#x", v.Start, v.End), unix.SYS_MLOCK2, v.Start, v.Len(), flags); err != nil {
+			return err
+		}
+	}
+	if v.Sealed {
+		if _, err := b.call(fmt.Sprintf("mseal %#x-%#x", v.Start, v.End), unix.SYS_MSEAL, v.Start, v.Len(), 0); err != nil {
 			return err
 		}
 	}

@@ -51,6 +51,9 @@ var cases = []fcase{
 	{name: "fd_flags", src: "fd_flags.c"},
 	{name: "fd_shm", src: "fd_shm.c"},
 	{name: "fd_pipes", src: "fd_pipes.c"},
+	// Memory (pkg/dump memory.go, vmas.go, shmobj.go, sysvipc.go): attributes
+	// of mappings.
+	{name: "mem_vmaflags", src: "mem_vmaflags.c"},
 	// The process tree and the freeze (sessions, stops, injection).
 	{name: "novdso", src: "tree_novdso.c"},
 	// Refusals: each dump fails by name, the program goes on untouched.
@@ -62,6 +65,8 @@ var cases = []fcase{
 	{name: "fd_inotify", src: "fd_refused.c", args: []string{"inotify"}, refuse: "fd 4 (anon_inode:inotify): inotify instance: cannot be restored"},
 	{name: "aio", src: "proc_aio.c", refuse: "AIO context"},
 	{name: "userfaultfd", src: "proc_uffd.c", refuse: "userfaultfd"},
+	{name: "mem_shm_unreachable", src: "mem_refused.c", args: []string{"unreachable"}, refuse: "holds data at offset 0x1000 that no mapping of the tree covers: cannot be restored"},
+	{name: "mem_sysv_part", src: "mem_refused.c", args: []string{"sysv_part"}, refuse: "attached in part (offset 0x0, 4096 of 8192 bytes): cannot be restored"},
 	{name: "rlimit_above_ckpt", src: "proc_rlimit.c", refuse: "RLIMIT_NOFILE: hard limit",
 		dumpWrap: []string{"prlimit", "--nofile=1024:1024", "--"}},
 }

@@ -1,0 +1,43 @@
+/*
+ * mem_refused WHAT: memory state a restore cannot give back, which the dump
+ * must refuse by name, leaving the program untouched (it checks that the
+ * state is still there after the refused dump).
+ *
+ *   unreachable  a MAP_SHARED|MAP_ANONYMOUS object of 2 pages, both
+ *                written, the second then unmapped: its data is in the
+ *                object but no mapping covers it.
+ *   sysv_part    a System V segment of 2 pages attached, its second page
+ *                unmapped (an attachment in part).
+ */
+#include "fidelity.h"
+
+#include <sys/mman.h>
+#include <sys/shm.h>
+
+int main(int argc, char **argv)
+{
+	fid_init(argc, argv);
+	FID_SETUP(argc == 3, "usage: %s LOG unreachable|sysv_part", argv[0]);
+	unsigned char *p;
+	int id = -1;
+	if (strcmp(argv[2], "unreachable") == 0) {
+		p = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+		FID_SETUP(p != MAP_FAILED, "mmap: %s", strerror(errno));
+	} else {
+		id = shmget(IPC_PRIVATE, 2 * 4096, IPC_CREAT | 0600);
+		FID_SETUP(id >= 0, "shmget: %s", strerror(errno));
+		p = shmat(id, NULL, 0);
+		FID_SETUP(p != (void *)-1, "shmat: %s", strerror(errno));
+		shmctl(id, IPC_RMID, NULL);
+	}
+	memset(p, 0x5a, 2 * 4096);
+	FID_SETUP(munmap(p + 4096, 4096) == 0, "munmap: %s", strerror(errno));
+	fid_ready();
+	fid_wait();
+	for (int i = 0; i < 4096; i++)
+		if (p[i] != 0x5a) {
+			FID_EXPECT(0, "byte %d changed", i);
+			break;
+		}
+	return fid_done();
+}
