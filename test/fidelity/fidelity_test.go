@@ -56,6 +56,10 @@ var cases = []fcase{
 	{name: "mem_vmaflags", src: "mem_vmaflags.c"},
 	// The process tree and the freeze (sessions, stops, injection).
 	{name: "novdso", src: "tree_novdso.c"},
+	// Sockets (pkg/sockets: the option inventory, shutdown state, queues).
+	{name: "sock_tcp4", src: "sock_inet.c", args: []string{"tcp4"}},
+	{name: "sock_tcp6", src: "sock_inet.c", args: []string{"tcp6"}},
+	{name: "sock_mapped", src: "sock_inet.c", args: []string{"mapped"}},
 	// Refusals: each dump fails by name, the program goes on untouched.
 	{name: "fd_io_uring", src: "fd_refused.c", args: []string{"io_uring"}, refuse: "fd 4 (anon_inode:[io_uring]): io_uring instance: cannot be restored"},
 	{name: "fd_bpf", src: "fd_refused.c", args: []string{"bpf"}, refuse: "fd 4 (anon_inode:bpf-map): bpf object"},

@@ -1,0 +1,121 @@
+/*
+ * sock.h: helpers of the socket cases (sock_*.c): set an option, and
+ * "watch" options (their bytes read back before the restore, compared
+ * after it).
+ */
+#ifndef SOCK_H
+#define SOCK_H
+#include "fidelity.h"
+#include <arpa/inet.h>
+#include <linux/filter.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+
+#define SETOPT(fd, level, name, val)                                                     \
+	do {                                                                             \
+		int v_ = (val);                                                          \
+		FID_SETUP(setsockopt(fd, level, name, &v_, sizeof v_) == 0, "setsockopt %s", #name); \
+	} while (0)
+
+#define SETOPTP(fd, level, name, p, len)                                                 \
+	FID_SETUP(setsockopt(fd, level, name, p, len) == 0, "setsockopt %s", #name)
+
+struct watched {
+	int fd, level, name;
+	const char *label;
+	char who[32];
+	unsigned char val[64];
+	socklen_t len;
+};
+
+static struct watched watches[512];
+static int nwatches;
+
+/* watch records the current value of an option of fd. */
+static __attribute__((unused)) void watch(int fd, const char *who, int level, int name, const char *label)
+{
+	FID_SETUP(nwatches < (int)(sizeof watches / sizeof watches[0]), "too many watches");
+	struct watched *w = &watches[nwatches++];
+	w->fd = fd, w->level = level, w->name = name, w->label = label;
+	snprintf(w->who, sizeof w->who, "%s", who);
+	w->len = sizeof w->val;
+	memset(w->val, 0, sizeof w->val);
+	FID_SETUP(getsockopt(fd, level, name, w->val, &w->len) == 0, "getsockopt %s %s", who, label);
+}
+
+#define WATCH(fd, who, level, name) watch(fd, who, level, name, #name)
+
+/* check_watches compares every watched option with its value now. */
+static __attribute__((unused)) void check_watches(void)
+{
+	for (int i = 0; i < nwatches; i++) {
+		struct watched *w = &watches[i];
+		unsigned char now[64];
+		socklen_t len = sizeof now;
+		memset(now, 0, sizeof now);
+		if (getsockopt(w->fd, w->level, w->name, now, &len) < 0) {
+			fid_fail("%s %s: getsockopt: %s", w->who, w->label, strerror(errno));
+			continue;
+		}
+		if (len != w->len || memcmp(now, w->val, len) != 0) {
+			int a = 0, b = 0;
+			memcpy(&a, w->val, w->len < 4 ? w->len : 4);
+			memcpy(&b, now, len < 4 ? len : 4);
+			fid_fail("%s %s: %d (len %u), want %d (len %u)", w->who, w->label, b, len, a, w->len);
+		}
+	}
+}
+
+/* accept_all attaches a classic BPF filter that accepts every packet. */
+static __attribute__((unused)) void accept_all(int fd)
+{
+	struct sock_filter code[] = {{BPF_RET | BPF_K, 0, 0, 0xffffffff}};
+	struct sock_fprog prog = {1, code};
+	SETOPTP(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog);
+}
+
+/* read_exact reads n bytes (poll with a 10 s bound): 0 if all came. */
+static __attribute__((unused)) int read_exact(int fd, void *buf, size_t n)
+{
+	size_t got = 0;
+	while (got < n) {
+		struct pollfd p = {fd, POLLIN, 0};
+		if (poll(&p, 1, 10000) != 1)
+			return -1;
+		ssize_t k = recv(fd, (char *)buf + got, n - got, MSG_DONTWAIT);
+		if (k < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		if (k <= 0)
+			return -1;
+		got += k;
+	}
+	return 0;
+}
+
+/* write_all writes n bytes (poll with a 10 s bound): 0 if all went. */
+static __attribute__((unused)) int write_all(int fd, const void *buf, size_t n)
+{
+	size_t done = 0;
+	while (done < n) {
+		struct pollfd p = {fd, POLLOUT, 0};
+		if (poll(&p, 1, 10000) != 1)
+			return -1;
+		ssize_t k = send(fd, (const char *)buf + done, n - done, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (k < 0 && (errno == EAGAIN || errno == EINTR))
+			continue;
+		if (k <= 0)
+			return -1;
+		done += k;
+	}
+	return 0;
+}
+
+/* pattern is byte i of a stream seeded with seed. */
+static __attribute__((unused)) unsigned char pattern(unsigned seed, size_t i)
+{
+	return (unsigned char)((i * 2654435761u + seed) >> 7);
+}
+#endif
