@@ -43,6 +43,17 @@ func describeSocket(env DumpEnv, src *Source, f *image.File) error {
 		return fmt.Errorf("socket: %w", err)
 	}
 	f.Socket = s
+	if s.Protocol == unix.IPPROTO_UDP {
+		ds, err := sockets.PeekUDP(our, s.Family)
+		if err != nil {
+			return fmt.Errorf("UDP socket %s: %w", s.Local, err)
+		}
+		for _, d := range ds {
+			s.RecvMsgs = append(s.RecvMsgs, env.AddData(d.Data))
+			s.RecvFrom = append(s.RecvFrom, d.From.String())
+			s.RecvTo = append(s.RecvTo, d.To.String())
+		}
+	}
 	if s.State != sockets.StateEstablished {
 		return nil
 	}
@@ -109,6 +120,21 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	}
 	if err != nil {
 		return Desc{}, fmt.Errorf("socket %s %s: %w", s.Local, s.Remote, err)
+	}
+	if len(s.RecvMsgs) > 0 {
+		var data [][]byte
+		for _, id := range s.RecvMsgs {
+			b, err := env.Data(id)
+			if err != nil {
+				unix.Close(fd)
+				return Desc{}, fmt.Errorf("UDP socket queue: %w", err)
+			}
+			data = append(data, b)
+		}
+		if err := sockets.RefillDatagrams(fd, s, data); err != nil {
+			unix.Close(fd)
+			return Desc{}, fmt.Errorf("UDP socket %s: %w", s.Local, err)
+		}
 	}
 	of := os.NewFile(uintptr(fd), "socket")
 	if s.TCP != nil {

@@ -232,6 +232,9 @@ type Socket struct {
 	// RecvFrom are the names of the senders of RecvMsgs, when one of
 	// them has a name (a datagram socket receiving from several).
 	RecvFrom []string `json:"recv_from,omitempty"`
+	// RecvTo are the destinations of the datagrams queued in a UDP
+	// socket (RecvFrom their sources).
+	RecvTo []string `json:"recv_to,omitempty"`
 }
 
 // SockOpt is a socket option: an integer Value, or the bytes getsockopt
