@@ -256,6 +256,11 @@ func printSummary(w io.Writer, s *imageSummary) {
 		fmt.Fprintf(w, "network lock: %s (lifted by the restore, or by ckpt unlock)\n", h.NetLock)
 	}
 	for _, p := range s.Processes {
+		if p.Zombie {
+			fmt.Fprintf(w, "\nprocess %d (%s) ppid %d pgid %d sid %d: zombie, wait status %#x\n",
+				p.PID, p.Comm, p.PPID, p.PGID, p.SID, p.ExitStatus)
+			continue
+		}
 		fmt.Fprintf(w, "\nprocess %d (%s) ppid %d pgid %d sid %d\n  exe %s\n  cmdline %s\n  cwd %s  umask %04o  uid %v gid %v\n",
 			p.PID, p.Comm, p.PPID, p.PGID, p.SID, p.Exe, p.Cmdline, p.Misc.Cwd, p.Misc.Umask, p.Creds.UID, p.Creds.GID)
 		for _, t := range p.Threads {

@@ -10,7 +10,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// treeImage writes a two-process image in which the child's fds use files
+// treeImage writes a three-process image (one a zombie) in which the child's fds use files
 // the root lists (File IDs are image-wide), with one file of every kind.
 func treeImage(t *testing.T) []byte {
 	t.Helper()
@@ -47,10 +47,13 @@ func treeImage(t *testing.T) []byte {
 	}
 	steps := []func() error{
 		func() error {
-			return w.WriteHeader(&image.Header{Tool: "test", Machine: "x86_64", Root: 100, Processes: 2})
+			return w.WriteHeader(&image.Header{Tool: "test", Machine: "x86_64", Root: 100, Processes: 3})
 		},
 		func() error { return w.WriteProcess(root) },
 		func() error { return w.WriteProcess(child) },
+		func() error {
+			return w.WriteProcess(&image.Process{PID: 102, PPID: 100, Comm: "dead", Zombie: true, ExitStatus: 42 << 8})
+		},
 		func() error { return w.WriteFileData(1, []byte("abc")) },
 		func() error { return w.WriteFileData(2, []byte("ghost")) },
 		w.End,
@@ -78,6 +81,7 @@ func TestShowTree(t *testing.T) {
 	for _, want := range []string{
 		"process 100 (root)",
 		"process 101 (child) ppid 100",
+		"process 102 (dead) ppid 100 pgid 0 sid 0: zombie, wait status 0x2a00",
 		"  0 chr      /dev/null (device 1:3) (file 3",
 		"  1 reg      /tmp/log (file 0, flags 02001, pos 12)",
 		"  0 pipe     pipe:[555] read end, 3 bytes buffered (file 1, flags 0, shared)",
@@ -113,7 +117,7 @@ func TestShowTree(t *testing.T) {
 	if err := json.Unmarshal(b, &back); err != nil {
 		t.Fatal(err)
 	}
-	if len(back.Processes) != 2 || back.Processes[1].PID != 101 || back.FileData != 8 {
+	if len(back.Processes) != 3 || back.Processes[1].PID != 101 || back.FileData != 8 {
 		t.Errorf("ckpt show --json: %s", b)
 	}
 }
