@@ -237,3 +237,34 @@ func TestClone3SetTIDProbe(t *testing.T) {
 		t.Errorf("clone3 set_tid: %v (this kernel has it)", err)
 	}
 }
+
+func TestOpen(t *testing.T) {
+	s, err := Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := Socket(-1, 0, 0); err == nil || !strings.Contains(err.Error(), "socket") {
+		t.Errorf("bad socket: %v", err)
+	}
+	r, w, err := Pipe2(unix.O_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if _, err := unix.Write(w.Int(), []byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Pipe2(-1); err == nil || !strings.Contains(err.Error(), "pipe2") {
+		t.Errorf("bad pipe2: %v", err)
+	}
+	m, err := MemfdCreate("sys-test", unix.MFD_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if _, err := MemfdCreate("x", -1); err == nil || !strings.Contains(err.Error(), "memfd_create") {
+		t.Errorf("bad memfd_create: %v", err)
+	}
+}

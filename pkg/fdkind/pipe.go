@@ -144,14 +144,13 @@ func peekPipe(path string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+	pr, pw, err := sys.Pipe2(unix.O_CLOEXEC | unix.O_NONBLOCK)
+	if err != nil {
 		return nil, err
 	}
-	pr, _ := sys.NewFD(p[0])
-	pw, _ := sys.NewFD(p[1])
 	defer pr.Close()
 	defer pw.Close()
+	p := [2]int{pr.Int(), pw.Int()}
 	if _, err := unix.FcntlInt(uintptr(p[1]), unix.F_SETPIPE_SZ, size); err != nil {
 		return nil, fmt.Errorf("F_SETPIPE_SZ %d: %w", size, err)
 	}

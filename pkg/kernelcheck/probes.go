@@ -31,16 +31,16 @@ const (
 // would cost a line per mapping of ckpt).
 func MapFiles() error {
 	return notSupported(FeatureMapFiles, func() error {
-		fd, err := unix.MemfdCreate("ckpt-check", unix.MFD_CLOEXEC)
+		fd, err := sys.MemfdCreate("ckpt-check", unix.MFD_CLOEXEC)
 		if err != nil {
-			return fmt.Errorf("memfd_create: %w", err)
+			return err
 		}
-		defer unix.Close(fd)
+		defer fd.Close()
 		page := os.Getpagesize()
-		if err := unix.Ftruncate(fd, int64(page)); err != nil {
+		if err := unix.Ftruncate(fd.Int(), int64(page)); err != nil {
 			return fmt.Errorf("ftruncate: %w", err)
 		}
-		m, err := unix.Mmap(fd, 0, page, unix.PROT_READ, unix.MAP_SHARED)
+		m, err := unix.Mmap(fd.Int(), 0, page, unix.PROT_READ, unix.MAP_SHARED)
 		if err != nil {
 			return fmt.Errorf("mmap: %w", err)
 		}
@@ -55,18 +55,18 @@ func MapFiles() error {
 // files, and each is the same as itself.
 func Kcmp() error {
 	return notSupported(FeatureKcmp, func() error {
-		var p [2]int
-		if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
-			return fmt.Errorf("pipe2: %w", err)
-		}
-		defer unix.Close(p[0])
-		defer unix.Close(p[1])
-		me := sys.PID(os.Getpid())
-		same, err := sys.SameFile(me, sys.TargetFD(p[0]), me, sys.TargetFD(p[0]))
+		r, w, err := sys.Pipe2(unix.O_CLOEXEC)
 		if err != nil {
 			return err
 		}
-		differ, err := sys.SameFile(me, sys.TargetFD(p[0]), me, sys.TargetFD(p[1]))
+		defer r.Close()
+		defer w.Close()
+		me := sys.PID(os.Getpid())
+		same, err := sys.SameFile(me, sys.TargetFD(r.Int()), me, sys.TargetFD(r.Int()))
+		if err != nil {
+			return err
+		}
+		differ, err := sys.SameFile(me, sys.TargetFD(r.Int()), me, sys.TargetFD(w.Int()))
 		if err != nil {
 			return err
 		}
@@ -172,21 +172,19 @@ func PidfdGetfd() error {
 // TCPRepair probes setsockopt(TCP_REPAIR) on a fresh TCP socket.
 func TCPRepair() error {
 	return notSupported(FeatureTCPRepair, func() error {
-		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		fd, err := sys.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
 			return err
 		}
-		defer unix.Close(fd)
-		return unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR, 1)
+		defer fd.Close()
+		return unix.SetsockoptInt(fd.Int(), unix.IPPROTO_TCP, unix.TCP_REPAIR, 1)
 	}())
 }
 
 // SockDiag probes a NETLINK_SOCK_DIAG socket.
 func SockDiag() error {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
-	if err == nil {
-		unix.Close(fd)
-	}
+	fd, err := sys.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	fd.Close()
 	return notSupported(FeatureSockDiag, err)
 }
 

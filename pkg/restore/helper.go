@@ -65,11 +65,10 @@ type helper struct {
 // stops it. The helper dies with ckpt-redo (PR_SET_PDEATHSIG and
 // PTRACE_O_EXITKILL), and so does everything it forks.
 func startHelper(files []*os.File) (*helper, error) {
-	raw, err := unix.MemfdCreate("ckpt-restore-helper", unix.MFD_CLOEXEC)
+	mem, err := sys.MemfdCreate("ckpt-restore-helper", unix.MFD_CLOEXEC)
 	if err != nil {
-		return nil, fmt.Errorf("memfd_create: %w", err)
+		return nil, err
 	}
-	mem, _ := sys.NewFD(raw)
 	defer mem.Close()
 	mfd := mem.Int()
 	if _, err := unix.Write(mfd, helperELF()); err != nil {

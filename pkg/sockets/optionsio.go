@@ -97,11 +97,12 @@ func ReadOptions(fd, family, typ, proto int, established bool) ([]image.SockOpt,
 	if err := refuseOptions(fd, proto); err != nil {
 		return nil, err
 	}
-	fresh, err := unix.Socket(family, typ|unix.SOCK_CLOEXEC, proto)
+	freshFD, err := sys.Socket(family, typ|unix.SOCK_CLOEXEC, proto)
 	if err != nil {
 		return nil, fmt.Errorf("new socket for the defaults: %w", err)
 	}
-	defer unix.Close(fresh)
+	defer freshFD.Close()
+	fresh := freshFD.Int()
 	var out []image.SockOpt
 	for i := range Options {
 		o := &Options[i]

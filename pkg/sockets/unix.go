@@ -37,11 +37,10 @@ const (
 // UnixSockets lists the UNIX sockets of the caller's network namespace,
 // by inode, through sock_diag.
 func UnixSockets() (map[uint32]UnixInfo, error) {
-	raw, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	nl, err := sys.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	if err != nil {
 		return nil, fmt.Errorf("sock_diag: %w", err)
 	}
-	nl, _ := sys.NewFD(raw)
 	defer nl.Close()
 	fd := nl.Int()
 	req := make([]byte, 16+24)

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strconv"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -223,12 +224,12 @@ func finishUnix(fd int, s *image.Socket) error {
 // freshBuffers are the buffer sizes of a new UNIX socket, to put back
 // after a refill raised them.
 func freshBuffers(typ int) []image.SockOpt {
-	fd, err := unix.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
+	fd, err := sys.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil
 	}
-	defer unix.Close(fd)
-	return bufferSizes(fd)
+	defer fd.Close()
+	return bufferSizes(fd.Int())
 }
 
 // sendNow sends a message without blocking, to the socket's peer or to.
@@ -316,11 +317,12 @@ func openUnix(fd int, s *image.Socket, queue []UnixMsg) error {
 // name taken by a socket file is moved aside while the temporary socket
 // binds it.
 func sendFrom(typ int, m UnixMsg, to unix.Sockaddr) error {
-	tmp, err := unix.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
+	tmpFD, err := sys.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
-	defer unix.Close(tmp)
+	defer tmpFD.Close()
+	tmp := tmpFD.Int()
 	if m.From != "" {
 		if m.From[0] == '@' {
 			if err := unix.Bind(tmp, unixAddr(m.From)); err != nil {

@@ -1,0 +1,37 @@
+package sys
+
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// The calls that make a new fd, returning it owned; the flags should
+// include the close-on-exec one.
+
+// Socket makes a socket (socket(2)).
+func Socket(domain, typ, proto int) (*FD, error) {
+	fd, err := unix.Socket(domain, typ, proto)
+	if err != nil {
+		return nil, os.NewSyscallError("socket", err)
+	}
+	return NewFD(fd)
+}
+
+// Pipe2 makes a pipe (pipe2(2)) and returns its read and write ends.
+func Pipe2(flags int) (r, w *FD, err error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], flags); err != nil {
+		return nil, nil, os.NewSyscallError("pipe2", err)
+	}
+	return &FD{raw: p[0]}, &FD{raw: p[1]}, nil
+}
+
+// MemfdCreate makes an anonymous memory file (memfd_create(2)).
+func MemfdCreate(name string, flags int) (*FD, error) {
+	fd, err := unix.MemfdCreate(name, flags)
+	if err != nil {
+		return nil, os.NewSyscallError("memfd_create", err)
+	}
+	return NewFD(fd)
+}
