@@ -2,11 +2,11 @@ package dump
 
 import (
 	"fmt"
-	"github.com/ckpt/ckpt/internal/sys"
 	"os"
 	"strconv"
 	"syscall"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"

@@ -3,10 +3,10 @@ package dump
 import (
 	"errors"
 	"fmt"
-	"github.com/ckpt/ckpt/pkg/fdkind"
 	"os"
 	"time"
 
+	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
 	"golang.org/x/sys/unix"

@@ -2,10 +2,10 @@ package dump
 
 import (
 	"fmt"
-	"github.com/ckpt/ckpt/pkg/fdkind"
 	"strings"
 	"syscall"
 
+	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"

@@ -2,9 +2,9 @@ package fdkind
 
 import (
 	"fmt"
-	"github.com/ckpt/ckpt/internal/sys"
 	"os"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )

@@ -1,10 +1,10 @@
 package fdkind
 
 import (
-	"github.com/ckpt/ckpt/internal/sys"
 	"os"
 	"testing"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
 )
 

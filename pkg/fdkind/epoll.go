@@ -3,9 +3,9 @@ package fdkind
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/ckpt/ckpt/internal/sys"
 	"os"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )

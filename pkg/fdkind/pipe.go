@@ -2,10 +2,10 @@ package fdkind
 
 import (
 	"fmt"
-	"github.com/ckpt/ckpt/internal/sys"
 	"os"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"

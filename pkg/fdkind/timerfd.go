@@ -2,8 +2,8 @@ package fdkind
 
 import (
 	"fmt"
-	"github.com/ckpt/ckpt/internal/sys"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )

@@ -3,9 +3,9 @@ package restore
 import (
 	"encoding/binary"
 	"fmt"
-	"github.com/ckpt/ckpt/pkg/fdkind"
 	"unsafe"
 
+	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"

@@ -2,13 +2,13 @@ package restore
 
 import (
 	"fmt"
-	"github.com/ckpt/ckpt/pkg/fdkind"
 	"net/netip"
 	"os"
 	"slices"
 	"sort"
 	"strings"
 
+	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/ckpt/ckpt/pkg/rewrite"

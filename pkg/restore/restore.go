@@ -34,11 +34,11 @@ package restore
 import (
 	"errors"
 	"fmt"
-	"github.com/ckpt/ckpt/pkg/fdkind"
 	"io"
 	"os"
 	"time"
 
+	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/kernelcheck"
 	"github.com/ckpt/ckpt/pkg/machine"

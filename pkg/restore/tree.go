@@ -3,10 +3,10 @@ package restore
 import (
 	"errors"
 	"fmt"
-	"github.com/ckpt/ckpt/pkg/fdkind"
 	"os"
 	"time"
 
+	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/ckpt/ckpt/pkg/proc"
