@@ -51,6 +51,7 @@ var cases = []fcase{
 	{name: "fd_flags", src: "fd_flags.c"},
 	{name: "fd_shm", src: "fd_shm.c"},
 	{name: "fd_pipes", src: "fd_pipes.c"},
+	{name: "fd_fifo", src: "fd_fifo.c", args: []string{"DIR/"}},
 	// Memory (pkg/dump memory.go, vmas.go, shmobj.go, sysvipc.go): attributes
 	// of mappings.
 	{name: "mem_vmaflags", src: "mem_vmaflags.c"},

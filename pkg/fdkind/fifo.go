@@ -1,0 +1,159 @@
+package fdkind
+
+import (
+	"fmt"
+	"os"
+	"strings"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"golang.org/x/sys/unix"
+)
+
+// fifo is an open named FIFO, for reading, writing or both, possibly
+// deleted since. The bytes buffered in it are read without being consumed
+// and put back. At restore the FIFO is first opened read-write (which
+// never blocks), then each description is opened non-blocking through
+// that open file and given its real flags: an O_RDONLY or O_WRONLY open
+// with nobody at the other end would block or fail.
+func fifo() Kind {
+	return Kind{
+		Name:     image.FileFIFO,
+		Match:    func(s *Source) bool { return s.Type() == unix.S_IFIFO && !strings.HasPrefix(s.Link, "pipe:") },
+		Describe: describeFIFO,
+		Finish:   fifoData,
+		Open:     openFIFO,
+		Show:     showFIFO,
+	}
+}
+
+func describeFIFO(env DumpEnv, s *Source, f *image.File) error {
+	lf, err := proc.ReadLinkedFile(s.Path())
+	if err != nil {
+		return err
+	}
+	f.Ref = StatRef(lf.Path, &s.Stat)
+	f.Ref.Deleted = lf.Unlinked
+	f.Pipe = &image.Pipe{Ino: s.Stat.Ino, Write: s.Info.Flags&unix.O_ACCMODE == unix.O_WRONLY}
+	if s.Copy >= 0 {
+		if f.Pipe.Size, err = unix.FcntlInt(uintptr(s.Copy), unix.F_GETPIPE_SZ, 0); err != nil {
+			return fmt.Errorf("F_GETPIPE_SZ: %w", err)
+		}
+	}
+	return nil
+}
+
+// fifoData reads the bytes buffered in each FIFO of the dump once (tee
+// from a new non-blocking read end), and gives every description of it
+// the record.
+func fifoData(env DumpEnv, fds []Held) error {
+	data := map[[2]uint64]int{}
+	for _, h := range fds {
+		f := h.File
+		if f.Kind != image.FileFIFO || f.Pipe == nil {
+			continue
+		}
+		key := [2]uint64{f.Ref.Dev, f.Ref.Ino}
+		id, done := data[key]
+		if !done {
+			buf, err := peekPipe(proc.Path(h.PID, "fd", fmt.Sprint(h.FD)))
+			if err != nil {
+				return fmt.Errorf("process %d fd %d (FIFO %s): read buffered data: %w", h.PID, h.FD, f.Ref.Path, err)
+			}
+			if len(buf) > 0 {
+				id = env.AddData(buf)
+			}
+			data[key] = id
+		}
+		f.Pipe.DataID = id
+	}
+	return nil
+}
+
+func showFIFO(f *image.File) string {
+	d := "FIFO " + f.Ref.Path
+	if f.Ref.Deleted {
+		d += " (deleted)"
+	}
+	if f.Pipe != nil && f.Pipe.DataID != 0 {
+		d += ", data buffered"
+	}
+	return d
+}
+
+// fifoKey names the read-write open file through which a FIFO is
+// reopened, by device and inode.
+type fifoKey [2]uint64
+
+func openFIFO(env RestoreEnv, f *image.File, at Where) (Desc, error) {
+	if f.Pipe == nil {
+		return Desc{}, fmt.Errorf("FIFO without its state: %w", image.ErrCorrupt)
+	}
+	v, err := env.Once(fifoKey{f.Ref.Dev, f.Ref.Ino}, func() (any, error) { return makeFIFO(env, f) })
+	if err != nil {
+		return Desc{}, err
+	}
+	holder := v.(*os.File)
+	fl := f.Flags&openFlags&^(unix.O_NOFOLLOW|unix.O_DIRECTORY) | unix.O_NONBLOCK | unix.O_CLOEXEC
+	of, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", holder.Fd()), fl, 0)
+	if err != nil {
+		return Desc{}, fmt.Errorf("FIFO %s: open: %w", f.Ref.Path, err)
+	}
+	return Desc{File: of}, nil
+}
+
+// makeFIFO opens a FIFO read-write, the holder of its buffered data while
+// the restore runs; a deleted FIFO is made again at its old path (or, if
+// that is taken, beside it) and unlinked at once.
+func makeFIFO(env RestoreEnv, f *image.File) (*os.File, error) {
+	ref := &f.Ref
+	var holder *os.File
+	if ref.Deleted {
+		path := ref.Path
+		if err := unix.Mkfifo(path, ref.Mode&0o7777); err != nil {
+			path = fmt.Sprintf("%s.ckpt-%d", ref.Path, os.Getpid())
+			if err := unix.Mkfifo(path, ref.Mode&0o7777); err != nil {
+				return nil, fmt.Errorf("deleted FIFO %s: mkfifo: %w", ref.Path, err)
+			}
+		}
+		fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		unix.Unlink(path)
+		if err != nil {
+			return nil, fmt.Errorf("deleted FIFO %s: open: %w", ref.Path, err)
+		}
+		holder = os.NewFile(uintptr(fd), ref.Path)
+		env.Keep(holder)
+		if _, err := settleGhost(holder, ref, ref.Mode&0o7777); err != nil {
+			return nil, err
+		}
+	} else {
+		var st unix.Stat_t
+		if err := unix.Stat(ref.Path, &st); err != nil {
+			return nil, fmt.Errorf("FIFO %s: %w", ref.Path, err)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFIFO {
+			return nil, fmt.Errorf("FIFO %s: now mode %#o: %w", ref.Path, st.Mode, ErrFileChanged)
+		}
+		fd, err := unix.Open(ref.Path, unix.O_RDWR|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return nil, fmt.Errorf("FIFO %s: open: %w", ref.Path, err)
+		}
+		holder = os.NewFile(uintptr(fd), ref.Path)
+		env.Keep(holder)
+	}
+	if f.Pipe.Size > 0 {
+		if _, err := unix.FcntlInt(holder.Fd(), unix.F_SETPIPE_SZ, f.Pipe.Size); err != nil {
+			return nil, fmt.Errorf("FIFO %s: capacity %d: %w", ref.Path, f.Pipe.Size, err)
+		}
+	}
+	if f.Pipe.DataID != 0 {
+		data, err := env.Data(f.Pipe.DataID)
+		if err != nil {
+			return nil, fmt.Errorf("FIFO %s: buffered data: %w", ref.Path, err)
+		}
+		if _, err := holder.Write(data); err != nil {
+			return nil, fmt.Errorf("FIFO %s: refill %d bytes: %w", ref.Path, len(data), err)
+		}
+	}
+	return holder, nil
+}
