@@ -44,7 +44,41 @@ func dumpKill(t *testing.T, r *testenv.Reaper, v *testenv.Victim) string {
 		t.Fatalf("dump %d: %v", v.PID, err)
 	}
 	r.WaitExit(t, v.PID, 10*time.Second)
+	waitFree(t, dir)
 	return dir
+}
+
+// waitFree waits until every PID and TID of the image in dir is free: the
+// reaper reaps the killed processes of a tree one by one.
+func waitFree(t *testing.T, dir string) {
+	t.Helper()
+	f, err := image.OpenDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	m, err := image.ReadMeta(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, p := range m.Processes {
+		ids := []int{p.PID}
+		for _, th := range p.Threads {
+			ids = append(ids, th.TID)
+		}
+		for _, id := range ids {
+			for {
+				if _, err := os.Stat(fmt.Sprintf("/proc/%d", id)); os.IsNotExist(err) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("pid %d of the killed %d is still there after 10s", id, p.PID)
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+		}
+	}
 }
 
 // build restores the image in dir and holds it stopped.
