@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"github.com/ckpt/ckpt/internal/cliutil"
 	"os"
@@ -12,7 +11,6 @@ import (
 	"github.com/ckpt/ckpt/internal/progress"
 	"github.com/ckpt/ckpt/pkg/dump"
 	"github.com/ckpt/ckpt/pkg/image"
-	"github.com/ckpt/ckpt/pkg/sockets"
 	"github.com/ckpt/ckpt/pkg/transfer"
 	"github.com/urfave/cli/v2"
 )
@@ -59,9 +57,7 @@ func dumpCommand() *cli.Command {
 				}
 			}
 			bar := progress.New(os.Stderr, "dump")
-			exe, _ := os.Executable()
 			opts := dump.Options{
-				GuardExe:     exe,
 				LeaveRunning: c.Bool("leave-running"),
 				ShellJob:     c.Bool("shell-job"),
 				GhostLimit:   c.Int64("ghost-limit"),
@@ -93,26 +89,17 @@ func dumpCommand() *cli.Command {
 				}
 				return report(c, pid, "to "+to, res)
 			}
-			var res *dump.Result
-			// Connections waiting in a listener's accept queue cannot be
-			// saved: let the process accept them and try again.
-			for try := 0; ; try++ {
-				sink, err := image.CreateDir(dir)
-				if err != nil {
-					return fmt.Errorf("dump %d: %w", pid, err)
-				}
-				if sink.StaleRemoved() {
-					warn("removed the partial image a dump that did not finish left in %s", dir)
-				}
-				res, err = dump.Run(pid, sink, opts)
-				if err == nil || !errors.Is(err, sockets.ErrAcceptQueue) || try == 20 || ctl != nil {
-					bar.Done()
-					if err != nil {
-						return err
-					}
-					break
-				}
-				time.Sleep(50 * time.Millisecond)
+			sink, err := image.CreateDir(dir)
+			if err != nil {
+				return fmt.Errorf("dump %d: %w", pid, err)
+			}
+			if sink.StaleRemoved() {
+				warn("removed the partial image a dump that did not finish left in %s", dir)
+			}
+			res, err := dump.Run(pid, sink, opts)
+			bar.Done()
+			if err != nil {
+				return err
 			}
 			return report(c, pid, "into "+dir, res)
 		},

@@ -56,8 +56,18 @@ type Options struct {
 	Log func(format string, args ...any)
 	// GuardExe is the ckpt executable, run as `GuardExe netlock-guard
 	// TABLE` to remove the network lock if ckpt dies during the dump.
-	// Empty means no guard.
+	// Empty means DefaultGuardExe (the running ckpt, or a ckpt next to
+	// the running executable).
 	GuardExe string
+	// NoGuard runs the dump without a guard: if ckpt dies during it, the
+	// network lock and the connections' repair mode stay.
+	NoGuard bool
+	// AcceptRetries is how many times the dump is tried again when a
+	// listener has connections waiting to be accepted, letting the
+	// processes run AcceptRetryWait in between. Zero means
+	// DefaultAcceptRetries, a negative value none. A group member (with
+	// AfterFreeze) is never tried again: the group decides.
+	AcceptRetries int
 	// AfterFreeze, if set, is called once every process is frozen and the
 	// network lock is in place, before any state is read. A group
 	// checkpoint waits there until every member is frozen. An error aborts
@@ -134,8 +144,36 @@ func (o *Options) fault(phase string) {
 // failure the sink is aborted and every process resumes untouched. It first
 // probes the kernel features every dump needs (kernelcheck.Check): a missing
 // one is an error wrapping kernelcheck.ErrNotSupported, before the process
-// is touched.
-func Run(pid int, sink Sink, opts Options) (res *Result, err error) {
+// is touched. A dump that meets connections waiting in a listener's accept
+// queue is tried again (Options.AcceptRetries), into the same sink; TCP
+// connections are locked under a guard (Options.GuardExe) that lifts the
+// lock if the dump dies.
+func Run(pid int, sink Sink, opts Options) (*Result, error) {
+	if opts.GuardExe == "" && !opts.NoGuard {
+		opts.GuardExe = DefaultGuardExe()
+	}
+	if opts.NoGuard {
+		opts.GuardExe = ""
+	}
+	hs := &holdSink{Sink: sink}
+	for try := 0; ; try++ {
+		res, err := runOnce(pid, hs, opts)
+		if err != nil && try < opts.acceptRetries() && hs.retryable(err) {
+			// Connections wait in a listener's accept queue and cannot be
+			// saved: let the processes accept them, and try again.
+			hs.aborted = false
+			time.Sleep(AcceptRetryWait)
+			continue
+		}
+		if hs.aborted {
+			sink.Abort()
+		}
+		return res, err
+	}
+}
+
+// runOnce is one try of Run.
+func runOnce(pid int, sink Sink, opts Options) (res *Result, err error) {
 	start := time.Now()
 	if opts.GhostLimit == 0 {
 		opts.GhostLimit = DefaultGhostLimit

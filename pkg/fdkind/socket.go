@@ -38,7 +38,7 @@ func describeSocket(env DumpEnv, src *Source, f *image.File) error {
 	s, err := sockets.Describe(our)
 	if err != nil {
 		if errors.Is(err, sockets.ErrState) {
-			return fmt.Errorf("socket: %v: %w", err, ErrUnsupported)
+			return fmt.Errorf("socket: %w: %w", err, ErrUnsupported)
 		}
 		return fmt.Errorf("socket: %w", err)
 	}

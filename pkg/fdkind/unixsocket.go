@@ -23,7 +23,7 @@ func describeUnix(env DumpEnv, our int, ino uint64, f *image.File) error {
 	}
 	s, msgs, err := sockets.DescribeUnix(our, uint32(ino), all, se.InTree)
 	if errors.Is(err, sockets.ErrState) {
-		return fmt.Errorf("UNIX socket: %v: %w", err, ErrUnsupported)
+		return fmt.Errorf("UNIX socket: %w: %w", err, ErrUnsupported)
 	}
 	if err != nil {
 		return fmt.Errorf("UNIX socket: %w", err)

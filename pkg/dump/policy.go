@@ -1,0 +1,95 @@
+package dump
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/sockets"
+)
+
+// DefaultAcceptRetries is how many times a dump is tried again, by
+// default, when a listener of the dumped processes has connections
+// waiting in its accept queue (they cannot be saved): the processes run
+// AcceptRetryWait between tries and may accept them meanwhile.
+const DefaultAcceptRetries = 20
+
+// AcceptRetryWait is how long the processes run between two tries.
+const AcceptRetryWait = 50 * time.Millisecond
+
+// acceptRetries is how many retries opts allow: none for a group member,
+// which has passed the group's barrier once the error can come.
+func (o *Options) acceptRetries() int {
+	switch {
+	case o.AfterFreeze != nil || o.AcceptRetries < 0:
+		return 0
+	case o.AcceptRetries == 0:
+		return DefaultAcceptRetries
+	}
+	return o.AcceptRetries
+}
+
+// DefaultGuardExe returns the executable a dump runs as the guard of its
+// network lock (`EXE netlock-guard ...`, see netlock.StartGuard) when
+// Options.GuardExe is empty: the running executable if it is ckpt, else a
+// ckpt next to it, else "" (no guard).
+func DefaultGuardExe() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	if filepath.Base(exe) == "ckpt" {
+		return exe
+	}
+	c := filepath.Join(filepath.Dir(exe), "ckpt")
+	if st, err := os.Stat(c); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return c
+	}
+	return ""
+}
+
+// holdSink passes a dump's records on to its sink but holds back an
+// Abort, so that a try that failed before it wrote anything can be
+// followed by another into the same sink.
+type holdSink struct {
+	Sink
+	written bool // a record went to the sink: no retry
+	aborted bool // the try aborted the sink
+}
+
+func (s *holdSink) WriteHeader(h *image.Header) error {
+	s.written = true
+	return s.Sink.WriteHeader(h)
+}
+
+func (s *holdSink) WriteProcess(p *image.Process) error {
+	s.written = true
+	return s.Sink.WriteProcess(p)
+}
+
+func (s *holdSink) WriteFileData(id int, data []byte) error {
+	s.written = true
+	return s.Sink.WriteFileData(id, data)
+}
+
+func (s *holdSink) WritePrepared(rec *image.Prepared) error {
+	s.written = true
+	return s.Sink.WritePrepared(rec)
+}
+
+func (s *holdSink) Abort() { s.aborted = true }
+
+// Prepare prepares the sink if it is a Preparer.
+func (s *holdSink) Prepare() error {
+	if p, ok := s.Sink.(Preparer); ok {
+		return p.Prepare()
+	}
+	return nil
+}
+
+// retryable says whether a failed try may be followed by another.
+func (s *holdSink) retryable(err error) bool {
+	return errors.Is(err, sockets.ErrAcceptQueue) && !s.written
+}
