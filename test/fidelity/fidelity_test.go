@@ -63,6 +63,7 @@ var cases = []fcase{
 	{name: "sock_mapped", src: "sock_inet.c", args: []string{"mapped"}},
 	{name: "sock_udp4", src: "sock_inet.c", args: []string{"udp4"}},
 	{name: "sock_udp6", src: "sock_inet.c", args: []string{"udp6"}},
+	{name: "sock_unix", src: "sock_unix.c", args: []string{"DIR/"}},
 	// Refusals: each dump fails by name, the program goes on untouched.
 	{name: "fd_io_uring", src: "fd_refused.c", args: []string{"io_uring"}, refuse: "fd 4 (anon_inode:[io_uring]): io_uring instance: cannot be restored"},
 	{name: "fd_bpf", src: "fd_refused.c", args: []string{"bpf"}, refuse: "fd 4 (anon_inode:bpf-map): bpf object"},

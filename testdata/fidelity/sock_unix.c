@@ -1,0 +1,181 @@
+/*
+ * sock_unix DIR: UNIX sockets in the states programs leave them in: a
+ * stream pair with data queued both ways, options and one end shut down
+ * for writing; a seqpacket pair with an empty message among others;
+ * seqpacket and stream sockets whose peer closed, with data left; a
+ * datagram socket with messages from an unnamed, an abstract and a path
+ * sender; a datagram pair; an unconnected socket, a bound one and a
+ * listener. After the restore every option, message (with its
+ * boundaries and sender), end of file and shutdown reads the same.
+ */
+#include "sock.h"
+#include <stddef.h>
+
+static void sun_of(struct sockaddr_un *a, socklen_t *l, const char *name)
+{
+	memset(a, 0, sizeof *a);
+	a->sun_family = AF_UNIX;
+	size_t n = strlen(name);
+	memcpy(a->sun_path, name, n);
+	if (name[0] == '@')
+		a->sun_path[0] = 0;
+	else
+		n++;
+	*l = offsetof(struct sockaddr_un, sun_path) + n;
+}
+
+static void watch_common(int fd, const char *who)
+{
+	WATCH(fd, who, SOL_SOCKET, SO_PASSCRED);
+	WATCH(fd, who, SOL_SOCKET, SO_SNDBUF);
+	WATCH(fd, who, SOL_SOCKET, SO_RCVBUF);
+	WATCH(fd, who, SOL_SOCKET, SO_BUF_LOCK);
+	WATCH(fd, who, SOL_SOCKET, SO_RCVTIMEO);
+	WATCH(fd, who, SOL_SOCKET, SO_PEEK_OFF);
+	WATCH(fd, who, SOL_SOCKET, SO_TYPE);
+	WATCH(fd, who, SOL_SOCKET, SO_ACCEPTCONN);
+}
+
+/* expect_msg reads one message (no wait) and compares it. */
+static void expect_msg(int fd, const char *want, size_t len, const char *who)
+{
+	char buf[256];
+	ssize_t k = recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+	FID_EXPECT(k == (ssize_t)len && memcmp(buf, want, len) == 0, "%s: read %zd bytes (%s), want %zu", who, k,
+		   k < 0 ? strerror(errno) : "", len);
+}
+
+static void expect_from(int fd, const char *want, const char *from)
+{
+	char buf[64];
+	struct sockaddr_un a;
+	socklen_t l = sizeof a;
+	memset(&a, 0, sizeof a);
+	ssize_t k = recvfrom(fd, buf, sizeof buf, MSG_DONTWAIT, (struct sockaddr *)&a, &l);
+	FID_EXPECT(k == (ssize_t)strlen(want) && memcmp(buf, want, k) == 0, "datagram %s: %zd bytes", want, k);
+	char name[110] = "";
+	size_t n = l > offsetof(struct sockaddr_un, sun_path) ? l - offsetof(struct sockaddr_un, sun_path) : 0;
+	if (n > 0 && a.sun_path[0] == 0) {
+		name[0] = '@';
+		memcpy(name + 1, a.sun_path + 1, n - 1);
+		name[n] = 0;
+	} else if (n > 0) {
+		snprintf(name, sizeof name, "%s", a.sun_path);
+	}
+	FID_EXPECT(strcmp(name, from) == 0, "datagram %s from %s, want %s", want, name, from);
+}
+
+int main(int argc, char **argv)
+{
+	fid_init(argc, argv);
+	FID_SETUP(argc == 3, "usage: sock_unix LOG DIR");
+	const char *dir = argv[2];
+	struct timeval tv = {3, 7};
+	int sp[2], sq[2], se[2], sf[2], sd[2];
+
+	/* Stream pair: options, data both ways, a SHUT_WR. */
+	FID_SETUP(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0, "socketpair");
+	SETOPT(sp[0], SOL_SOCKET, SO_PASSCRED, 1);
+	SETOPTP(sp[0], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	SETOPT(sp[1], SOL_SOCKET, SO_SNDBUF, 70000);
+	SETOPT(sp[1], SOL_SOCKET, SO_PEEK_OFF, 1);
+	FID_SETUP(send(sp[0], "to-b", 4, 0) == 4 && send(sp[1], "to-a", 4, 0) == 4, "send");
+	FID_SETUP(shutdown(sp[0], SHUT_WR) == 0, "shutdown");
+	watch_common(sp[0], "stream a");
+	watch_common(sp[1], "stream b");
+
+	/* Seqpacket pair with an empty message. */
+	FID_SETUP(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sq) == 0, "socketpair");
+	FID_SETUP(send(sq[1], "one", 3, 0) == 3 && send(sq[1], "", 0, 0) == 0 && send(sq[1], "three", 5, 0) == 5, "send");
+	watch_common(sq[0], "seqpacket");
+
+	/* Peers closed with data left. */
+	FID_SETUP(socketpair(AF_UNIX, SOCK_SEQPACKET, 0, se) == 0, "socketpair");
+	FID_SETUP(send(se[1], "last words", 10, 0) == 10, "send");
+	close(se[1]);
+	FID_SETUP(socketpair(AF_UNIX, SOCK_STREAM, 0, sf) == 0, "socketpair");
+	FID_SETUP(send(sf[1], "bye", 3, 0) == 3, "send");
+	close(sf[1]);
+
+	/* A datagram server with messages from three senders. */
+	char srvname[64], absname[64], pathname[200];
+	snprintf(srvname, sizeof srvname, "@sock_unix-srv-%d", getpid());
+	snprintf(absname, sizeof absname, "@sock_unix-cli-%d", getpid());
+	snprintf(pathname, sizeof pathname, "%s/cli", dir);
+	struct sockaddr_un a;
+	socklen_t al;
+	int g = socket(AF_UNIX, SOCK_DGRAM, 0);
+	sun_of(&a, &al, srvname);
+	FID_SETUP(bind(g, (struct sockaddr *)&a, al) == 0, "bind");
+	const char *froms[] = {"", absname, pathname};
+	for (int i = 0; i < 3; i++) {
+		int c = socket(AF_UNIX, SOCK_DGRAM, 0);
+		struct sockaddr_un ca;
+		socklen_t cl;
+		if (froms[i][0]) {
+			sun_of(&ca, &cl, froms[i]);
+			FID_SETUP(bind(c, (struct sockaddr *)&ca, cl) == 0, "bind %s", froms[i]);
+		}
+		char m[8];
+		snprintf(m, sizeof m, "m%d", i);
+		FID_SETUP(sendto(c, m, 2, 0, (struct sockaddr *)&a, al) == 2, "sendto");
+		close(c);
+	}
+	unlink(pathname);
+	watch_common(g, "datagram server");
+
+	/* A datagram pair. */
+	FID_SETUP(socketpair(AF_UNIX, SOCK_DGRAM, 0, sd) == 0, "socketpair");
+	FID_SETUP(send(sd[0], "d1", 2, 0) == 2 && send(sd[1], "d2", 2, 0) == 2, "send");
+
+	/* Unconnected, bound, listening. */
+	int j = socket(AF_UNIX, SOCK_STREAM, 0);
+	int k = socket(AF_UNIX, SOCK_STREAM, 0);
+	char kpath[200], lpath[200];
+	snprintf(kpath, sizeof kpath, "%s/k", dir);
+	snprintf(lpath, sizeof lpath, "%s/l", dir);
+	sun_of(&a, &al, kpath);
+	FID_SETUP(bind(k, (struct sockaddr *)&a, al) == 0, "bind k");
+	int l = socket(AF_UNIX, SOCK_STREAM, 0);
+	sun_of(&a, &al, lpath);
+	FID_SETUP(bind(l, (struct sockaddr *)&a, al) == 0 && listen(l, 5) == 0, "listen");
+	watch_common(j, "unconnected");
+	watch_common(k, "bound");
+	watch_common(l, "listener");
+
+	fid_ready();
+	fid_wait();
+	check_watches();
+	SETOPT(sp[1], SOL_SOCKET, SO_PEEK_OFF, -1);
+	expect_msg(sp[0], "to-a", 4, "stream a");
+	expect_msg(sp[1], "to-b", 4, "stream b");
+	expect_msg(sp[1], "", 0, "stream b, end of file");
+	FID_EXPECT(send(sp[0], "x", 1, MSG_NOSIGNAL) < 0 && errno == EPIPE, "stream a writes after SHUT_WR");
+	FID_EXPECT(send(sp[1], "y", 1, 0) == 1, "stream b still writes");
+	expect_msg(sp[0], "y", 1, "stream a after");
+	expect_msg(sq[0], "one", 3, "seqpacket 1");
+	expect_msg(sq[0], "", 0, "seqpacket 2 (empty)");
+	expect_msg(sq[0], "three", 5, "seqpacket 3");
+	char c;
+	FID_EXPECT(recv(sq[0], &c, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN, "seqpacket: more queued");
+	expect_msg(se[0], "last words", 10, "seqpacket peer closed");
+	expect_msg(se[0], "", 0, "seqpacket peer closed, end");
+	expect_msg(sf[0], "bye", 3, "stream peer closed");
+	expect_msg(sf[0], "", 0, "stream peer closed, end");
+	FID_EXPECT(send(sf[0], "z", 1, MSG_NOSIGNAL) < 0 && errno == EPIPE, "write to a closed peer");
+	for (int i = 0; i < 3; i++) {
+		char m[8];
+		snprintf(m, sizeof m, "m%d", i);
+		expect_from(g, m, froms[i]);
+	}
+	expect_msg(sd[1], "d1", 2, "datagram pair b");
+	expect_msg(sd[0], "d2", 2, "datagram pair a");
+	struct sockaddr_un ka;
+	socklen_t kl = sizeof ka;
+	FID_EXPECT(getsockname(k, (struct sockaddr *)&ka, &kl) == 0 && strcmp(ka.sun_path, kpath) == 0, "bound socket name");
+	sun_of(&a, &al, lpath);
+	FID_EXPECT(connect(j, (struct sockaddr *)&a, al) == 0, "connect to the listener: %s", strerror(errno));
+	struct pollfd p = {l, POLLIN, 0};
+	FID_EXPECT(poll(&p, 1, 5000) == 1 && accept(l, NULL, NULL) >= 0, "accept");
+	return fid_done();
+}
