@@ -142,6 +142,9 @@ func (d *dumper) injectThread(r *remote, p *image.Process, th *image.Thread, lea
 		return err
 	}
 	th.ClearTID = le64(b)
+	if err := memPolicy(r, th); err != nil {
+		return err
+	}
 	if !leader {
 		return nil
 	}

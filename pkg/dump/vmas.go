@@ -27,6 +27,9 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 	if err != nil {
 		return fmt.Errorf("read smaps: %w", err)
 	}
+	if err := vmaPolicies(d.pid); err != nil {
+		return err
+	}
 	refs := map[[2]uint64]int{} // dev, ino -> index in p.Mapped
 	for _, m := range maps {
 		v := image.VMA{Start: m.Start, End: m.End, Offset: m.Offset, File: -1, Name: m.Path}

@@ -3,6 +3,7 @@ package restore
 import (
 	"encoding/binary"
 	"fmt"
+	"strings"
 	"unsafe"
 
 	"github.com/ckpt/ckpt/pkg/fdkind"
@@ -15,23 +16,25 @@ import (
 const (
 	gadgetSize = 16 * image.PageSize
 	// taskSize is the top of the 47-bit user address space.
-	taskSize       = 0x7ffffffff000
-	archMapVDSO64  = 0x2003
-	cloneArgsSize  = 88
-	prctlMMMapSize = 104
-	scratchOff     = image.PageSize // scratch memory starts one page into the gadget area
-	scratchAuxvOff = scratchOff + 0x400
-	scratchPathOff = scratchOff + 0x1000
-	scratchLimit   = gadgetSize
-	restartSys     = 512
-	restartNoIntr  = 513
-	restartNoHand  = 514
-	restartBlock   = 516
-	ssOnStack      = 1
-	ssDisable      = 2
-	sigevThreadID  = 4
-	prSetMM        = 35
-	prSetMMMap     = 14
+	taskSize         = 0x7ffffffff000
+	archMapVDSO64    = 0x2003
+	cloneArgsSize    = 88
+	prctlMMMapSize   = 104
+	scratchOff       = image.PageSize // scratch memory starts one page into the gadget area
+	scratchAuxvOff   = scratchOff + 0x400
+	scratchPathOff   = scratchOff + 0x1000
+	scratchLimit     = gadgetSize
+	restartSys       = 512
+	restartNoIntr    = 513
+	restartNoHand    = 514
+	restartBlock     = 516
+	ssOnStack        = 1
+	ssDisable        = 2
+	sigevThreadID    = 4
+	prSetMM          = 35
+	prSetMMMap       = 14
+	prSetVMA         = 0x53564d41
+	prSetVMAAnonName = 0
 )
 
 // builder builds one process of the tree.
@@ -266,6 +269,16 @@ func (b *builder) mapAt(v *image.VMA, flags int, fd, off uint64) error {
 	}
 	if ret != v.Start {
 		return fmt.Errorf("mmap %#x-%#x landed at %#x", v.Start, v.End, ret)
+	}
+	if name, ok := strings.CutPrefix(v.Name, "[anon:"); ok && v.Kind == image.VMAAnon {
+		// The name given with prctl(PR_SET_VMA_ANON_NAME).
+		if err := b.writeString(scratchPathOff, strings.TrimSuffix(name, "]")); err != nil {
+			return err
+		}
+		if _, err := b.call("prctl(PR_SET_VMA_ANON_NAME) "+v.Name, unix.SYS_PRCTL, prSetVMA, prSetVMAAnonName,
+			v.Start, v.Len(), b.gadget+scratchPathOff); err != nil {
+			return err
+		}
 	}
 	return b.advise(v)
 }

@@ -1,0 +1,54 @@
+package dump
+
+import (
+	"bufio"
+	"encoding/binary"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"golang.org/x/sys/unix"
+)
+
+// memPolicy refuses a thread whose NUMA memory policy (set_mempolicy) is
+// not the default: it is per thread, visible to the thread only
+// (get_mempolicy), and not restored.
+func memPolicy(r *remote, th *image.Thread) error {
+	_, b, err := r.call("get_mempolicy", 4, unix.SYS_GET_MEMPOLICY, r.scratch, 0, 0, 0, 0)
+	if err != nil {
+		return err
+	}
+	if mode := binary.LittleEndian.Uint32(b); mode != 0 {
+		return fmt.Errorf("thread %d: NUMA memory policy (set_mempolicy mode %#x): cannot be restored: %w", th.TID, mode, ErrUnsupported)
+	}
+	return nil
+}
+
+// vmaPolicies refuses mappings with a NUMA memory policy other than the
+// default, as /proc/PID/numa_maps shows it: their own (mbind), or else
+// the main thread's (set_mempolicy; the other threads' are asked by
+// memPolicy).
+func vmaPolicies(pid int) error {
+	f, err := os.Open(proc.Path(pid, "numa_maps"))
+	if os.IsNotExist(err) {
+		return nil // a kernel without NUMA
+	}
+	if err != nil {
+		return fmt.Errorf("numa_maps: %w", err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fs := strings.Fields(sc.Text())
+		if len(fs) < 2 || fs[1] == "default" {
+			continue
+		}
+		addr, _ := strconv.ParseUint(fs[0], 16, 64)
+		return fmt.Errorf("mapping at %#x: NUMA memory policy %s (mbind, or the thread's set_mempolicy): cannot be restored: %w", addr, fs[1], ErrUnsupported)
+	}
+	return sc.Err()
+}
