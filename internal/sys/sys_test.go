@@ -268,3 +268,15 @@ func TestOpen(t *testing.T) {
 		t.Errorf("bad memfd_create: %v", err)
 	}
 }
+
+func TestRtSigqueueinfo(t *testing.T) {
+	var info [SigInfoSize]byte
+	binary.LittleEndian.PutUint32(info[0:], uint32(unix.SIGWINCH))
+	binary.LittleEndian.PutUint32(info[8:], uint32(0xffffffff)) // SI_QUEUE
+	if err := RtSigqueueinfo(PID(os.Getpid()), unix.SIGWINCH, &info); err != nil {
+		t.Fatal(err)
+	}
+	if err := RtSigqueueinfo(PID(1<<30), unix.SIGWINCH, &info); !errors.Is(err, unix.ESRCH) || !strings.Contains(err.Error(), "rt_sigqueueinfo") {
+		t.Errorf("missing process: %v", err)
+	}
+}

@@ -1,6 +1,7 @@
 package dump_test
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,6 +12,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/internal/testenv"
 	"github.com/ckpt/ckpt/pkg/dump"
 	"golang.org/x/sys/unix"
@@ -19,20 +21,20 @@ import (
 // sigqueue sends sig to pid with rt_sigqueueinfo, si_code SI_QUEUE and
 // si_value v, retrying while the process's queue is full.
 func sigqueue(pid int, sig unix.Signal, v int32) error {
-	var info [128]byte
+	var info [sys.SigInfoSize]byte
 	*(*int32)(unsafe.Pointer(&info[0])) = int32(sig)
 	*(*int32)(unsafe.Pointer(&info[8])) = -1 // SI_QUEUE
 	*(*int32)(unsafe.Pointer(&info[16])) = int32(os.Getpid())
 	*(*int32)(unsafe.Pointer(&info[24])) = v
 	for {
-		_, _, e := unix.Syscall(unix.SYS_RT_SIGQUEUEINFO, uintptr(pid), uintptr(sig), uintptr(unsafe.Pointer(&info[0])))
-		switch e {
-		case 0:
+		err := sys.RtSigqueueinfo(sys.PID(pid), sig, &info)
+		switch {
+		case err == nil:
 			return nil
-		case unix.EAGAIN:
+		case errors.Is(err, unix.EAGAIN):
 			time.Sleep(100 * time.Microsecond) // the queue is full: let it drain
 		default:
-			return e
+			return err
 		}
 	}
 }
