@@ -329,10 +329,27 @@ func Resume(fd int, st *TCPState, sendQ []byte) error {
 			return fmt.Errorf("SO_REUSEADDR: %w", err)
 		}
 	}
-	if err := sendAll(fd, sendQ[len(sendQ)-st.Unsent:]); err != nil {
-		return fmt.Errorf("send the unsent %d bytes: %w", st.Unsent, err)
+	if st.Unsent == 0 {
+		return nil
 	}
-	return nil
+	// The unsent bytes fitted the buffer before; so that a different
+	// accounting can never block here (the peer may be frozen), the buffer
+	// is raised while they are queued, then put back.
+	orig := bufferSizes(fd)
+	if err := raiseBuffers(fd, st.Unsent, 0); err != nil {
+		return err
+	}
+	for b := sendQ[len(sendQ)-st.Unsent:]; len(b) > 0; {
+		n, err := unix.SendmsgN(fd, b, nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("send the unsent %d bytes: %w", st.Unsent, err)
+		}
+		b = b[n:]
+	}
+	return setOptions(fd, orig, late, nil)
 }
 
 func sendAll(fd int, b []byte) error {
