@@ -136,10 +136,8 @@ func PRSetMMMap() error {
 
 // MemfdCreate probes memfd_create.
 func MemfdCreate() error {
-	fd, err := unix.MemfdCreate("ckpt-check", unix.MFD_CLOEXEC)
-	if err == nil {
-		unix.Close(fd)
-	}
+	fd, err := sys.MemfdCreate("ckpt-check", unix.MFD_CLOEXEC)
+	fd.Close()
 	return notSupported(FeatureMemfdCreate, err)
 }
 

@@ -2,7 +2,6 @@ package ptrace
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -96,12 +96,12 @@ func vdsoGadget(t *testing.T, pid int) uint64 {
 		if m.Path != "[vdso]" {
 			continue
 		}
-		code := make([]byte, m.End-m.Start)
-		if err := ReadMem(pid, m.Start, code); err != nil {
+		addr, ok, err := FindSyscall(pid, []Area{{m.Start, m.End}})
+		if err != nil {
 			t.Fatal(err)
 		}
-		if i := bytes.Index(code, []byte{0x0f, 0x05}); i >= 0 {
-			return m.Start + uint64(i)
+		if ok {
+			return addr
 		}
 	}
 	t.Fatal("no syscall instruction in the vdso")
@@ -434,4 +434,43 @@ func TestXCR0AndBytes(t *testing.T) {
 	if b := Bytes(&v); len(b) != 8 || b[0] != 1 || b[4] != 2 {
 		t.Errorf("Bytes = %v", b)
 	}
+}
+
+func TestFindSyscall(t *testing.T) {
+	const size = 3 << 16
+	mem := make([]byte, size)
+	base := uint64(uintptr(unsafe.Pointer(&mem[0])))
+	at := func(off int) func() {
+		return func() {
+			clear(mem)
+			if off >= 0 {
+				mem[off], mem[off+1] = 0x0f, 0x05
+			}
+		}
+	}
+	tests := []struct {
+		name  string
+		setup func()
+		areas []Area
+		want  uint64
+		ok    bool
+	}{
+		{"first chunk", at(100), []Area{{base, base + size}}, base + 100, true},
+		{"across chunks", at(1<<16 - 1), []Area{{base, base + size}}, base + 1<<16 - 1, true},
+		{"last chunk", at(size - 2), []Area{{base, base + size}}, base + size - 2, true},
+		{"second area", at(size - 2), []Area{{base, base + 64}, {base + size - 64, base + size}}, base + size - 2, true},
+		{"none", at(-1), []Area{{base, base + size}}, 0, false},
+		{"no areas", at(100), nil, 0, false},
+	}
+	for _, tt := range tests {
+		tt.setup()
+		addr, ok, err := FindSyscall(os.Getpid(), tt.areas)
+		if err != nil || ok != tt.ok || addr != tt.want {
+			t.Errorf("%s: %#x, %v, %v; want %#x, %v", tt.name, addr, ok, err, tt.want, tt.ok)
+		}
+	}
+	if _, _, err := FindSyscall(os.Getpid(), []Area{{0, 4096}}); err == nil {
+		t.Error("unmapped area read without error")
+	}
+	runtime.KeepAlive(mem)
 }
