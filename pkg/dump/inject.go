@@ -145,6 +145,11 @@ func (d *dumper) injectThread(r *remote, p *image.Process, th *image.Thread, lea
 	if err := memPolicy(r, th); err != nil {
 		return err
 	}
+	if leader {
+		if p.LockFuture, err = lockFuture(r); err != nil {
+			return err
+		}
+	}
 	if !leader {
 		return nil
 	}

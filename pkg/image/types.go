@@ -51,6 +51,9 @@ type Process struct {
 	Comm    string `json:"comm"`
 	Exe     string `json:"exe"`
 	Cmdline string `json:"cmdline"` // for people; the real one is in memory
+	// LockFuture holds the mlockall(2) flags in effect for future
+	// mappings (MCL_FUTURE, MCL_ONFAULT), 0 if none.
+	LockFuture int `json:"lock_future,omitempty"`
 
 	// Zombie marks a child that had exited and was not reaped yet: only
 	// the IDs above and ExitStatus (a wait status) are set.

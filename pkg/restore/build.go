@@ -315,6 +315,13 @@ func (b *builder) protect() error {
 			return err
 		}
 	}
+	if b.p.LockFuture != 0 {
+		// Every mapping of the image is in place: only the program's
+		// own mappings from now on are locked.
+		if _, err := b.call("mlockall", unix.SYS_MLOCKALL, uint64(b.p.LockFuture)); err != nil {
+			return err
+		}
+	}
 	return nil
 }
 

@@ -9,7 +9,8 @@
  * VmFlags as before (all of them, compared as text), its content, and
  * behaves so: a forked child does not have the MADV_DONTFORK region and
  * sees the MADV_WIPEONFORK one zeroed, the locked regions are resident,
- * the sealed one cannot be unmapped.
+ * the sealed one cannot be unmapped. Last, mlockall(MCL_FUTURE|MCL_ONFAULT):
+ * a mapping made after the restore is locked on fault.
  */
 #include "fidelity.h"
 
@@ -84,6 +85,7 @@ int main(int argc, char **argv)
 	present[SEALED] = syscall(462, reg[SEALED], N * PG, 0) == 0;
 	for (int r = 0; r < NREG; r++)
 		FID_SETUP(vmflags(reg[r], flags[r], sizeof flags[r]) == 0, "no VmFlags for %s", names[r]);
+	FID_SETUP(mlockall(MCL_FUTURE | MCL_ONFAULT) == 0, "mlockall: %s", strerror(errno));
 
 	fid_ready();
 	fid_wait();
@@ -106,6 +108,10 @@ int main(int argc, char **argv)
 		   "mlock-onfault region: residency %d%d%d%d, want 1000", vec[0] & 1, vec[1] & 1, vec[2] & 1, vec[3] & 1);
 	if (present[SEALED])
 		FID_EXPECT(munmap(reg[SEALED], N * PG) < 0 && errno == EPERM, "sealed region could be unmapped");
+	void *later = mmap(NULL, 2 * PG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	char lf[256] = "";
+	FID_EXPECT(later != MAP_FAILED && vmflags(later, lf, sizeof lf) == 0 && strstr(lf, " lo ") && strstr(lf, " lf "),
+		   "a mapping made after the restore has VmFlags '%s': mlockall(MCL_FUTURE|MCL_ONFAULT) lost", lf);
 	pid_t c = fork();
 	if (c == 0) {
 		int st = 0;

@@ -1,0 +1,62 @@
+package dump
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt/ckpt/pkg/proc"
+	"golang.org/x/sys/unix"
+)
+
+// lockFuture tells whether mlockall(MCL_FUTURE) is in effect (mm
+// def_flags, which /proc does not show): a probe mapping of one
+// inaccessible page made in the process counts in VmLck only then, and
+// is lock-on-fault (smaps lf) under MCL_ONFAULT. It returns the mlockall
+// flags to restore. The probe is unmapped at once.
+func lockFuture(r *remote) (int, error) {
+	before, err := vmLck(r.pid)
+	if err != nil {
+		return 0, err
+	}
+	addr, _, err := r.call("mmap probe", 0, unix.SYS_MMAP, 0, pageSize, unix.PROT_NONE,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uint64(0), 0)
+	if err != nil {
+		return 0, err
+	}
+	flags, err := func() (int, error) {
+		after, err := vmLck(r.pid)
+		if err != nil || after == before {
+			return 0, err
+		}
+		maps, err := proc.ReadSmaps(r.pid)
+		if err != nil {
+			return 0, err
+		}
+		for _, m := range maps {
+			if m.Start <= addr && addr < m.End && m.VmFlags["lf"] {
+				return unix.MCL_FUTURE | unix.MCL_ONFAULT, nil
+			}
+		}
+		return unix.MCL_FUTURE, nil
+	}()
+	if _, _, uerr := r.call("munmap probe", 0, unix.SYS_MUNMAP, addr, pageSize); uerr != nil && err == nil {
+		err = uerr
+	}
+	return flags, err
+}
+
+// vmLck reads VmLck (kB) of /proc/PID/status.
+func vmLck(pid int) (int, error) {
+	b, err := os.ReadFile(proc.Path(pid, "status"))
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "VmLck:"); ok {
+			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
+		}
+	}
+	return 0, fmt.Errorf("no VmLck in status")
+}
