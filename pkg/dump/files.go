@@ -55,6 +55,9 @@ func (d *dumper) collectFiles(p *image.Process) error {
 			return fmt.Errorf("fd %d (%s): fdinfo: %w", fd, link, err)
 		}
 		entry := image.FD{FD: fd, CloExec: src.Info.Flags&unix.O_CLOEXEC != 0}
+		if entry.Locks, _, err = fdkind.Locks(src.Info.Lines); err != nil {
+			return fmt.Errorf("fd %d (%s): %w", fd, link, err)
+		}
 		shared := -1
 		for _, o := range d.t.files {
 			if o.dev == src.Stat.Dev && o.ino == src.Stat.Ino && sameFile(o.pid, o.fd, d.pid, fd) {

@@ -20,11 +20,17 @@ const setFlags = unix.O_APPEND | unix.O_ASYNC | unix.O_DIRECT | unix.O_NOATIME |
 const checkedFlags = unix.O_ACCMODE | setFlags | unix.O_SYNC | unix.O_DSYNC | unix.O_PATH
 
 // describeCommon saves what every open file description has: its status
-// flags and position (from fdinfo), and who gets SIGIO for it
+// flags, position and OFD and flock locks (from fdinfo), and who gets
+// SIGIO for it
 // (F_GETOWN_EX, F_GETSIG on ckpt's copy of it, cp).
 func describeCommon(s *Source, cp int, f *image.File) error {
 	f.Flags = s.Info.Flags &^ unix.O_CLOEXEC
 	f.Pos = s.Info.Pos
+	_, desc, err := Locks(s.Info.Lines)
+	if err != nil {
+		return err
+	}
+	f.Locks = desc
 	if cp < 0 {
 		return nil
 	}

@@ -309,6 +309,8 @@ type File struct {
 	Socket *Socket `json:"socket,omitempty"`
 	// Owner is who gets SIGIO for the file (F_SETOWN_EX, F_SETSIG).
 	Owner *FileOwner `json:"owner,omitempty"`
+	// Locks are the OFD and flock locks on the description.
+	Locks []Lock `json:"locks,omitempty"`
 }
 
 // FileOwner is the F_SETOWN_EX owner of an open file description and its
@@ -338,6 +340,30 @@ type FD struct {
 	FD      int  `json:"fd"`
 	File    int  `json:"file"` // File.ID
 	CloExec bool `json:"cloexec,omitempty"`
+	// Locks are the POSIX (fcntl) locks this process holds on the file,
+	// taken through this fd: they belong to the process, not to the
+	// open file description.
+	Locks []Lock `json:"locks,omitempty"`
+}
+
+// LockKind says whose a file lock is.
+type LockKind string
+
+// Lock kinds.
+const (
+	LockPOSIX LockKind = "posix" // fcntl F_SETLK: the process's
+	LockOFD   LockKind = "ofd"   // F_OFD_SETLK: the open file description's
+	LockFlock LockKind = "flock" // flock(2): the open file description's
+)
+
+// Lock is one file lock: a byte range (End -1: to the end of the file,
+// however long it grows) locked for reading or writing; flock locks the
+// whole file.
+type Lock struct {
+	Kind  LockKind `json:"kind"`
+	Write bool     `json:"write,omitempty"`
+	Start int64    `json:"start,omitempty"`
+	End   int64    `json:"end"` // inclusive, -1 for EOF
 }
 
 // FileData is the metadata of a TypeFileData record: the content of a

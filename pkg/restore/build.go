@@ -399,7 +399,8 @@ func (b *builder) rlimits() error {
 
 // fds puts every file at its fd number (dup3 of the helper's copy, or
 // opened by the process itself), runs the kinds' in-process steps (epoll
-// items) once every fd is in place, and closes the helper's copies.
+// items) once every fd is in place, closes the helper's copies, and then
+// has the process take its POSIX locks again.
 func (b *builder) fds() error {
 	tg := target{b}
 	for _, e := range b.p.FDs {
@@ -437,7 +438,8 @@ func (b *builder) fds() error {
 	if _, err := b.call("close_range", unix.SYS_CLOSE_RANGE, uint64(b.t.passBase), ^uint64(0), 0); err != nil {
 		return err
 	}
-	return nil
+	// POSIX locks last: closing any fd of a file drops them.
+	return fdkind.TakePOSIXLocks(tg, b.p, b.t.files)
 }
 
 // target is a process being built, as the fd kinds see it.

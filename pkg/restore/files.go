@@ -111,7 +111,10 @@ func (t *tree) openFile(env fileEnv, f *image.File, at fdkind.Where) error {
 		t.foreign[f.ID] = true
 		return nil
 	}
-	return fdkind.Settle(f, d.File)
+	if err := fdkind.Settle(f, d.File); err != nil {
+		return err
+	}
+	return fdkind.TakeLocks(f, d.File)
 }
 
 // setOwners gives the restored descriptions their F_SETOWN owners, once

@@ -5,9 +5,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/ckpt/ckpt/internal/testenv"
+	"golang.org/x/sys/unix"
 )
 
 // startFidelity starts a case of the fidelity suite (testdata/fidelity)
@@ -58,4 +60,70 @@ func TestGhostSparse(t *testing.T) {
 		t.Errorf("after the refused dump: TracerPid %s, state %q; want untraced and running", tp, st)
 	}
 	e.dump(t, v.pid, filepath.Join(t.TempDir(), "img"), "--leave-running", "--ghost-limit", "12288")
+}
+
+// fidelityVerdict sends SIGTERM to a fidelity case and waits for its
+// verdict, which must be PASS.
+func (e *env) fidelityVerdict(t *testing.T, v *victim) {
+	t.Helper()
+	from := len(v.lines())
+	if err := syscall.Kill(v.pid, syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	es := e.r.WaitExit(t, v.pid, wait)
+	lines := v.lines()[from:]
+	if len(lines) == 0 || lines[len(lines)-1] != "PASS" || es.Code != 0 || es.Signal != 0 {
+		t.Errorf("%s: %v, verdict %q; stderr %q", v.name, es, lines, readFile(v.stderr))
+	}
+}
+
+// TestLockTakenMeanwhile: a file lock someone else took between the dump
+// and the restore fails the restore, naming the holder and the lock, and
+// leaves nothing behind; once it is released the same image restores and
+// the process holds all its locks again. An flock lock is taken on the
+// rebuilt description by ckpt-redo, a POSIX lock by the restored process
+// itself.
+func TestLockTakenMeanwhile(t *testing.T) {
+	e := setup(t)
+	for _, tc := range []struct {
+		name, file string
+		take       func(fd int) error
+		want       string
+	}{
+		{"flock", "b.dat", func(fd int) error { return unix.Flock(fd, unix.LOCK_SH|unix.LOCK_NB) }, "flock write lock"},
+		{"posix", "a.dat", func(fd int) error {
+			return unix.FcntlFlock(uintptr(fd), unix.F_OFD_SETLK, &unix.Flock_t{Type: unix.F_RDLCK, Start: 5, Len: 1})
+		}, "posix write lock on bytes 0-9"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			v := e.startFidelity(t, "fd_locks.c", dir)
+			img := filepath.Join(t.TempDir(), "img")
+			e.dumpKill(t, v, img)
+			f, err := os.OpenFile(filepath.Join(dir, tc.file), os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			if err := tc.take(int(f.Fd())); err != nil {
+				t.Fatalf("take the lock: %v", err)
+			}
+			res := e.runRedo(t, nil, img)
+			if res.code == 0 {
+				t.Fatalf("ckpt-redo succeeded although %s is locked by the test", tc.file)
+			}
+			for _, want := range []string{tc.want, "taken by someone else since the dump", "held now by", tc.file} {
+				if !strings.Contains(res.stderr, want) {
+					t.Errorf("ckpt-redo: stderr %q, want it to say %q", res.stderr, want)
+				}
+			}
+			t.Logf("refused: %s", res.stderr)
+			e.expectGone(t, v.pid, "after the failed restore")
+			f.Close() // releases the test's lock
+			if res := e.runRedo(t, nil, img); res.code != 0 {
+				t.Fatalf("ckpt-redo once the lock is free: %v", res)
+			}
+			e.fidelityVerdict(t, v)
+		})
+	}
 }
