@@ -215,6 +215,9 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 	if err := machine.Check(&img.hdr); err != nil {
 		return nil, err
 	}
+	if err := checkImageFeatures(img); err != nil {
+		return nil, err
+	}
 	t, err := newTree(img, &opts)
 	if err != nil {
 		return nil, err

@@ -296,3 +296,32 @@ func TestCLIMissingFeature(t *testing.T) {
 	v.check(t)
 	e.bye(t, v)
 }
+
+// TestCLIMissingTCPRepair: an image with TCP connections needs TCP_REPAIR
+// to be restored; with setsockopt failing (ENOSYS, a seccomp filter),
+// ckpt-redo names the feature, the process and the connection before it
+// builds anything, and the dump's network lock stays for a retry, which
+// succeeds without the filter: the clients see every answer.
+func TestCLIMissingTCPRepair(t *testing.T) {
+	e := setup(t)
+	nosys := compileC(t, "nosys.c")
+	const sysSetsockopt = 54 // x86-64
+	j := e.startTCP(t, 1, 2)
+	img := filepath.Join(t.TempDir(), "img")
+	e.dumpKill(t, j.server, img)
+	res := e.runRedoArgv(t, []string{nosys, strconv.Itoa(sysSetsockopt), e.redo(), img})
+	want := fmt.Sprintf("restore %d: TCP connection 127.0.0.1:", j.server.pid)
+	if res.code != 1 || !strings.Contains(res.stderr, want) || !strings.Contains(res.stderr, "TCP_REPAIR: not supported by this kernel") {
+		t.Errorf("ckpt-redo without setsockopt: %v; want %q and TCP_REPAIR named", res, want)
+	}
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", j.server.pid)); err == nil {
+		t.Errorf("pid %d exists after a restore that found TCP_REPAIR missing", j.server.pid)
+	}
+	if ts := lockTables(t, j.server.pid); len(ts) != 1 {
+		t.Errorf("after the refused restore, lock tables %v, want the dump's one", ts)
+	}
+	e.restoreServer(t, j.server, img)
+	waitNoLock(t, j.server.pid, "after the restore")
+	e.finish(t, j)
+	e.killAndReap(t, j.server)
+}
