@@ -159,8 +159,6 @@ var victims = map[string]victimSpec{
 	"miscstate":       {"miscstate.c", []string{"-O1", "-g"}},
 	"ringjob":         {"ringjob.c", []string{"-O2", "-g"}},
 	"sigstorm":        {"sigstorm.c", []string{"-O1", "-g"}},
-	"mem_shared":      {"mem_shared.c", []string{"-O1", "-g"}},
-	"mem_contents":    {"mem_contents.c", []string{"-O1", "-g"}},
 	"mem_sysv":        {"mem_sysv.c", []string{"-O1", "-g"}},
 }
 

@@ -256,7 +256,7 @@ func memoryAttrs() []Attr {
 			Seen:    Seen{Other: "/dev/zero (deleted) in maps, map_files"},
 			Save:    "each object once, from the object (map_files, SEEK_DATA/SEEK_HOLE); data no mapping covers is refused",
 			Restore: "mmap MAP_SHARED|MAP_ANONYMOUS in the first process, map_files of it in the others", CRIU: "same",
-			Case: "e2e TestMemoryFidelity/mem_shared, mem_shm_unreachable"},
+			Case: "mem_shared, mem_contents, mem_shm_unreachable"},
 		{Name: "System V shared memory", Family: f, Status: Restored,
 			Seen:    Seen{Other: "/SYSV in maps, /proc/sysvipc/shm, shmat"},
 			Save:    "key, id, mode, owner, size, content through the attachments; partial, read-only and outside-shared attachments refused",

@@ -57,6 +57,13 @@ var cases = []fcase{
 	// Memory (pkg/dump memory.go, vmas.go, shmobj.go, sysvipc.go): attributes
 	// of mappings.
 	{name: "mem_vmaflags", src: "mem_vmaflags.c"},
+	// Shared anonymous memory across fork: pages only a child or a gone
+	// child wrote, an object no mapping covers whole, identity, sharing.
+	{name: "mem_shared", src: "mem_shared.c"},
+	// A private memfd mapping partly copied on write, an area unmapped,
+	// mapped again and moved, a deleted sparse file mapped shared,
+	// PROT_NONE memory with data.
+	{name: "mem_contents", src: "mem_contents.c", args: []string{"DIR/"}},
 	// The process tree and the freeze (sessions, stops, injection).
 	{name: "novdso", src: "tree_novdso.c"},
 	// Sockets (pkg/sockets: the option inventory, shutdown state, queues).

@@ -1,6 +1,6 @@
 /*
- * mem_contents: memory contents that are easy to get wrong
- * (usage: mem_contents LOG DIR).
+ * mem_contents: memory contents that are easy to get wrong (usage:
+ * mem_contents LOG DIR).
  *
  *   memfd    a 64-page memfd filled with a pattern, mapped MAP_PRIVATE:
  *            pages 10-19 written through the mapping (copy-on-write),
@@ -19,10 +19,23 @@
  *   prot_none  4 pages written, then made PROT_NONE (process_vm_readv
  *            cannot read them).
  *
- * Ticks every 20 ms; each tick changes one word of the remap region and of
- * the memfd mapping's copied pages. SIGUSR1 checks everything.
+ * After the restore, everything is checked.
  */
-#include "victim.h"
+#include "fidelity.h"
+
+#include <stdint.h>
+
+static unsigned long ticks = 7;
+
+static inline uint64_t mix64(uint64_t x)
+{
+	x += 0x9e3779b97f4a7c15ULL;
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+	x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+	return x ^ (x >> 31);
+}
+#define DIE(what) FID_SETUP(0, "%s", what)
+
 
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -122,78 +135,77 @@ static int check(char *why, size_t len)
 
 int main(int argc, char **argv)
 {
-	victim_start(argc, argv, 2, "LOG DIR", O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, "");
+	fid_init(argc, argv);
+	FID_SETUP(argc == 3, "usage: %s LOG DIR", argv[0]);
 	/* memfd */
 	mfd = memfd_create("mem_contents", 0);
 	if (mfd < 0 || ftruncate(mfd, 64 * PG) < 0)
-		die("memfd");
+		DIE("memfd");
 	unsigned char *tmp = malloc(64 * PG);
 	fill(tmp, 1, 0, 64);
 	if (pwrite(mfd, tmp, 64 * PG, 0) != 64 * PG)
-		die("memfd write");
+		DIE("memfd write");
 	mf_map = mmap(NULL, 64 * PG, PROT_READ | PROT_WRITE, MAP_PRIVATE, mfd, 0);
 	if (mf_map == MAP_FAILED)
-		die("mmap memfd");
+		DIE("mmap memfd");
 	fill(mf_map + 10 * PG, 2, 10, 10);
 	words[0] = pat(2, 10, 0);
 	fill(tmp, 3, 40, 8);
 	if (pwrite(mfd, tmp, 8 * PG, 40 * PG) != 8 * PG)
-		die("memfd rewrite");
+		DIE("memfd rewrite");
 	volatile uint64_t sink = 0;
 	for (size_t p = 56; p < 64; p++)
 		sink += *(uint64_t *)(mf_map + p * PG);
 	/* remap */
 	rm = mmap(NULL, 32 * PG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (rm == MAP_FAILED)
-		die("mmap remap");
+		DIE("mmap remap");
 	fill(rm, 4, 0, 32);
 	words[1] = pat(4, 10, 0);
 	if (munmap(rm + 8 * PG, 8 * PG) < 0 ||
 	    mmap(rm + 8 * PG, 8 * PG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != rm + 8 * PG)
-		die("remap hole");
+		DIE("remap hole");
 	fill(rm + 8 * PG, 5, 8, 8);
 	words[1] = pat(5, 10, 0);
 	void *to = mmap(NULL, 8 * PG, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (to == MAP_FAILED)
-		die("mmap target");
+		DIE("mmap target");
 	moved = mremap(rm + 16 * PG, 8 * PG, 8 * PG, MREMAP_MAYMOVE | MREMAP_FIXED, to);
 	if (moved != to)
-		die("mremap");
+		DIE("mremap");
 	if (mmap(rm + 16 * PG, 8 * PG, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) != rm + 16 * PG)
-		die("mmap PROT_NONE");
+		DIE("mmap PROT_NONE");
 	/* holes */
 	char path[4096];
 	snprintf(path, sizeof path, "%s/holes", argv[2]);
 	hfd = open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
 	if (hfd < 0 || ftruncate(hfd, 64 * PG) < 0)
-		die("holes file");
+		DIE("holes file");
 	size_t pages[] = {0, 10, 63};
 	for (size_t k = 0; k < 3; k++) {
 		fill(tmp, 6, pages[k], 1);
 		if (pwrite(hfd, tmp, PG, pages[k] * PG) != PG)
-			die("holes write");
+			DIE("holes write");
 	}
 	hmap = mmap(NULL, 64 * PG, PROT_READ | PROT_WRITE, MAP_SHARED, hfd, 0);
 	if (hmap == MAP_FAILED || unlink(path) < 0)
-		die("holes map");
+		DIE("holes map");
 	fill(hmap + 20 * PG, 6, 20, 1);
 	free(tmp);
 	/* prot_none */
 	pn = mmap(NULL, 4 * PG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	if (pn == MAP_FAILED)
-		die("mmap prot_none");
+		DIE("mmap prot_none");
 	fill(pn, 7, 0, 4);
 	if (mprotect(pn, 4 * PG, PROT_NONE) < 0)
-		die("mprotect");
-	for (;;) {
-		victim_sleep(20);
-		ticks++;
-		/* one word of the copied memfd page 10 and of remap page 10 */
-		words[0] = mix64(ticks ^ 0x1111);
-		*(uint64_t *)(mf_map + 10 * PG) = words[0];
-		words[1] = mix64(ticks ^ 0x2222);
-		*(uint64_t *)(rm + 10 * PG) = words[1];
-		vlog("tick %lu", ticks);
-		victim_poll(check);
-	}
+		DIE("mprotect");
+	words[0] = mix64(ticks ^ 0x1111);
+	*(uint64_t *)(mf_map + 10 * PG) = words[0];
+	words[1] = mix64(ticks ^ 0x2222);
+	*(uint64_t *)(rm + 10 * PG) = words[1];
+	fid_ready();
+	fid_wait();
+	char why[512] = "";
+	FID_EXPECT(check(why, sizeof why) == 0, "%s", why);
+	return fid_done();
 }
