@@ -87,6 +87,7 @@ func groupCommand() *cli.Command {
 		Usage: "checkpoint, restore, protect and migrate a job spread over several nodes (through their ckpt agents)",
 		Description: "Members are PID@AGENT, AGENT being a ckpt agent's control address (HOST:PORT or unix:PATH);\n" +
 			"each member is dumped with its descendants. The member order is the parity ring order.",
+		HideHelpCommand: true,
 		Subcommands: []*cli.Command{
 			{
 				Name:      "exec",

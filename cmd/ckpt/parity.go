@@ -21,8 +21,9 @@ func parityCommand() *cli.Command {
 		return nil
 	}
 	return &cli.Command{
-		Name:  "parity",
-		Usage: "XOR parity across node image directories (SCore ring algorithm)",
+		Name:            "parity",
+		Usage:           "XOR parity across node image directories (SCore ring algorithm)",
+		HideHelpCommand: true,
 		Subcommands: []*cli.Command{
 			{
 				Name:      "encode",

@@ -42,16 +42,28 @@ func TestCLIDumpWhere(t *testing.T) {
 	}
 }
 
-// TestCLIRedoHelp: ckpt-redo has no subcommands, so its help lists none
-// (urfave/cli would add a "help" command).
-func TestCLIRedoHelp(t *testing.T) {
+// TestCLIHelp: help lists no "help" command (urfave/cli adds one unless
+// told not to): ckpt-redo has no subcommands at all.
+func TestCLIHelp(t *testing.T) {
 	e := setup(t)
-	out, err := exec.Command(e.redo(), "--help").CombinedOutput()
-	if err != nil {
-		t.Fatalf("ckpt-redo --help: %v: %s", err, out)
+	tests := []struct {
+		argv []string
+		want string // an option or command the help must list
+	}{
+		{[]string{e.redo(), "--help"}, "--listen"},
+		{[]string{e.ckpt(), "--help"}, "dump"},
+		{[]string{e.ckpt(), "group", "--help"}, "checkpoint"},
+		{[]string{e.ckpt(), "parity", "--help"}, "encode"},
 	}
-	if s := string(out); strings.Contains(s, "COMMANDS:") || strings.Contains(s, "help, h") || !strings.Contains(s, "--listen") {
-		t.Errorf("ckpt-redo --help lists commands (or misses its options):\n%s", s)
+	for _, tc := range tests {
+		out, err := exec.Command(tc.argv[0], tc.argv[1:]...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %v: %s", strings.Join(tc.argv, " "), err, out)
+		}
+		s := string(out)
+		if strings.Contains(s, "help, h") || !strings.Contains(s, tc.want) || (tc.argv[0] == e.redo() && strings.Contains(s, "COMMANDS:")) {
+			t.Errorf("%s lists a help command (or misses %q):\n%s", strings.Join(tc.argv[1:], " "), tc.want, s)
+		}
 	}
 }
 
