@@ -6,11 +6,10 @@ import (
 	"os"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
-	"time"
 
+	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -127,123 +126,20 @@ func protString(p int, shared bool) string {
 }
 
 // fileDesc says what an open file description is, for one line of `ckpt
-// show`: its path, its pipe, its socket's endpoints, its event state.
+// show`: its kind's words (pkg/fdkind), the bytes buffered in it, its
+// locks.
 func fileDesc(f *image.File, data map[int][]byte) string {
-	buffered := func(id int) string {
-		if id == 0 {
-			return ""
-		}
-		return fmt.Sprintf(", %d bytes buffered", len(data[id]))
+	desc := fdkind.Show(f)
+	if f.Pipe != nil && f.Pipe.DataID != 0 {
+		desc += fmt.Sprintf(", %d bytes buffered", len(data[f.Pipe.DataID]))
 	}
-	switch {
-	case f.Socket != nil:
-		return socketDesc(f.Socket)
-	case f.Pipe != nil:
-		end := "read"
-		if f.Pipe.Write {
-			end = "write"
-		}
-		desc := fmt.Sprintf("pipe:[%d] %s end", f.Pipe.Ino, end)
-		if f.Kind == image.FileFIFO {
-			desc = fmt.Sprintf("fifo %s %s end", f.Ref.Path, end)
-		}
-		desc += buffered(f.Pipe.DataID)
-		if f.Pipe.External {
-			desc += " (other end outside the dump)"
-		}
-		return desc
-	case f.Event != nil:
-		return eventDesc(f.Kind, f.Event)
-	}
-	desc := f.Ref.Path
-	if f.Kind == image.FileChar || f.Kind == image.FileTTY {
-		desc += fmt.Sprintf(" (device %d:%d)", unix.Major(f.Rdev), unix.Minor(f.Rdev))
-	}
-	if f.Ref.Deleted {
-		desc += " (deleted, content in image)"
+	if len(f.Locks) > 0 {
+		desc += "; " + fdkind.ShowLocks(f.Locks)
 	}
 	if desc == "" {
 		desc = "?"
 	}
 	return desc
-}
-
-// clockName names a clock ID.
-func clockName(c int) string {
-	switch c {
-	case unix.CLOCK_REALTIME:
-		return "realtime"
-	case unix.CLOCK_MONOTONIC:
-		return "monotonic"
-	case unix.CLOCK_BOOTTIME:
-		return "boottime"
-	case unix.CLOCK_REALTIME_ALARM:
-		return "realtime-alarm"
-	case unix.CLOCK_BOOTTIME_ALARM:
-		return "boottime-alarm"
-	}
-	return fmt.Sprintf("clock %d", c)
-}
-
-// eventDesc describes an event file's state.
-func eventDesc(kind image.FileKind, e *image.EventFile) string {
-	switch kind {
-	case image.FileEventfd:
-		if e.Semaphore {
-			return fmt.Sprintf("counter %d, semaphore", e.Count)
-		}
-		return fmt.Sprintf("counter %d", e.Count)
-	case image.FileTimerfd:
-		d := fmt.Sprintf("%s, next in %v", clockName(e.Clock), time.Duration(e.ValueNs))
-		if e.IntervalNs != 0 {
-			d += fmt.Sprintf(" then every %v", time.Duration(e.IntervalNs))
-		}
-		if e.ValueNs == 0 {
-			d = clockName(e.Clock) + ", disarmed"
-		}
-		if e.Ticks != 0 {
-			d += fmt.Sprintf(", %d expirations unread", e.Ticks)
-		}
-		return d
-	case image.FileSigfd:
-		var sigs []string
-		for i := 0; i < 64; i++ {
-			if e.SigMask&(1<<i) != 0 {
-				sigs = append(sigs, strconv.Itoa(i+1))
-			}
-		}
-		return "signals " + strings.Join(sigs, ",")
-	case image.FileEpoll:
-		items := make([]string, len(e.Items))
-		for i, it := range e.Items {
-			items[i] = fmt.Sprintf("fd %d events %#x", it.FD, it.Events)
-		}
-		return fmt.Sprintf("%d watched: %s", len(e.Items), strings.Join(items, "; "))
-	case image.FilePidfd:
-		return fmt.Sprintf("process %d", e.PID)
-	}
-	return string(kind)
-}
-
-// socketDesc shows a socket's endpoints, so that a user can write rewrite
-// rules for them.
-func socketDesc(s *image.Socket) string {
-	kind := map[int]string{unix.SOCK_STREAM: "stream", unix.SOCK_DGRAM: "dgram", unix.SOCK_SEQPACKET: "seqpacket"}[s.Type]
-	switch {
-	case s.Family == unix.AF_UNIX && s.Peer != 0:
-		return fmt.Sprintf("unix %s, connected to socket %d", kind, s.Peer)
-	case s.Family == unix.AF_UNIX:
-		return fmt.Sprintf("unix %s %s", kind, s.Local)
-	case s.TCP != nil:
-		return fmt.Sprintf("tcp %s -> %s established, %d bytes unsent", s.Local, s.Remote, s.TCP.Unsent)
-	case s.State == 10:
-		return fmt.Sprintf("tcp %s listening, backlog %d", s.Local, s.Backlog)
-	case s.Protocol == unix.IPPROTO_UDP && s.Remote != "":
-		return fmt.Sprintf("udp %s -> %s", s.Local, s.Remote)
-	case s.Protocol == unix.IPPROTO_UDP:
-		return fmt.Sprintf("udp %s", s.Local)
-	}
-	return fmt.Sprintf("tcp %s (not connected)", s.Local)
 }
 
 func printSummary(w io.Writer, s *imageSummary) {
@@ -317,6 +213,9 @@ func fdLine(s *imageSummary, p *image.Process, fd image.FD) string {
 	}
 	if fd.CloExec {
 		extra += ", cloexec"
+	}
+	if len(fd.Locks) > 0 {
+		extra += ", " + fdkind.ShowLocks(fd.Locks)
 	}
 	if !slices.ContainsFunc(p.Files, func(g image.File) bool { return g.ID == f.ID }) {
 		extra += ", shared"

@@ -15,9 +15,7 @@ func charDev() Kind {
 		Match:    func(s *Source) bool { return s.Type() == unix.S_IFCHR },
 		Describe: describeCharDev,
 		Open:     openByPath,
-		Show: func(f *image.File) string {
-			return fmt.Sprintf("%s (device %d:%d)", f.Ref.Path, unix.Major(f.Rdev), unix.Minor(f.Rdev))
-		},
+		Show:     showDevice,
 	}
 }
 
@@ -25,4 +23,8 @@ func describeCharDev(env DumpEnv, s *Source, f *image.File) error {
 	f.Ref = StatRef(s.Link, &s.Stat)
 	f.Rdev = s.Stat.Rdev
 	return nil
+}
+
+func showDevice(f *image.File) string {
+	return fmt.Sprintf("%s (device %d:%d)", f.Ref.Path, unix.Major(f.Rdev), unix.Minor(f.Rdev))
 }

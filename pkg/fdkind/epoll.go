@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
@@ -21,7 +22,7 @@ func epoll() Kind {
 		Finish:   linkEpollItems,
 		Open:     openEpoll,
 		Steps:    epollItems,
-		Show:     func(f *image.File) string { return fmt.Sprintf("epoll, %d items", len(event(f).Items)) },
+		Show:     showEpoll,
 	}
 }
 
@@ -144,4 +145,13 @@ func epollItems(t Target, p *image.Process, f *image.File) error {
 		}
 	}
 	return nil
+}
+
+func showEpoll(f *image.File) string {
+	e := event(f)
+	items := make([]string, len(e.Items))
+	for i, it := range e.Items {
+		items[i] = fmt.Sprintf("fd %d events %#x", it.FD, it.Events)
+	}
+	return fmt.Sprintf("%d watched: %s", len(e.Items), strings.Join(items, "; "))
 }

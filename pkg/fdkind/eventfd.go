@@ -16,7 +16,7 @@ func eventfd() Kind {
 		Match:    anon("[eventfd]"),
 		Describe: describeEventfd,
 		Open:     openEventfd,
-		Show:     func(f *image.File) string { return fmt.Sprintf("eventfd count %d", event(f).Count) },
+		Show:     showEventfd,
 	}
 }
 
@@ -61,4 +61,12 @@ func openEventfd(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		}
 	}
 	return Desc{File: of}, nil
+}
+
+func showEventfd(f *image.File) string {
+	e := event(f)
+	if e.Semaphore {
+		return fmt.Sprintf("counter %d, semaphore", e.Count)
+	}
+	return fmt.Sprintf("counter %d", e.Count)
 }

@@ -71,12 +71,16 @@ func fifoData(env DumpEnv, fds []Held) error {
 }
 
 func showFIFO(f *image.File) string {
-	d := "FIFO " + f.Ref.Path
+	end := "read"
+	if f.Pipe != nil && f.Pipe.Write {
+		end = "write"
+	}
+	if f.Flags&unix.O_ACCMODE == unix.O_RDWR {
+		end = "read-write"
+	}
+	d := fmt.Sprintf("fifo %s %s end", f.Ref.Path, end)
 	if f.Ref.Deleted {
 		d += " (deleted)"
-	}
-	if f.Pipe != nil && f.Pipe.DataID != 0 {
-		d += ", data buffered"
 	}
 	return d
 }

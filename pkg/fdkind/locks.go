@@ -232,3 +232,12 @@ func lockHolders(ino uint64) []string {
 	}
 	return out
 }
+
+// ShowLocks says which locks a description or an fd holds, for people.
+func ShowLocks(locks []image.Lock) string {
+	var out []string
+	for _, l := range locks {
+		out = append(out, showLock(l))
+	}
+	return strings.Join(out, ", ")
+}

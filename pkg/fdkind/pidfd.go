@@ -15,7 +15,7 @@ func pidfd() Kind {
 		Match:    anon("[pidfd]"),
 		Describe: describePidfd,
 		Open:     openPidfd,
-		Show:     func(f *image.File) string { return fmt.Sprintf("pidfd of process %d", event(f).PID) },
+		Show:     func(f *image.File) string { return fmt.Sprintf("process %d", event(f).PID) },
 	}
 }
 

@@ -3,6 +3,8 @@ package fdkind
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
@@ -15,7 +17,7 @@ func signalfd() Kind {
 		Match:    anon("[signalfd]"),
 		Describe: describeSignalfd,
 		Open:     openSignalfd,
-		Show:     func(f *image.File) string { return fmt.Sprintf("signalfd mask %#x", event(f).SigMask) },
+		Show:     showSignalfd,
 	}
 }
 
@@ -35,4 +37,14 @@ func openSignalfd(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		return Desc{}, fmt.Errorf("signalfd: %w", err)
 	}
 	return Desc{File: os.NewFile(uintptr(fd), "signalfd")}, nil
+}
+
+func showSignalfd(f *image.File) string {
+	var sigs []string
+	for i := 0; i < 64; i++ {
+		if event(f).SigMask&(1<<i) != 0 {
+			sigs = append(sigs, strconv.Itoa(i+1))
+		}
+	}
+	return "signals " + strings.Join(sigs, ",")
 }

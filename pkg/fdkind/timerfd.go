@@ -2,6 +2,7 @@ package fdkind
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
@@ -16,10 +17,7 @@ func timerfd() Kind {
 		Match:    anon("[timerfd]"),
 		Describe: describeTimerfd,
 		Open:     openTimerfd,
-		Show: func(f *image.File) string {
-			ev := event(f)
-			return fmt.Sprintf("timerfd clock %d, next in %dns, every %dns, %d unread", ev.Clock, ev.ValueNs, ev.IntervalNs, ev.Ticks)
-		},
+		Show:     showTimerfd,
 	}
 }
 
@@ -62,4 +60,36 @@ func openTimerfd(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		}
 	}
 	return Desc{File: fd.File("timerfd")}, nil
+}
+
+func showTimerfd(f *image.File) string {
+	e := event(f)
+	if e.ValueNs == 0 {
+		return clockName(e.Clock) + ", disarmed"
+	}
+	d := fmt.Sprintf("%s, next in %v", clockName(e.Clock), time.Duration(e.ValueNs))
+	if e.IntervalNs != 0 {
+		d += fmt.Sprintf(" then every %v", time.Duration(e.IntervalNs))
+	}
+	if e.Ticks != 0 {
+		d += fmt.Sprintf(", %d expirations unread", e.Ticks)
+	}
+	return d
+}
+
+// clockName names a clock ID.
+func clockName(c int) string {
+	switch c {
+	case unix.CLOCK_REALTIME:
+		return "realtime"
+	case unix.CLOCK_MONOTONIC:
+		return "monotonic"
+	case unix.CLOCK_BOOTTIME:
+		return "boottime"
+	case unix.CLOCK_REALTIME_ALARM:
+		return "realtime-alarm"
+	case unix.CLOCK_BOOTTIME_ALARM:
+		return "boottime-alarm"
+	}
+	return fmt.Sprintf("clock %d", c)
 }

@@ -17,7 +17,7 @@ func tty() Kind {
 		Match:    func(s *Source) bool { return s.Type() == unix.S_IFCHR && isTTY(s.Stat.Rdev) },
 		Describe: describeCharDev,
 		Open:     openTTY,
-		Show:     func(f *image.File) string { return "terminal " + f.Ref.Path },
+		Show:     showDevice,
 	}
 }
 
