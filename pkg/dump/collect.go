@@ -81,6 +81,9 @@ func (d *dumper) collect() (*image.Process, error) {
 		}
 		p.Threads = append(p.Threads, *th)
 	}
+	if err := d.strictSeccomp(p); err != nil {
+		return nil, err
+	}
 	// The injection window: what only the process itself can tell.
 	if err := d.inject(p); err != nil {
 		return nil, err
@@ -126,8 +129,6 @@ func (d *dumper) collectMisc(p *image.Process, status *proc.Status) error {
 		if p.Creds.Filters, err = ptrace.GetSeccompFilters(pid); err != nil {
 			return err
 		}
-	} else if p.Creds.Seccomp == 1 {
-		return fmt.Errorf("strict seccomp mode: %w", ErrUnsupported)
 	}
 	p.Misc.Umask = status.Umask
 	if p.Misc.Cwd, err = os.Readlink(proc.Path(pid, "cwd")); err != nil {

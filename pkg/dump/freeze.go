@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ckpt/ckpt/pkg/fdkind"
+	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
 	"golang.org/x/sys/unix"
@@ -30,6 +31,9 @@ type task struct {
 	stopped bool        // in group-stop when seized
 	stopSig unix.Signal // the signal of that group-stop
 	mask    uint64      // the blocked signal mask, as the process had it
+	// suspended tells that its seccomp protections are suspended while
+	// traced (PTRACE_O_SUSPEND_SECCOMP, which needs CAP_SYS_ADMIN).
+	suspended bool
 	// signals taken off the queue while injecting (only SIGSTOP can be:
 	// every other signal is blocked then), to be re-delivered when the
 	// task is let go, or saved in the image.
@@ -116,7 +120,9 @@ func freeze(pid int) (*frozen, error) {
 }
 
 func seizeTask(tid int) (*task, error) {
+	suspended := true
 	if err := ptrace.Seize(tid, ptrace.OptSuspendSeccomp); err != nil {
+		suspended = false
 		// Without CAP_SYS_ADMIN suspending seccomp is refused: try without.
 		if err2 := ptrace.Seize(tid, 0); err2 != nil {
 			if errors.Is(err2, unix.EPERM) {
@@ -129,7 +135,7 @@ func seizeTask(tid int) (*task, error) {
 		ptrace.Detach(tid, 0)
 		return nil, err
 	}
-	t := &task{tid: tid}
+	t := &task{tid: tid, suspended: suspended}
 	deadline := time.Now().Add(stopTimeout)
 	for {
 		st, err := waitStop(tid, deadline)
@@ -269,4 +275,25 @@ func (fz *frozen) waitDead(deadline time.Time) {
 		}
 	}
 	fz.tasks = nil
+}
+
+// strictSeccomp marks the threads in strict seccomp mode. Their injected
+// calls run only because seccomp is suspended while they are traced: a
+// thread in strict mode seized without that is refused (any other call
+// would kill it).
+func (d *dumper) strictSeccomp(p *image.Process) error {
+	for i, t := range d.fz.tasks {
+		st, err := proc.ReadStatus(t.tid)
+		if err != nil {
+			return fmt.Errorf("thread %d: read status: %w", t.tid, err)
+		}
+		if st.Seccomp != 1 {
+			continue
+		}
+		if !t.suspended {
+			return fmt.Errorf("thread %d: strict seccomp mode, and its seccomp cannot be suspended (PTRACE_O_SUSPEND_SECCOMP needs CAP_SYS_ADMIN) to run the dump's injected calls: %w", t.tid, ErrUnsupported)
+		}
+		p.Threads[i].SeccompStrict = true
+	}
+	return nil
 }

@@ -392,6 +392,9 @@ type Thread struct {
 	ClearTID uint64 `json:"clear_tid"`
 	// InSyscall is the syscall the thread was blocked in, -1 for none.
 	InSyscall int64 `json:"in_syscall"`
+	// SeccompStrict is set for a thread in SECCOMP_MODE_STRICT (only
+	// read, write, exit and sigreturn); set again last at restore.
+	SeccompStrict bool `json:"seccomp_strict,omitempty"`
 }
 
 // Regs is x86-64 struct user_regs_struct.

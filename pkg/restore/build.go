@@ -826,6 +826,15 @@ func (b *builder) seccomp() error {
 			}
 		}
 	}
+	// Strict mode last: the calls ckpt-redo still injects run because
+	// seccomp is suspended while it traces (PTRACE_O_SUSPEND_SECCOMP).
+	for i, in := range b.ins {
+		if b.p.Threads[i].SeccompStrict {
+			if _, err := in.Call("seccomp(SECCOMP_SET_MODE_STRICT)", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_STRICT, 0, 0); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 

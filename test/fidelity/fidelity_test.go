@@ -66,6 +66,7 @@ var cases = []fcase{
 	{name: "mem_contents", src: "mem_contents.c", args: []string{"DIR/"}},
 	// The process tree and the freeze (sessions, stops, injection).
 	{name: "novdso", src: "tree_novdso.c"},
+	{name: "seccomp_strict", src: "tree_seccomp_strict.c"},
 	// Sockets (pkg/sockets: the option inventory, shutdown state, queues).
 	{name: "sock_tcp4", src: "sock_inet.c", args: []string{"tcp4"}},
 	{name: "sock_tcp6", src: "sock_inet.c", args: []string{"tcp6"}},
