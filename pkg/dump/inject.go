@@ -30,7 +30,7 @@ func (d *dumper) newRemote(tid int, gadget uint64) (*remote, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &remote{in: ptrace.Injector{TID: tid, Gadget: gadget, Step: true}, pid: d.pid}
+	r := &remote{in: ptrace.Injector{TID: tid, Gadget: gadget}, pid: d.pid}
 	r.scratch = (regs.Rsp - redZone - scratchSize) &^ 63
 	r.saved = make([]byte, scratchSize)
 	if err := readMem(d.pid, r.scratch, r.saved); err != nil {

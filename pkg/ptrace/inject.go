@@ -1,6 +1,7 @@
 package ptrace
 
 import (
+	"encoding/binary"
 	"fmt"
 	"os"
 	"unsafe"
@@ -10,8 +11,12 @@ import (
 
 // An Injector runs system calls inside a stopped tracee. It saves the
 // task's registers, points rip at a syscall instruction with the call's
-// number and arguments, lets the task execute just that instruction, reads
-// the result and puts the registers back.
+// number and arguments, resumes the task with PTRACE_SYSCALL to its
+// syscall-entry stop and on to its syscall-exit stop, reads the result and
+// puts the registers back. The task never runs an instruction past the
+// call, and no trap is raised: a single-step or int3 trap is a SIGTRAP the
+// kernel forces (unblocking it, resetting a handler of a blocked or
+// ignored SIGTRAP, merging with a SIGTRAP the process has pending).
 //
 // orig_rax is set to -1 in the injected registers: otherwise the kernel's
 // syscall-restart logic would rewrite rip and rax when the tracee was
@@ -20,10 +25,6 @@ type Injector struct {
 	TID int
 	// Gadget is the address of a `syscall` instruction in the tracee.
 	Gadget uint64
-	// Step selects single-stepping over the gadget (a bare `syscall`, as
-	// found in the vDSO). Without it the gadget must be `syscall; int3`
-	// and the task runs until the trap.
-	Step bool
 
 	// Signals that arrived while a call ran, with their siginfo. They were
 	// taken off the queue: the caller re-delivers or saves them.
@@ -41,6 +42,9 @@ type Signal struct {
 // Syscall runs one system call in the tracee and returns its raw result
 // (a negative errno on failure; see Errno).
 func (in *Injector) Syscall(nr uint64, args ...uint64) (uint64, error) {
+	if in.Gadget == 0 {
+		return 0, fmt.Errorf("inject syscall %d into %d: no syscall instruction to run it at", nr, in.TID)
+	}
 	saved, err := GetRegs(in.TID)
 	if err != nil {
 		return 0, err
@@ -55,12 +59,8 @@ func (in *Injector) Syscall(nr uint64, args ...uint64) (uint64, error) {
 	if err := SetRegs(in.TID, &r); err != nil {
 		return 0, err
 	}
-	req := unix.PTRACE_CONT
-	if in.Step {
-		req = unix.PTRACE_SINGLESTEP
-	}
 	for {
-		if err := ptrace(req, in.TID, 0, 0); err != nil {
+		if err := ptrace(unix.PTRACE_SYSCALL, in.TID, 0, 0); err != nil {
 			return 0, fmt.Errorf("inject syscall %d into %d: resume: %w", nr, in.TID, err)
 		}
 		st, err := Wait(in.TID)
@@ -80,23 +80,35 @@ func (in *Injector) Syscall(nr uint64, args ...uint64) (uint64, error) {
 			continue
 		case st.Event != 0:
 			continue
-		case st.Sig() == unix.SIGTRAP:
-		default:
-			info, _ := GetSigInfo(in.TID)
-			in.Signals = append(in.Signals, Signal{Sig: st.Sig(), Info: info})
-			continue
 		}
-		break
+		if st.Sig() == unix.SIGTRAP|0x80 { // a syscall stop (PTRACE_O_TRACESYSGOOD)
+			op, err := syscallStop(in.TID)
+			if err != nil {
+				return 0, fmt.Errorf("inject syscall %d into %d: %w", nr, in.TID, err)
+			}
+			if op == unix.PTRACE_SYSCALL_INFO_EXIT {
+				break
+			}
+			if op == unix.PTRACE_SYSCALL_INFO_ENTRY {
+				continue
+			}
+		}
+		// A signal-delivery stop: the signal was taken off the queue.
+		info, _ := GetSigInfo(in.TID)
+		if fault(st.Sig(), info) {
+			// The instruction at rip faulted or trapped: the gadget is
+			// not a syscall instruction (resuming would fault again).
+			r, _ := GetRegs(in.TID)
+			SetRegs(in.TID, &saved)
+			return 0, fmt.Errorf("inject syscall %d into %d: %v at %#x, not after the gadget at %#x", nr, in.TID, st.Sig(), r.Rip, in.Gadget)
+		}
+		in.Signals = append(in.Signals, Signal{Sig: st.Sig(), Info: info})
 	}
 	got, err := GetRegs(in.TID)
 	if err != nil {
 		return 0, err
 	}
-	want := in.Gadget + 2
-	if !in.Step {
-		want++
-	}
-	if got.Rip != want {
+	if want := in.Gadget + 2; got.Rip != want {
 		return 0, fmt.Errorf("inject syscall %d into %d: stopped at %#x, not after the gadget at %#x", nr, in.TID, got.Rip, in.Gadget)
 	}
 	if err := SetRegs(in.TID, &saved); err != nil {
@@ -105,11 +117,30 @@ func (in *Injector) Syscall(nr uint64, args ...uint64) (uint64, error) {
 	return got.Rax, nil
 }
 
-// Park moves the task from the SIGTRAP stop that ends an injected call to
-// an interrupt stop: the interrupt is queued, the trap is suppressed, and
-// the task stops again before it runs a single instruction. If the tracer
-// dies after that, the task goes on as if never traced, instead of getting
-// a SIGTRAP. Call it after the last of a series of calls.
+// fault tells whether a signal was raised by the instruction the task ran
+// (si_code > 0: a fault or trap the kernel sent), not sent by someone.
+func fault(sig unix.Signal, info []byte) bool {
+	switch sig {
+	case unix.SIGSEGV, unix.SIGBUS, unix.SIGILL, unix.SIGTRAP, unix.SIGFPE:
+		return len(info) >= 12 && int32(binary.LittleEndian.Uint32(info[8:])) > 0
+	}
+	return false
+}
+
+// syscallStop tells which syscall stop the task is in:
+// PTRACE_SYSCALL_INFO_ENTRY, _EXIT, or _NONE for another stop.
+func syscallStop(tid int) (uint8, error) {
+	var info [88]byte // struct ptrace_syscall_info; op is the first byte
+	if _, err := ptraceRet(unix.PTRACE_GET_SYSCALL_INFO, tid, uintptr(len(info)), uintptr(unsafe.Pointer(&info[0]))); err != nil {
+		return 0, fmt.Errorf("PTRACE_GET_SYSCALL_INFO: %w", err)
+	}
+	return info[0], nil
+}
+
+// Park moves the task from the syscall-exit stop that ends an injected
+// call to an interrupt stop: the interrupt is queued and the task stops
+// again before it runs a single instruction. Call it after the last of a
+// series of calls.
 func (in *Injector) Park() error {
 	if err := Interrupt(in.TID); err != nil {
 		return err

@@ -47,9 +47,10 @@ const (
 	OptSuspendSeccomp = unix.PTRACE_O_SUSPEND_SECCOMP
 )
 
-// Seize attaches to tid without stopping it.
+// Seize attaches to tid without stopping it. PTRACE_O_TRACESYSGOOD is
+// always added: the Injector tells its syscall stops by it.
 func Seize(tid int, opts int) error {
-	if err := ptrace(unix.PTRACE_SEIZE, tid, 0, uintptr(opts)); err != nil {
+	if err := ptrace(unix.PTRACE_SEIZE, tid, 0, uintptr(opts|unix.PTRACE_O_TRACESYSGOOD)); err != nil {
 		return fmt.Errorf("ptrace seize %d: %w", tid, err)
 	}
 	return nil

@@ -240,7 +240,7 @@ func TestTraceeLifecycle(t *testing.T) {
 	}
 
 	// Injection through the vDSO gadget, single-stepping.
-	in := &Injector{TID: pid, Gadget: vdsoGadget(t, pid), Step: true}
+	in := &Injector{TID: pid, Gadget: vdsoGadget(t, pid)}
 	before, _ := GetRegs(pid)
 	if got, err := in.Syscall(unix.SYS_GETPID); err != nil || int(got) != pid {
 		t.Fatalf("injected getpid = %d, %v; want %d", int64(got), err, pid)
@@ -333,7 +333,7 @@ func TestExitDuringTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop(t, tr.pid)
-	in := &Injector{TID: tr.pid, Gadget: vdsoGadget(t, tr.pid), Step: true}
+	in := &Injector{TID: tr.pid, Gadget: vdsoGadget(t, tr.pid)}
 	if _, err := in.Syscall(unix.SYS_KILL, uint64(tr.pid), uint64(unix.SIGKILL)); !errors.Is(err, ErrExited) {
 		t.Errorf("self-kill: %v, want ErrExited", err)
 	}
@@ -365,7 +365,11 @@ func TestErrors(t *testing.T) {
 		{"rseq", func() error { _, err := GetRseq(nobody); return err }, "rseq"},
 		{"seccomp", func() error { _, err := GetSeccompFilters(nobody); return err }, "seccomp"},
 		{"eventmsg", func() error { _, err := GetEventMsg(nobody); return err }, "geteventmsg"},
-		{"inject", func() error { _, err := (&Injector{TID: nobody}).Call("getpid", unix.SYS_GETPID); return err }, "getregs"},
+		{"inject", func() error {
+			_, err := (&Injector{TID: nobody, Gadget: 4096}).Call("getpid", unix.SYS_GETPID)
+			return err
+		}, "getregs"},
+		{"no gadget", func() error { _, err := (&Injector{TID: nobody}).Call("getpid", unix.SYS_GETPID); return err }, "no syscall instruction"},
 		{"park", func() error { return (&Injector{TID: nobody}).Park() }, "interrupt"},
 		{"read", func() error { return ReadMem(nobody, 4096, make([]byte, 8)) }, "no such file"},
 	}

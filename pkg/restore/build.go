@@ -840,21 +840,21 @@ func (b *builder) seccomp() error {
 
 // finish removes the gadget area and gives the thread its registers back.
 func (b *builder) finish() error {
-	// The gadget cannot unmap itself and return to its int3: use a
-	// syscall instruction of the restored vDSO, or of another executable
-	// mapping if the process had unmapped its vDSO, single-stepping over
-	// it.
-	if g, ok, err := ptrace.FindSyscall(b.target, execAreas(b.p.VMAs, b.gadget)); err != nil {
+	// The gadget area can unmap itself (the call ends at its
+	// syscall-exit stop, before the task returns there); calls injected
+	// later (stopAgain) run at a syscall instruction of the restored vDSO,
+	// or of another executable mapping if the process had unmapped its
+	// vDSO.
+	g, ok, err := ptrace.FindSyscall(b.target, execAreas(b.p.VMAs, b.gadget))
+	if err != nil {
 		return err
-	} else if ok {
-		b.in.Gadget, b.in.Step = g, true
 	}
-	if b.in.Step {
-		if _, err := b.call("munmap gadget", unix.SYS_MUNMAP, b.gadget, gadgetSize); err != nil {
-			return err
-		}
-	} else {
-		b.warnf("no syscall instruction in the process's executable mappings: the restorer's gadget area stays mapped at %#x", b.gadget)
+	if _, err := b.call("munmap gadget", unix.SYS_MUNMAP, b.gadget, gadgetSize); err != nil {
+		return err
+	}
+	b.in.Gadget = 0 // no syscall instruction left: later calls fail
+	if ok {
+		b.in.Gadget = g
 	}
 	for i, in := range b.ins {
 		for _, sig := range in.Signals {

@@ -67,6 +67,7 @@ var cases = []fcase{
 	// The process tree and the freeze (sessions, stops, injection).
 	{name: "novdso", src: "tree_novdso.c"},
 	{name: "seccomp_strict", src: "tree_seccomp_strict.c"},
+	{name: "sigtrap", src: "tree_sigtrap.c"},
 	// Sockets (pkg/sockets: the option inventory, shutdown state, queues).
 	{name: "sock_tcp4", src: "sock_inet.c", args: []string{"tcp4"}},
 	{name: "sock_tcp6", src: "sock_inet.c", args: []string{"tcp6"}},
