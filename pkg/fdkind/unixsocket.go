@@ -65,6 +65,17 @@ func openUnix(env RestoreEnv, f *image.File) (Desc, error) {
 		}
 		return out, nil
 	}
+	if lino := s.AcceptOf; lino != 0 || len(s.AcceptQueue) > 0 {
+		if lino == 0 {
+			lino = s.Ino
+		}
+		v, err := env.Once(unixListenerKey(lino), func() (any, error) { return openAcceptQueue(env, lino) })
+		if err != nil {
+			return Desc{}, err
+		}
+		d, err := dupFile(v.(map[uint32]*os.File)[s.Ino])
+		return Desc{File: d}, err
+	}
 	if s.Peer == 0 {
 		q, err := msgs(s)
 		if err != nil {
@@ -105,4 +116,39 @@ func openUnix(env RestoreEnv, f *image.File) (Desc, error) {
 	}
 	d, err := dupFile(v.(map[uint32]*os.File)[s.Ino])
 	return Desc{File: d}, err
+}
+
+// unixListenerKey names a rebuilt UNIX listener with connections waiting
+// in its accept queue, by its inode.
+type unixListenerKey uint32
+
+// openAcceptQueue rebuilds a UNIX listener and, in their order, the
+// clients whose connections waited in its accept queue, connected to it
+// again; it returns every socket by inode.
+func openAcceptQueue(env RestoreEnv, lino uint32) (any, error) {
+	se := env.Sockets()
+	lf := se.Peer(lino)
+	if lf == nil || lf.Socket == nil {
+		return nil, fmt.Errorf("UNIX listener %d is not in the image: %w", lino, image.ErrCorrupt)
+	}
+	l := lf.Socket
+	fd, err := sockets.OpenUnix(l, nil)
+	if err != nil {
+		return nil, fmt.Errorf("UNIX socket %s: %w", l.Local, err)
+	}
+	ends := map[uint32]*os.File{lino: os.NewFile(uintptr(fd), "unix")}
+	env.Keep(ends[lino])
+	for _, c := range l.AcceptQueue {
+		cf := se.Peer(c)
+		if cf == nil || cf.Socket == nil || cf.Socket.AcceptOf != lino {
+			return nil, fmt.Errorf("UNIX socket %d waiting in the accept queue of %s is not in the image: %w", c, l.Local, image.ErrCorrupt)
+		}
+		cfd, err := sockets.ConnectUnix(cf.Socket, l.Local)
+		if err != nil {
+			return nil, fmt.Errorf("UNIX socket waiting in the accept queue of %s: %w", l.Local, err)
+		}
+		ends[c] = os.NewFile(uintptr(cfd), "unix")
+		env.Keep(ends[c])
+	}
+	return ends, nil
 }

@@ -238,6 +238,11 @@ type Socket struct {
 	// RecvTo are the destinations of the datagrams queued in a UDP
 	// socket (RecvFrom their sources).
 	RecvTo []string `json:"recv_to,omitempty"`
+	// AcceptQueue are the inodes of the clients whose connections wait in
+	// a UNIX listener's accept queue, in order; AcceptOf is, on such a
+	// client, the listener's inode.
+	AcceptQueue []uint32 `json:"accept_queue,omitempty"`
+	AcceptOf    uint32   `json:"accept_of,omitempty"`
 }
 
 // SockOpt is a socket option: an integer Value, or the bytes getsockopt

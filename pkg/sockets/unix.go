@@ -21,15 +21,20 @@ type UnixInfo struct {
 	Backlog int    // listen backlog
 	// Shutdown is sk_shutdown: 1 receive side shut, 2 send side, 3 both.
 	Shutdown int
+	// Icons are, for a listener, the inodes of the clients whose
+	// connections wait to be accepted, in order.
+	Icons []uint32
 }
 
 const (
 	sockDiagByFamily = 20
 	udiagShowName    = 0x01
 	udiagShowPeer    = 0x04
+	udiagShowIcons   = 0x08
 	udiagShowRqlen   = 0x10
 	unixDiagName     = 0
 	unixDiagPeer     = 2
+	unixDiagIcons    = 3
 	unixDiagRqlen    = 4
 	unixDiagShutdown = 6
 )
@@ -51,7 +56,7 @@ func UnixSockets() (map[uint32]UnixInfo, error) {
 	le.PutUint32(req[8:], 1)
 	req[16] = unix.AF_UNIX
 	le.PutUint32(req[20:], 0xffffffff) // every state
-	le.PutUint32(req[28:], udiagShowName|udiagShowPeer|udiagShowRqlen)
+	le.PutUint32(req[28:], udiagShowName|udiagShowPeer|udiagShowIcons|udiagShowRqlen)
 	le.PutUint32(req[32:], 0xffffffff) // cookie: none
 	le.PutUint32(req[36:], 0xffffffff)
 	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
@@ -96,6 +101,10 @@ func UnixSockets() (map[uint32]UnixInfo, error) {
 				case unixDiagPeer:
 					if len(v) >= 4 {
 						info.Peer = le.Uint32(v)
+					}
+				case unixDiagIcons:
+					for i := 0; i+4 <= len(v); i += 4 {
+						info.Icons = append(info.Icons, le.Uint32(v[i:]))
 					}
 				case unixDiagShutdown:
 					if len(v) >= 1 {

@@ -3,6 +3,7 @@ package sockets
 import (
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 
 	"github.com/ckpt/ckpt/internal/sys"
@@ -35,10 +36,32 @@ func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 	s := &image.Socket{Family: unix.AF_UNIX, Type: u.Type, Ino: ino, Local: u.Name, Shutdown: u.Shutdown}
 	switch {
 	case u.State == UnixListenState:
-		if u.Pending > 0 {
-			return nil, nil, fmt.Errorf("UNIX socket %s with %d connections not accepted yet: %w", u.Name, u.Pending, ErrAcceptQueue)
+		for _, c := range u.Icons {
+			if c == 0 || !inTree(c) {
+				return nil, nil, fmt.Errorf("UNIX socket %s with a connection from socket %d of a process outside the dump not accepted yet: %w", u.Name, c, ErrAcceptQueue)
+			}
 		}
-		s.State, s.Backlog = StateListen, u.Backlog
+		s.State, s.Backlog, s.AcceptQueue = StateListen, u.Backlog, u.Icons
+	case u.State == StateEstablished && u.Peer == 0 && u.Type != unix.SOCK_DGRAM && u.Shutdown != 3:
+		// Connected, and the other end is no socket yet: the
+		// connection waits in a listener's accept queue.
+		var l *UnixInfo
+		for _, o := range all {
+			if slices.Contains(o.Icons, ino) {
+				l = &o
+				break
+			}
+		}
+		switch {
+		case l == nil:
+			return nil, nil, fmt.Errorf("UNIX socket connected to no socket sock_diag knows: %w", ErrState)
+		case !inTree(l.Ino):
+			return nil, nil, fmt.Errorf("UNIX socket connected to %s of a process outside the dump, not accepted yet: %w", l.Name, ErrState)
+		}
+		if out, err := sys.IoctlInt(fd, unix.SIOCOUTQ); err != nil || out > 0 {
+			return nil, nil, fmt.Errorf("UNIX socket with data sent on a connection %s has not accepted yet (%d bytes of buffer; it cannot be read back): %w", l.Name, out, ErrState)
+		}
+		s.State, s.AcceptOf = StateEstablished, l.Ino
 	case u.State == StateEstablished && u.Peer == 0:
 		// The peer was closed: sock_diag no longer knows its inode.
 		s.State, s.PeerClosed = StateEstablished, true
@@ -56,7 +79,7 @@ func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 	if s.Options, err = ReadOptions(fd, unix.AF_UNIX, u.Type, 0, false); err != nil {
 		return nil, nil, err
 	}
-	if u.State == UnixListenState || u.Type != unix.SOCK_DGRAM && u.State != StateEstablished {
+	if u.State == UnixListenState || s.AcceptOf != 0 || u.Type != unix.SOCK_DGRAM && u.State != StateEstablished {
 		return s, nil, nil // no queue: a stream socket that is not connected
 	}
 	msgs, err := peekUnix(fd, u.Type)
@@ -285,14 +308,8 @@ func openUnix(fd int, s *image.Socket, queue []UnixMsg) error {
 		return err
 	}
 	if s.Local != "" {
-		if s.Local[0] != '@' {
-			var st unix.Stat_t
-			if unix.Lstat(s.Local, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
-				unix.Unlink(s.Local)
-			}
-		}
-		if err := unix.Bind(fd, unixAddr(s.Local)); err != nil {
-			return fmt.Errorf("bind %s: %w", s.Local, err)
+		if err := bindUnix(fd, s.Local); err != nil {
+			return err
 		}
 	}
 	if s.State == StateListen {
@@ -351,4 +368,47 @@ func sendFrom(typ int, m UnixMsg, to unix.Sockaddr) error {
 		}
 	}
 	return sendNow(tmp, m.Data, to)
+}
+
+// ConnectUnix rebuilds a client whose connection waited in the accept
+// queue of a listener: a new socket with its options and name, connected
+// to the rebuilt listener's name (so that the listener's queue holds the
+// connection again, in the order of the calls).
+func ConnectUnix(s *image.Socket, listener string) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return -1, fmt.Errorf("socket: %w", err)
+	}
+	err = setOptions(fd, s.Options, early, nil)
+	if err == nil && s.Local != "" {
+		err = bindUnix(fd, s.Local)
+	}
+	if err == nil {
+		if err = unix.Connect(fd, unixAddr(listener)); err != nil {
+			err = fmt.Errorf("connect to the listener %s: %w", listener, err)
+		}
+	}
+	if err == nil {
+		err = finishUnix(fd, s)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+// bindUnix binds a rebuilt socket to its name; a socket file left at a
+// path name by the dead process is replaced.
+func bindUnix(fd int, name string) error {
+	if name[0] != '@' {
+		var st unix.Stat_t
+		if unix.Lstat(name, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+			unix.Unlink(name)
+		}
+	}
+	if err := unix.Bind(fd, unixAddr(name)); err != nil {
+		return fmt.Errorf("bind %s: %w", name, err)
+	}
+	return nil
 }

@@ -241,8 +241,20 @@ func TestUnixRefused(t *testing.T) {
 			c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
 			must(t, err)
 			must(t, unix.Connect(c, unixAddr(name)))
-			return l, true
-		}, "not accepted yet"},
+			return l, false
+		}, "outside the dump not accepted yet"},
+		{"data sent before accept", func(t *testing.T) (int, bool) {
+			l, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+			must(t, err)
+			name := fmt.Sprintf("@ckpt-test-l-%d", time.Now().UnixNano())
+			must(t, unix.Bind(l, unixAddr(name)))
+			must(t, unix.Listen(l, 4))
+			c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+			must(t, err)
+			must(t, unix.Connect(c, unixAddr(name)))
+			must(t, sendNow(c, []byte("early"), nil))
+			return c, true
+		}, "data sent on a connection"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -255,5 +267,58 @@ func TestUnixRefused(t *testing.T) {
 				t.Fatalf("DescribeUnix: %v, want a refusal naming %q", err, tt.where)
 			}
 		})
+	}
+}
+
+// TestUnixAcceptQueue saves a listener with two connections waiting to be
+// accepted (one client bound to a name), rebuilds them and checks that
+// the listener accepts them in order, connected to the rebuilt clients.
+func TestUnixAcceptQueue(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root")
+	}
+	name := fmt.Sprintf("@ckpt-test-aq-%d", time.Now().UnixNano())
+	l, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	must(t, err)
+	must(t, unix.Bind(l, unixAddr(name)))
+	must(t, unix.Listen(l, 4))
+	c1, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	must(t, err)
+	must(t, unix.Connect(c1, unixAddr(name)))
+	c2, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	must(t, err)
+	must(t, unix.Bind(c2, unixAddr(name+"-c2")))
+	must(t, unix.Connect(c2, unixAddr(name)))
+	sv := describeAll(t, []int{l, c1, c2})
+	if got := sv[0].s.AcceptQueue; len(got) != 2 || got[0] != sv[1].s.Ino || got[1] != sv[2].s.Ino {
+		t.Fatalf("accept queue %v, want the inodes of the two clients", got)
+	}
+	for _, fd := range []int{l, c1, c2} {
+		unix.Close(fd)
+	}
+	nl, err := OpenUnix(sv[0].s, nil)
+	must(t, err)
+	defer unix.Close(nl)
+	var clients []int
+	for _, v := range sv[1:] {
+		fd, err := ConnectUnix(v.s, sv[0].s.Local)
+		must(t, err)
+		defer unix.Close(fd)
+		clients = append(clients, fd)
+	}
+	for i, want := range []string{"@" /* unnamed, as x/sys shows it */, name + "-c2"} {
+		a, _, err := unix.Accept(nl)
+		must(t, err)
+		defer unix.Close(a)
+		pa, err := unix.Getpeername(a)
+		must(t, err)
+		if got := pa.(*unix.SockaddrUnix).Name; got != want {
+			t.Errorf("connection %d from %q, want %q", i, got, want)
+		}
+		must(t, sendNow(clients[i], []byte("hi"), nil))
+		b := make([]byte, 2)
+		if n, err := unix.Read(a, b); n != 2 || err != nil {
+			t.Errorf("connection %d: read %d, %v", i, n, err)
+		}
 	}
 }

@@ -113,6 +113,7 @@ int main(int argc, char **argv)
 		FID_SETUP(bind(fd, (struct sockaddr *)&a, l) == 0 && listen(fd, 4) == 0, "listen");
 		other = socket(AF_UNIX, SOCK_STREAM, 0);
 		FID_SETUP(connect(other, (struct sockaddr *)&a, l) == 0, "connect");
+		FID_SETUP(send(other, "early", 5, 0) == 5, "send before accept");
 	} else if (strcmp(kind, "unix_external") == 0) {
 		/* The peer is a grandchild reparented away: outside the tree. */
 		int sp[2], ready[2];

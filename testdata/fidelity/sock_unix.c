@@ -139,6 +139,21 @@ int main(int argc, char **argv)
 	int l = socket(AF_UNIX, SOCK_STREAM, 0);
 	sun_of(&a, &al, lpath);
 	FID_SETUP(bind(l, (struct sockaddr *)&a, al) == 0 && listen(l, 5) == 0, "listen");
+	/* A listener with two connections waiting to be accepted. */
+	char aqpath[200], n2path[200];
+	snprintf(aqpath, sizeof aqpath, "%s/aq", dir);
+	snprintf(n2path, sizeof n2path, "%s/n2", dir);
+	int aq = socket(AF_UNIX, SOCK_STREAM, 0);
+	sun_of(&a, &al, aqpath);
+	FID_SETUP(bind(aq, (struct sockaddr *)&a, al) == 0 && listen(aq, 5) == 0, "listen aq");
+	int n1 = socket(AF_UNIX, SOCK_STREAM, 0), n2 = socket(AF_UNIX, SOCK_STREAM, 0);
+	FID_SETUP(connect(n1, (struct sockaddr *)&a, al) == 0, "connect n1");
+	struct sockaddr_un b2;
+	socklen_t b2l;
+	sun_of(&b2, &b2l, n2path);
+	FID_SETUP(bind(n2, (struct sockaddr *)&b2, b2l) == 0 && connect(n2, (struct sockaddr *)&a, al) == 0, "connect n2");
+	watch_common(aq, "accept queue listener");
+	watch_common(n1, "waiting client");
 	watch_common(j, "unconnected");
 	watch_common(k, "bound");
 	watch_common(l, "listener");
@@ -177,5 +192,22 @@ int main(int argc, char **argv)
 	FID_EXPECT(connect(j, (struct sockaddr *)&a, al) == 0, "connect to the listener: %s", strerror(errno));
 	struct pollfd p = {l, POLLIN, 0};
 	FID_EXPECT(poll(&p, 1, 5000) == 1 && accept(l, NULL, NULL) >= 0, "accept");
+	/* The waiting connections, in order, from the same clients. */
+	for (int i = 0; i < 2; i++) {
+		struct sockaddr_un pa;
+		socklen_t pl = sizeof pa;
+		memset(&pa, 0, sizeof pa);
+		p.fd = aq;
+		int s2 = poll(&p, 1, 5000) == 1 ? accept(aq, (struct sockaddr *)&pa, &pl) : -1;
+		FID_EXPECT(s2 >= 0, "accept waiting connection %d: %s", i, strerror(errno));
+		if (s2 < 0)
+			continue;
+		const char *want = i == 0 ? "" : n2path;
+		FID_EXPECT(strcmp(pl > offsetof(struct sockaddr_un, sun_path) ? pa.sun_path : "", want) == 0,
+			   "waiting connection %d from %s, want %s", i, pa.sun_path, want);
+		int cl = i == 0 ? n1 : n2;
+		FID_EXPECT(send(cl, "c", 1, 0) == 1 && recv(s2, &c, 1, 0) == 1 && c == 'c', "waiting connection %d: client to server", i);
+		FID_EXPECT(send(s2, "s", 1, 0) == 1 && recv(cl, &c, 1, 0) == 1 && c == 's', "waiting connection %d: server to client", i);
+	}
 	return fid_done();
 }
