@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -75,10 +76,10 @@ func sysvShm(id uint64) (*image.SysVShm, uint64, error) {
 }
 
 // checkSysV refuses what the tree uses of System V IPC that cannot be
-// restored: a shared memory segment also attached outside the tree, and
-// message queues the tree sent to or received from last (semaphore sets
-// show no user: they, like the queues, stay in the IPC namespace when
-// the processes die, and are not in the image).
+// restored: a shared memory segment also attached outside the tree,
+// message queues the tree sent to or received from last, and semaphores
+// it operated on last (semctl GETPID). Queues and semaphore sets are not
+// in the image: they stay in the IPC namespace when the processes die.
 func checkSysV(members []*member) error {
 	inTree := map[string]int{}
 	attached := map[uint64]int{}
@@ -112,7 +113,7 @@ func checkSysV(members []*member) error {
 	}
 	rows, err := sysvTable("msg")
 	if err != nil {
-		return nil // no SysV message queues here
+		return nil // no SysV IPC here
 	}
 	for _, r := range rows {
 		for _, col := range []string{"lspid", "lrpid"} {
@@ -121,5 +122,28 @@ func checkSysV(members []*member) error {
 			}
 		}
 	}
+	if rows, err = sysvTable("sem"); err != nil {
+		return nil
+	}
+	for _, r := range rows {
+		id, err1 := strconv.Atoi(r["semid"])
+		n, err2 := strconv.Atoi(r["nsems"])
+		if err1 != nil || err2 != nil {
+			return fmt.Errorf("/proc/sysvipc/sem: semid %q nsems %q", r["semid"], r["nsems"])
+		}
+		for i := 0; i < n; i++ {
+			last, _, errno := unix.Syscall6(unix.SYS_SEMCTL, uintptr(id), uintptr(i), semGetPID, 0, 0, 0)
+			if errno != 0 {
+				continue // removed meanwhile
+			}
+			if pid, ok := inTree[strconv.Itoa(int(last))]; ok {
+				return fmt.Errorf("process %d: SysV semaphore set %d (key %s): cannot be restored: %w", pid, id, r["key"], ErrUnsupported)
+			}
+		}
+	}
 	return nil
 }
+
+// semGetPID is semctl's GETPID: the last process that operated on a
+// semaphore.
+const semGetPID = 11

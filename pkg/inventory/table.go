@@ -265,7 +265,7 @@ func memoryAttrs() []Attr {
 			CRIU:    "dumps the IPC namespace", Case: "e2e TestSysVShm, TestPostgres, mem_sysv_part"},
 		{Name: "System V semaphores and message queues", Family: f, Status: Refused,
 			Seen:   Seen{Other: "/proc/sysvipc/{sem,msg}"},
-			Reason: "a queue the tree sent to or received from last is refused; semaphore sets show no user and stay in the IPC namespace, not in the image", CRIU: "dumps the IPC namespace"},
+			Reason: "not in the image: a queue the tree sent to or received from last (lspid, lrpid), a semaphore it operated on last (semctl GETPID) is refused", CRIU: "dumps the IPC namespace", Case: "mem_sysv_sem, mem_sysv_msg"},
 		{Name: "NUMA memory policy", Family: f, Status: Refused,
 			Seen:   Seen{Other: "numa_maps, get_mempolicy (injected, per thread)"},
 			Reason: "not restored: a policy other than the default is refused", CRIU: "restores it", Case: "mem_mbind, mem_mempolicy"},

@@ -99,6 +99,8 @@ var cases = []fcase{
 	{name: "mem_sysv_part", src: "mem_refused.c", args: []string{"sysv_part"}, refuse: "attached in part (offset 0x0, 4096 of 8192 bytes): cannot be restored"},
 	{name: "mem_mbind", src: "mem_refused.c", args: []string{"mbind"}, refuse: "NUMA memory policy bind:0 (mbind"},
 	{name: "mem_mempolicy", src: "mem_refused.c", args: []string{"mempolicy"}, refuse: "NUMA memory policy prefer:0 (mbind, or the thread's set_mempolicy): cannot be restored"},
+	{name: "mem_sysv_sem", src: "mem_refused.c", args: []string{"sem"}, refuse: "SysV semaphore set"},
+	{name: "mem_sysv_msg", src: "mem_refused.c", args: []string{"msg"}, refuse: "SysV message queue"},
 	{name: "rlimit_above_ckpt", src: "proc_rlimit.c", refuse: "RLIMIT_NOFILE: hard limit",
 		dumpWrap: []string{"prlimit", "--nofile=1024:1024", "--"}},
 }

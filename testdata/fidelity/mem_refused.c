@@ -10,10 +10,14 @@
  *                unmapped (an attachment in part).
  *   mbind        a mapping with a NUMA policy of its own (MPOL_BIND, node 0).
  *   mempolicy    a thread NUMA policy (set_mempolicy MPOL_PREFERRED, node 0).
+ *   sem          a System V semaphore set the program operated on (semop).
+ *   msg          a System V message queue the program sent a message to.
  */
 #include "fidelity.h"
 
 #include <sys/mman.h>
+#include <sys/msg.h>
+#include <sys/sem.h>
 #include <sys/shm.h>
 #include <sys/syscall.h>
 
@@ -27,6 +31,26 @@ int main(int argc, char **argv)
 	unsigned char *p;
 	int id = -1;
 	unsigned long node0 = 1;
+	if (strcmp(argv[2], "sem") == 0 || strcmp(argv[2], "msg") == 0) {
+		int sem = argv[2][1] == 'e';
+		id = sem ? semget(IPC_PRIVATE, 2, IPC_CREAT | 0600) : msgget(IPC_PRIVATE, IPC_CREAT | 0600);
+		FID_SETUP(id >= 0, "semget/msgget: %s", strerror(errno));
+		struct sembuf op = {1, 3, 0};
+		struct {
+			long type;
+			char text[8];
+		} m = {1, "hello"};
+		FID_SETUP(sem ? semop(id, &op, 1) == 0 : msgsnd(id, &m, sizeof m.text, 0) == 0, "semop/msgsnd: %s", strerror(errno));
+		fid_ready();
+		fid_wait();
+		if (sem)
+			FID_EXPECT(semctl(id, 1, GETVAL) == 3, "semaphore value %d, want 3", semctl(id, 1, GETVAL));
+		else
+			FID_EXPECT(msgrcv(id, &m, sizeof m.text, 0, IPC_NOWAIT) == sizeof m.text && strcmp(m.text, "hello") == 0,
+				   "message lost: %s", strerror(errno));
+		sem ? semctl(id, 0, IPC_RMID) : msgctl(id, IPC_RMID, NULL);
+		return fid_done();
+	}
 	if (strcmp(argv[2], "mbind") == 0 || strcmp(argv[2], "mempolicy") == 0) {
 		p = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		FID_SETUP(p != MAP_FAILED, "mmap: %s", strerror(errno));
