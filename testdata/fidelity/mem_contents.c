@@ -12,9 +12,7 @@
  *            with mremap, the hole they leave mapped PROT_NONE.
  *   holes    a file of DIR, 64 pages, data only at pages 0, 10 and 63,
  *            mapped MAP_SHARED and unlinked; page 20 then written through
- *            the mapping. (Its holes come back as zero data, and the
- *            memfd as an unnamed file of /: not checked here, see the
- *            files part of the fidelity work.)
+ *            the mapping. Its holes must stay holes (SEEK_HOLE).
  *
  *   prot_none  4 pages written, then made PROT_NONE (process_vm_readv
  *            cannot read them).
@@ -82,6 +80,10 @@ static int check(char *why, size_t len)
 	    same(mf_map + 40 * PG, 3, 40, 8, "memfd map", why, len) < 0 ||
 	    same(mf_map + 48 * PG, 1, 48, 16, "memfd map", why, len) < 0)
 		return -1;
+	char link[64], target[256] = "";
+	snprintf(link, sizeof link, "/proc/self/fd/%d", mfd);
+	if (readlink(link, target, sizeof target - 1) < 0 || strcmp(target, "/memfd:mem_contents (deleted)") != 0)
+		return snprintf(why, len, "memfd fd is %s", target), -1;
 	/* The private mapping still follows the file where it never copied. */
 	uint64_t probe = mix64(ticks);
 	if (pwrite(mfd, &probe, 8, 30 * PG) != 8)
@@ -118,7 +120,10 @@ static int check(char *why, size_t len)
 		return snprintf(why, len, "mprotect: %s", strerror(errno)), -1;
 	if (bad < 0)
 		return -1;
-	/* holes: content */
+	/* holes: layout and content */
+	off_t h = lseek(hfd, 0, SEEK_HOLE), d = lseek(hfd, h, SEEK_DATA);
+	if (h != PG || d != 10 * PG)
+		return snprintf(why, len, "holes file: first hole at %ld, data again at %ld; want %d, %d", (long)h, (long)d, PG, 10 * PG), -1;
 	struct stat st;
 	if (fstat(hfd, &st) < 0 || st.st_size != 64 * PG || st.st_nlink != 0)
 		return snprintf(why, len, "holes file: size %ld links %ld", (long)st.st_size, (long)st.st_nlink), -1;
