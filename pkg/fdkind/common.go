@@ -31,8 +31,8 @@ func describeCommon(s *Source, cp int, f *image.File) error {
 		return err
 	}
 	f.Locks = desc
-	if cp < 0 {
-		return nil
+	if cp < 0 || f.Flags&unix.O_PATH != 0 {
+		return nil // fcntl cannot ask an O_PATH fd
 	}
 	ow, err := sys.GetOwner(cp)
 	if err != nil {

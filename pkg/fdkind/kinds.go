@@ -16,6 +16,6 @@ func Table() []Kind {
 		// Anonymous-inode files.
 		eventfd(), timerfd(), signalfd(), epoll(), pidfd(),
 		// Files with a type of their own.
-		pipe(), fifo(), socket(), ptmx(), tty(), charDev(), dir(), regular(),
+		pipe(), fifo(), socket(), ptmx(), tty(), charDev(), dir(), symlink(), regular(),
 	}
 }

@@ -201,6 +201,7 @@ const (
 	FileEpoll   FileKind = "epoll"
 	FilePidfd   FileKind = "pidfd"
 	FileSocket  FileKind = "socket"
+	FileSymlink FileKind = "symlink" // an O_PATH fd of a symbolic link
 )
 
 // Socket is a TCP or UDP socket (IPv4 or IPv6).
@@ -304,6 +305,8 @@ type File struct {
 	Flags int      `json:"flags"` // O_* status flags, without O_CLOEXEC
 	Pos   int64    `json:"pos"`
 	Ref   FileRef  `json:"ref"`
+	// Target is where a symbolic link (FileSymlink) points.
+	Target string `json:"target,omitempty"`
 	// Rdev is the device number of a character device.
 	Rdev uint64 `json:"rdev,omitempty"`
 	// Pipe is set for pipes: the pipe's inode, and which end this is.
