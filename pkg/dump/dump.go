@@ -65,8 +65,8 @@ type Options struct {
 	// AcceptRetries is how many times the dump is tried again when a
 	// listener has connections waiting to be accepted, letting the
 	// processes run AcceptRetryWait in between. Zero means
-	// DefaultAcceptRetries, a negative value none. A group member (with
-	// AfterFreeze) is never tried again: the group decides.
+	// DefaultAcceptRetries, a negative value none. The queues are looked
+	// at before AfterFreeze; a try that fails past it is not tried again.
 	AcceptRetries int
 	// AfterFreeze, if set, is called once every process is frozen and the
 	// network lock is in place, before any state is read. A group
@@ -157,8 +157,14 @@ func Run(pid int, sink Sink, opts Options) (*Result, error) {
 	}
 	hs := &holdSink{Sink: sink}
 	for try := 0; ; try++ {
-		res, err := runOnce(pid, hs, opts)
-		if err != nil && try < opts.acceptRetries() && hs.retryable(err) {
+		// A try that failed past a group's barrier (AfterFreeze) is not
+		// tried again: the group has seen this member frozen.
+		o, passed := opts, false
+		if opts.AfterFreeze != nil {
+			o.AfterFreeze = func() error { passed = true; return opts.AfterFreeze() }
+		}
+		res, err := runOnce(pid, hs, o)
+		if err != nil && try < opts.acceptRetries() && !passed && hs.retryable(err) {
 			// Connections wait in a listener's accept queue and cannot be
 			// saved: let the processes accept them, and try again.
 			hs.aborted = false
@@ -219,6 +225,11 @@ func runOnce(pid int, sink Sink, opts Options) (res *Result, err error) {
 		return nil, err
 	}
 	if err := t.takeSockets(); err != nil {
+		return nil, err
+	}
+	// Before a group's barrier, where a failed try can still be followed
+	// by another.
+	if err := t.acceptQueues(); err != nil {
 		return nil, err
 	}
 	if opts.AfterFreeze != nil {

@@ -2,12 +2,14 @@ package dump
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/sockets"
+	"golang.org/x/sys/unix"
 )
 
 // DefaultAcceptRetries is how many times a dump is tried again, by
@@ -19,11 +21,10 @@ const DefaultAcceptRetries = 20
 // AcceptRetryWait is how long the processes run between two tries.
 const AcceptRetryWait = 50 * time.Millisecond
 
-// acceptRetries is how many retries opts allow: none for a group member,
-// which has passed the group's barrier once the error can come.
+// acceptRetries is how many retries opts allow.
 func (o *Options) acceptRetries() int {
 	switch {
-	case o.AfterFreeze != nil || o.AcceptRetries < 0:
+	case o.AcceptRetries < 0:
 		return 0
 	case o.AcceptRetries == 0:
 		return DefaultAcceptRetries
@@ -92,4 +93,42 @@ func (s *holdSink) Prepare() error {
 // retryable says whether a failed try may be followed by another.
 func (s *holdSink) retryable(err error) bool {
 	return errors.Is(err, sockets.ErrAcceptQueue) && !s.written
+}
+
+// acceptQueues fails with sockets.ErrAcceptQueue, naming the process and
+// the fd, if a listener of the tree has connections waiting to be
+// accepted, which cannot be saved. Run looks before a group's barrier
+// (AfterFreeze), where a failed try can still be followed by another;
+// describing the files would find the same later, past it.
+func (t *tree) acceptQueues() error {
+	for key, our := range t.socks.fds {
+		pid, fd := key[0], key[1]
+		dom, err := unix.GetsockoptInt(our, unix.SOL_SOCKET, unix.SO_DOMAIN)
+		if err != nil {
+			continue // described (and refused, if need be) with the files
+		}
+		switch dom {
+		case unix.AF_INET, unix.AF_INET6:
+			if st, err := sockets.State(our); err != nil || st != sockets.StateListen {
+				continue
+			}
+			if _, err := sockets.Describe(our); errors.Is(err, sockets.ErrAcceptQueue) {
+				return fmt.Errorf("process %d fd %d: %w", pid, fd, err)
+			}
+		case unix.AF_UNIX:
+			var st unix.Stat_t
+			if unix.Fstat(our, &st) != nil {
+				continue
+			}
+			all, err := t.UnixSockets()
+			if err != nil {
+				return err
+			}
+			if u, ok := all[uint32(st.Ino)]; ok && u.State == sockets.UnixListenState && u.Pending > 0 {
+				return fmt.Errorf("process %d fd %d: UNIX socket %s with %d connections not accepted yet: %w",
+					pid, fd, u.Name, u.Pending, sockets.ErrAcceptQueue)
+			}
+		}
+	}
+	return nil
 }
