@@ -69,6 +69,8 @@ var cases = []fcase{
 	{name: "novdso", src: "tree_novdso.c"},
 	{name: "seccomp_strict", src: "tree_seccomp_strict.c"},
 	{name: "sigtrap", src: "tree_sigtrap.c"},
+	{name: "pgrp", src: "tree_pgrp.c"},
+	{name: "stopped", src: "tree_stopped.c"},
 	// Sockets (pkg/sockets: the option inventory, shutdown state, queues).
 	{name: "sock_tcp4", src: "sock_inet.c", args: []string{"tcp4"}},
 	{name: "sock_tcp6", src: "sock_inet.c", args: []string{"tcp6"}},
