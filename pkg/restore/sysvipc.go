@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 
 	"github.com/ckpt/ckpt/pkg/image"
@@ -57,7 +58,7 @@ func (t *tree) sysvSegment(s *image.SysVShm) error {
 		if err := os.WriteFile("/proc/sys/kernel/shm_next_id", []byte(strconv.Itoa(s.ID)), 0); err != nil {
 			return fmt.Errorf("%s: set shm_next_id: %w", name, err)
 		}
-		id, err := unix.SysvShmGet(int(s.Key), int(s.Size), unix.IPC_CREAT|unix.IPC_EXCL|int(s.Mode&0o777))
+		id, err := shmgetAs(s)
 		if err != nil {
 			return fmt.Errorf("%s: shmget: %w", name, err)
 		}
@@ -158,4 +159,42 @@ func (t *tree) removeSysV() {
 		}
 	}
 	t.sysv = nil
+}
+
+// shmgetAs creates segment s with the effective uid and gid of its old
+// creator, which the segment keeps as cuid and cgid: on one OS thread of
+// ckpt-redo whose credentials change for the call only (raw per-thread
+// setresuid/setresgid, not the Go runtime's process-wide ones).
+func shmgetAs(s *image.SysVShm) (int, error) {
+	type result struct {
+		id  int
+		err error
+	}
+	done := make(chan result)
+	euid, egid := unix.Geteuid(), unix.Getegid()
+	go func() {
+		runtime.LockOSThread()
+		// The thread is left locked, so that it dies with this goroutine
+		// if its credentials could not be put back.
+		var r result
+		defer func() { done <- r }()
+		keep := ^uintptr(0) // -1: unchanged
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(s.CGID), keep); e != 0 {
+			r.err = fmt.Errorf("setresgid %d: %w", s.CGID, e)
+			return
+		}
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(s.CUID), keep); e != 0 {
+			r.err = fmt.Errorf("setresuid %d: %w", s.CUID, e)
+			unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(egid), keep)
+			return
+		}
+		r.id, r.err = unix.SysvShmGet(int(s.Key), int(s.Size), unix.IPC_CREAT|unix.IPC_EXCL|int(s.Mode&0o777))
+		_, _, e1 := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(euid), keep)
+		_, _, e2 := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(egid), keep)
+		if e1 == 0 && e2 == 0 {
+			runtime.UnlockOSThread()
+		}
+	}()
+	r := <-done
+	return r.id, r.err
 }

@@ -2,14 +2,15 @@
  * mem_sysv: System V shared memory (usage: mem_sysv LOG).
  *
  *   seg1  a segment with a key (from the pid), 3 pages + 100 bytes, mode
- *         0640, filled with a pattern, attached by the root and, over
- *         fork, by an "echo" child;
+ *         0640, created with effective ids 65534 (its creator and owner),
+ *         filled with a pattern, attached by the root and, over fork, by an
+ *         "echo" child;
  *   seg2  an IPC_PRIVATE segment of 100 bytes marked for removal (IPC_RMID) while
  *         attached: it lives as long as the attachments.
  *
  * Start line: "start pid=P shmid=ID1 shmid2=ID2 echo=C". Ticks every
  * 20 ms, bumping a counter in seg1. SIGUSR1: both segments have their ids,
- * key, size, mode (SHM_DEST on seg2), owner and 2 attachments, their
+ * key, size, mode (SHM_DEST on seg2), owner, creator and 2 attachments, their
  * content, and the child echoes a token through seg1. SIGUSR2: the root
  * kills the child, removes seg1, says bye.
  */
@@ -34,22 +35,24 @@ struct ctl {
 
 static unsigned char pat(size_t i, int seg) { return (unsigned char)(mix64(i ^ ((uint64_t)seg << 32)) >> 7); }
 
-static int check_seg(int id, key_t key, size_t size, int dest, char *why, size_t len)
+static int check_seg(int id, key_t key, size_t size, int dest, uid_t owner, char *why, size_t len)
 {
 	struct shmid_ds ds;
 	if (shmctl(id, IPC_STAT, &ds) < 0)
 		return snprintf(why, len, "shmctl %d IPC_STAT: %s", id, strerror(errno)), -1;
 	if (ds.shm_perm.__key != key || ds.shm_segsz != size || (ds.shm_perm.mode & 0777) != 0640 ||
-	    !!(ds.shm_perm.mode & SHM_DEST) != dest || ds.shm_perm.uid != getuid() || ds.shm_nattch != 2)
-		return snprintf(why, len, "segment %d: key %#x size %zu mode %#o uid %d nattch %lu; want key %#x size %zu mode 0640%s nattch 2",
-				id, ds.shm_perm.__key, (size_t)ds.shm_segsz, ds.shm_perm.mode, ds.shm_perm.uid,
-				(unsigned long)ds.shm_nattch, key, size, dest ? "+SHM_DEST" : ""), -1;
+	    !!(ds.shm_perm.mode & SHM_DEST) != dest || ds.shm_perm.uid != owner || ds.shm_perm.gid != owner ||
+	    ds.shm_perm.cuid != owner || ds.shm_perm.cgid != owner || ds.shm_nattch != 2)
+		return snprintf(why, len, "segment %d: key %#x size %zu mode %#o uid %d gid %d cuid %d cgid %d nattch %lu; "
+				"want key %#x size %zu mode 0640%s, ids %d, nattch 2",
+				id, ds.shm_perm.__key, (size_t)ds.shm_segsz, ds.shm_perm.mode, ds.shm_perm.uid, ds.shm_perm.gid,
+				ds.shm_perm.cuid, ds.shm_perm.cgid, (unsigned long)ds.shm_nattch, key, size, dest ? "+SHM_DEST" : "", owner), -1;
 	return 0;
 }
 
 static int check(char *why, size_t len)
 {
-	if (check_seg(id1, key1, SIZE1, 0, why, len) < 0 || check_seg(id2, IPC_PRIVATE, SIZE2, 1, why, len) < 0)
+	if (check_seg(id1, key1, SIZE1, 0, 65534, why, len) < 0 || check_seg(id2, IPC_PRIVATE, SIZE2, 1, getuid(), why, len) < 0)
 		return -1;
 	if (CTL->ticks != ticks)
 		return snprintf(why, len, "segment counter %lu, want %lu", (unsigned long)CTL->ticks, ticks), -1;
@@ -75,7 +78,11 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	key1 = 0x6d650000 | (getpid() & 0xffff);
+	if (setegid(65534) < 0 || seteuid(65534) < 0)
+		die("seteuid");
 	id1 = shmget(key1, SIZE1, IPC_CREAT | IPC_EXCL | 0640);
+	if (seteuid(0) < 0 || setegid(0) < 0)
+		die("seteuid back");
 	id2 = shmget(IPC_PRIVATE, SIZE2, IPC_CREAT | 0640);
 	if (id1 < 0 || id2 < 0)
 		die("shmget");
