@@ -40,7 +40,15 @@ type epollSlot struct{ efd, tfd, toff uint32 }
 // registered under fd number tfd watches the file that pid's fd candidate
 // refers to (kcmp KCMP_EPOLL_TFD). A missing item is ENOENT.
 func EpollWatches(pid PID, epfd, tfd, candidate TargetFD) (bool, error) {
-	slot := epollSlot{efd: uint32(epfd), tfd: uint32(tfd)}
+	return EpollWatchesAt(pid, epfd, tfd, 0, candidate)
+}
+
+// EpollWatchesAt is EpollWatches for the toff-th item registered under
+// tfd (one fd number can key several items: a closed fd's item stays
+// while its file lives, and the number can be reused and registered
+// again). Items are counted in the set's order, which is fdinfo's.
+func EpollWatchesAt(pid PID, epfd, tfd TargetFD, toff int, candidate TargetFD) (bool, error) {
+	slot := epollSlot{efd: uint32(epfd), tfd: uint32(tfd), toff: uint32(toff)}
 	r, err := kcmp(pid, pid, KcmpEpollTFD, uintptr(candidate), uintptr(unsafe.Pointer(&slot)))
 	return err == nil && r == 0, err
 }

@@ -54,10 +54,13 @@ func linkEpollItems(env DumpEnv, fds []Held) error {
 		}
 		done[f] = true
 		own := byPID[h.PID]
+		seen := map[int]int{} // tfd -> items with it so far (kcmp's toff)
 		for i := range f.Event.Items {
 			it := &f.Event.Items[i]
+			toff := seen[it.FD]
+			seen[it.FD]++
 			watches := func(fd int) bool {
-				ok, err := sys.EpollWatches(sys.PID(h.PID), sys.TargetFD(h.FD), sys.TargetFD(it.FD), sys.TargetFD(fd))
+				ok, err := sys.EpollWatchesAt(sys.PID(h.PID), sys.TargetFD(h.FD), sys.TargetFD(it.FD), toff, sys.TargetFD(fd))
 				return err == nil && ok
 			}
 			found := false
@@ -99,10 +102,10 @@ func epollItems(t Target, p *image.Process, f *image.File) error {
 	if f.Event == nil {
 		return nil
 	}
-	owner := map[int]int{} // fd number -> File ID in the process
+	owner := map[int]image.FD{} // fd number -> its entry
 	efd := -1
 	for _, e := range p.FDs {
-		owner[e.FD] = e.File
+		owner[e.FD] = e
 		if e.File == f.ID && efd < 0 {
 			efd = e.FD
 		}
@@ -111,40 +114,57 @@ func epollItems(t Target, p *image.Process, f *image.File) error {
 		return nil
 	}
 	for _, it := range f.Event.Items {
-		cur, used := owner[it.FD]
-		temp := false
-		switch {
-		case used && cur == it.File:
-		case !used:
-			src, ok := t.Passed(it.File)
-			if !ok {
-				return fmt.Errorf("epoll fd %d: item %d names file %d: %w", efd, it.FD, it.File, image.ErrCorrupt)
-			}
-			if _, err := t.Call("dup3 for epoll", unix.SYS_DUP3, uint64(src), uint64(it.FD), 0); err != nil {
-				return err
-			}
-			temp = true
-		default:
-			return fmt.Errorf("epoll fd %d: item registered as fd %d, which now holds another file: %w", efd, it.FD, ErrUnsupported)
-		}
-		var ev [12]byte
-		binary.LittleEndian.PutUint32(ev[0:], it.Events)
-		binary.LittleEndian.PutUint64(ev[4:], it.Data)
-		addr, err := t.Scratch(ev[:])
-		if err != nil {
-			return err
-		}
-		if _, err := t.Call(fmt.Sprintf("epoll_ctl add fd %d to %d", it.FD, efd), unix.SYS_EPOLL_CTL,
-			uint64(efd), unix.EPOLL_CTL_ADD, uint64(it.FD), addr); err != nil {
-			return err
-		}
-		if temp {
-			if _, err := t.Call("close", unix.SYS_CLOSE, uint64(it.FD)); err != nil {
-				return err
-			}
+		if err := epollAdd(t, efd, it, owner); err != nil {
+			return fmt.Errorf("epoll fd %d: %w", efd, err)
 		}
 	}
 	return nil
+}
+
+// epollAdd registers one item under the fd number it was registered
+// under (the number is part of the item's key). If that number is free
+// now, the file is put there just for the call; if it holds another file,
+// that file is set aside meanwhile and put back, with its FD_CLOEXEC.
+func epollAdd(t Target, efd int, it image.EpollItem, owner map[int]image.FD) error {
+	cur, used := owner[it.FD]
+	if !used || cur.File != it.File {
+		src, ok := t.Passed(it.File)
+		if !ok {
+			return fmt.Errorf("item %d names file %d, which ckpt-redo did not open: %w", it.FD, it.File, ErrUnsupported)
+		}
+		aside := int64(-1)
+		if used {
+			r, err := t.Call(fmt.Sprintf("fcntl(%d, F_DUPFD_CLOEXEC)", it.FD), unix.SYS_FCNTL, uint64(it.FD), unix.F_DUPFD_CLOEXEC, 0)
+			if err != nil {
+				return err
+			}
+			aside = int64(r)
+		}
+		if _, err := t.Call("dup3 for epoll", unix.SYS_DUP3, uint64(src), uint64(it.FD), 0); err != nil {
+			return err
+		}
+		defer func() {
+			if aside < 0 {
+				t.Call("close", unix.SYS_CLOSE, uint64(it.FD))
+				return
+			}
+			cl := uint64(0)
+			if cur.CloExec {
+				cl = unix.O_CLOEXEC
+			}
+			t.Call("dup3 back", unix.SYS_DUP3, uint64(aside), uint64(it.FD), cl)
+			t.Call("close", unix.SYS_CLOSE, uint64(aside))
+		}()
+	}
+	var ev [12]byte
+	binary.LittleEndian.PutUint32(ev[0:], it.Events)
+	binary.LittleEndian.PutUint64(ev[4:], it.Data)
+	addr, err := t.Scratch(ev[:])
+	if err != nil {
+		return err
+	}
+	_, err = t.Call(fmt.Sprintf("epoll_ctl add fd %d", it.FD), unix.SYS_EPOLL_CTL, uint64(efd), unix.EPOLL_CTL_ADD, uint64(it.FD), addr)
+	return err
 }
 
 func showEpoll(f *image.File) string {

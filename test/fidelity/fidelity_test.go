@@ -53,6 +53,7 @@ var cases = []fcase{
 	{name: "fd_pipes", src: "fd_pipes.c"},
 	{name: "fd_fifo", src: "fd_fifo.c", args: []string{"DIR/"}},
 	{name: "fd_locks", src: "fd_locks.c", args: []string{"DIR/"}},
+	{name: "fd_epoll", src: "fd_epoll.c"},
 	{name: "fd_misc", src: "fd_misc.c", args: []string{"DIR/"}},
 	{name: "fd_sqlite", src: "fd_sqlite.c", args: []string{"DIR/"}, cflags: []string{"-Wl,--no-as-needed", "-lsqlite3"}},
 	// Memory (pkg/dump memory.go, vmas.go, shmobj.go, sysvipc.go): attributes
