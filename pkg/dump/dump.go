@@ -227,6 +227,9 @@ func runOnce(pid int, sink Sink, opts Options) (res *Result, err error) {
 	if err := t.takeSockets(); err != nil {
 		return nil, err
 	}
+	if err := t.checkFeatures(); err != nil {
+		return nil, err
+	}
 	// Before a group's barrier, where a failed try can still be followed
 	// by another.
 	if err := t.acceptQueues(); err != nil {

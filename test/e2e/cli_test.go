@@ -309,9 +309,11 @@ func TestCLIMissingFeature(t *testing.T) {
 	e.bye(t, v)
 }
 
-// TestCLIMissingTCPRepair: an image with TCP connections needs TCP_REPAIR
-// to be restored; with setsockopt failing (ENOSYS, a seccomp filter),
-// ckpt-redo names the feature, the process and the connection before it
+// TestCLIMissingTCPRepair: TCP connections need TCP_REPAIR to be dumped
+// and restored; with setsockopt failing (ENOSYS, a seccomp filter), ckpt
+// dump names the feature, the process and the fd before it reads any
+// state, and the server goes on unlocked; ckpt-redo of an image with TCP
+// connections names the feature, the process and the connection before it
 // builds anything, and the dump's network lock stays for a retry, which
 // succeeds without the filter: the clients see every answer.
 func TestCLIMissingTCPRepair(t *testing.T) {
@@ -320,9 +322,24 @@ func TestCLIMissingTCPRepair(t *testing.T) {
 	const sysSetsockopt = 54 // x86-64
 	j := e.startTCP(t, 1, 2)
 	img := filepath.Join(t.TempDir(), "img")
+
+	// The dump names the feature, the process and the fd, and lets the
+	// server go on.
+	res := e.runRedoArgv(t, []string{nosys, strconv.Itoa(sysSetsockopt), e.ckpt(), "dump", "--dir", img, strconv.Itoa(j.server.pid)})
+	want := fmt.Sprintf("process %d fd ", j.server.pid)
+	if res.code != 1 || !strings.Contains(res.stderr, want) || !strings.Contains(res.stderr, "TCP connection: TCP_REPAIR: not supported by this kernel") {
+		t.Errorf("ckpt dump without setsockopt: %v; want %q and TCP_REPAIR named", res, want)
+	}
+	if ts := lockTables(t, j.server.pid); len(ts) != 0 {
+		t.Errorf("after the refused dump, lock tables %v, want none", ts)
+	}
+	if es, ok := e.r.Poll(j.server.pid); ok || statusField(j.server.pid, "TracerPid") != "0" {
+		t.Errorf("after a dump that found TCP_REPAIR missing: server %v, TracerPid %q; want it running untraced", es, statusField(j.server.pid, "TracerPid"))
+	}
+
 	e.dumpKill(t, j.server, img)
-	res := e.runRedoArgv(t, []string{nosys, strconv.Itoa(sysSetsockopt), e.redo(), img})
-	want := fmt.Sprintf("restore %d: TCP connection 127.0.0.1:", j.server.pid)
+	res = e.runRedoArgv(t, []string{nosys, strconv.Itoa(sysSetsockopt), e.redo(), img})
+	want = fmt.Sprintf("restore %d: TCP connection 127.0.0.1:", j.server.pid)
 	if res.code != 1 || !strings.Contains(res.stderr, want) || !strings.Contains(res.stderr, "TCP_REPAIR: not supported by this kernel") {
 		t.Errorf("ckpt-redo without setsockopt: %v; want %q and TCP_REPAIR named", res, want)
 	}
