@@ -124,11 +124,38 @@ func (t *tree) acceptQueues() error {
 			if err != nil {
 				return err
 			}
+			// Connections from clients of the tree that sent nothing yet
+			// are restored (sockets.DescribeUnix); others are refused.
 			if u, ok := all[uint32(st.Ino)]; ok && u.State == sockets.UnixListenState && u.Pending > 0 {
-				return fmt.Errorf("process %d fd %d: UNIX socket %s with %d connections not accepted yet: %w",
-					pid, fd, u.Name, u.Pending, sockets.ErrAcceptQueue)
+				if c, ok := t.unreadableWaiting(u.Icons); !ok {
+					return fmt.Errorf("process %d fd %d: UNIX socket %s with %d connections not accepted yet, one from socket %d outside the dump or with data sent: %w",
+						pid, fd, u.Name, u.Pending, c, sockets.ErrAcceptQueue)
+				}
 			}
 		}
 	}
 	return nil
+}
+
+// unreadableWaiting checks the clients whose connections wait in a UNIX
+// listener's queue: ok if all are sockets of the tree that sent nothing
+// yet; otherwise it returns the first that is not.
+func (t *tree) unreadableWaiting(icons []uint32) (uint32, bool) {
+	byIno := map[uint32]int{}
+	for _, our := range t.socks.fds {
+		var st unix.Stat_t
+		if unix.Fstat(our, &st) == nil {
+			byIno[uint32(st.Ino)] = our
+		}
+	}
+	for _, c := range icons {
+		our, ok := byIno[c]
+		if !ok {
+			return c, false
+		}
+		if out, err := unix.IoctlGetInt(our, unix.SIOCOUTQ); err != nil || out > 0 {
+			return c, false
+		}
+	}
+	return 0, true
 }

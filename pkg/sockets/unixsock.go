@@ -59,7 +59,7 @@ func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 			return nil, nil, fmt.Errorf("UNIX socket connected to %s of a process outside the dump, not accepted yet: %w", l.Name, ErrState)
 		}
 		if out, err := sys.IoctlInt(fd, unix.SIOCOUTQ); err != nil || out > 0 {
-			return nil, nil, fmt.Errorf("UNIX socket with data sent on a connection %s has not accepted yet (%d bytes of buffer; it cannot be read back): %w", l.Name, out, ErrState)
+			return nil, nil, fmt.Errorf("UNIX socket with data sent on a connection %s has not accepted yet (%d bytes of buffer; it cannot be read back): %w", l.Name, out, ErrAcceptQueue)
 		}
 		s.State, s.AcceptOf = StateEstablished, l.Ino
 	case u.State == StateEstablished && u.Peer == 0:

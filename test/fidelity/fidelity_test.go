@@ -87,7 +87,7 @@ var cases = []fcase{
 	{name: "sock_close_wait", src: "sock_refused.c", args: []string{"close_wait"}, refuse: "TCP socket in state CLOSE_WAIT"},
 	{name: "sock_fin_wait2", src: "sock_refused.c", args: []string{"fin_wait2"}, refuse: "TCP socket in state FIN_WAIT2"},
 	{name: "sock_tcp_acceptq", src: "sock_refused.c", args: []string{"tcp_acceptq"}, refuse: "connections not accepted yet"},
-	{name: "sock_unix_acceptq", src: "sock_refused.c", args: []string{"unix_acceptq"}, refuse: "data sent on a connection @sock_refused-"},
+	{name: "sock_unix_acceptq", src: "sock_refused.c", args: []string{"unix_acceptq"}, refuse: "connections not accepted yet, one from socket"},
 	{name: "sock_unix_external", src: "sock_refused.c", args: []string{"unix_external"}, refuse: "of a process outside the dump"},
 	{name: "sock_pending_error", src: "sock_refused.c", args: []string{"pending_error"}, refuse: "a pending socket error"},
 	// Refusals: each dump fails by name, the program goes on untouched.
