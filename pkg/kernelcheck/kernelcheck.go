@@ -23,6 +23,7 @@ type NotSupportedError struct {
 	Cause   error // what the probe saw: an errno, a version
 }
 
+// Error says "FEATURE: not supported by this kernel (CAUSE)".
 func (e *NotSupportedError) Error() string {
 	return fmt.Sprintf("%s: %v (%v)", e.Feature, ErrNotSupported, e.Cause)
 }
@@ -52,6 +53,7 @@ const (
 	Restore                  // every restore
 )
 
+// String lists the operations ("dump, restore"), or says "optional".
 func (n Need) String() string {
 	var s []string
 	if n&Dump != 0 {
