@@ -158,8 +158,8 @@ func statRef(path string, st *syscall.Stat_t) image.FileRef {
 }
 
 // sysvAttachment describes the System V shared memory segment v attaches
-// (the inode of a SysV mapping is the segment id). Only whole, writable
-// attachments are restored (shmat at the same address).
+// (the inode of a SysV mapping is the segment id). Only whole attachments
+// are restored (shmat at the same address).
 func sysvAttachment(v *image.VMA, m proc.Mapping) error {
 	s, _, err := sysvShm(v.ShmID)
 	if err != nil {
@@ -171,10 +171,7 @@ func sysvAttachment(v *image.VMA, m proc.Mapping) error {
 		return fmt.Errorf("SysV shared memory segment %d (key %#x) attached in part (offset %#x, %d of %d bytes): cannot be restored: %w",
 			s.ID, uint32(s.Key), v.Offset, v.Len(), pages, ErrUnsupported)
 	}
-	if !m.VmFlags["mw"] {
-		return fmt.Errorf("SysV shared memory segment %d (key %#x) attached read-only (SHM_RDONLY): cannot be restored: %w",
-			s.ID, uint32(s.Key), ErrUnsupported)
-	}
+	s.ReadOnly = !m.VmFlags["mw"]
 	return nil
 }
 

@@ -152,6 +152,9 @@ type SysVShm struct {
 	GID  uint32 `json:"gid"`
 	CUID uint32 `json:"cuid"`
 	CGID uint32 `json:"cgid"`
+	// ReadOnly marks an attachment made with SHM_RDONLY (of the VMA
+	// holding this description).
+	ReadOnly bool `json:"read_only,omitempty"`
 }
 
 // Len is the VMA's size in bytes.

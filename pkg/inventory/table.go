@@ -261,7 +261,7 @@ func memoryAttrs() []Attr {
 		{Name: "System V shared memory", Family: f, Status: Restored,
 			Seen:    Seen{Other: "/SYSV in maps, /proc/sysvipc/shm, shmat"},
 			Save:    "key, id, mode, owner, size, content through the attachments; partial, read-only and outside-shared attachments refused",
-			Restore: "the same segment if still there (cleared, refilled), else created again with its id (shm_next_id); shmat at the address; IPC_RMID again if it was",
+			Restore: "the same segment if still there (cleared, refilled through ckpt-redo's own attachment), else created again with its id (shm_next_id) by its creator's ids; shmat at the address (SHM_RDONLY as it was); IPC_RMID again if it was",
 			CRIU:    "dumps the IPC namespace", Case: "e2e TestSysVShm, TestPostgres, mem_sysv_part"},
 		{Name: "System V semaphores and message queues", Family: f, Status: Refused,
 			Seen:   Seen{Other: "/proc/sysvipc/{sem,msg}"},

@@ -213,7 +213,7 @@ func (b *builder) addressSpace(g uint64) error {
 
 // mapProt is the protection a VMA is mapped with while it is filled.
 func mapProt(v *image.VMA) int {
-	if v.Pages > 0 {
+	if v.Pages > 0 && v.Kind != image.VMASysVShm { // see sysvWrite
 		return v.Prot | unix.PROT_READ | unix.PROT_WRITE
 	}
 	return v.Prot

@@ -35,6 +35,7 @@ type pagesChunk struct {
 // could run. The record order and each record's runs are checked by
 // pkg/image; what is checked here is how the runs fit this process's VMAs.
 func (t *tree) writePages(pr *image.PagesReader) error {
+	defer t.sysvDetach()
 	start := time.Now()
 	var total int64
 	for _, b := range t.procs {
@@ -186,7 +187,14 @@ func (b *builder) writeChunk(c *pagesChunk, zero []byte) (int64, error) {
 		if off+n > uint64(len(c.buf)) {
 			return 0, fmt.Errorf("pages runs need more than the record's %d data bytes: %w", len(c.buf), image.ErrCorrupt)
 		}
-		if b.filler.covers(v) {
+		if v.Kind == image.VMASysVShm {
+			// Through ckpt-redo's own attachment: the process's may be
+			// read-only.
+			if err := b.t.sysvWrite(v, r.Addr, c.buf[off:off+n]); err != nil {
+				return 0, err
+			}
+			b.bytes += int64(n)
+		} else if b.filler.covers(v) {
 			if err := b.filler.copy(b.target, r.Addr, c.buf[off:off+n]); err != nil {
 				return 0, err
 			}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"unsafe"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
@@ -16,6 +17,7 @@ const (
 	shmLocked = 0o2000 // SHM_LOCKED
 	shmExec   = 0o100000
 	shmLock   = 11 // shmctl SHM_LOCK
+	shmRdonly = 0o10000
 )
 
 // ErrSysV says a System V IPC object of the image cannot be had again.
@@ -110,9 +112,14 @@ func (b *builder) attachSysV(vs []*image.VMA) error {
 		if err := b.t.sysvSegment(s); err != nil {
 			return err
 		}
-		flags := uint64(0)
+		flags, prot := uint64(0), uint64(unix.PROT_READ|unix.PROT_WRITE)
 		if v.Prot&unix.PROT_EXEC != 0 {
 			flags |= shmExec
+			prot |= unix.PROT_EXEC
+		}
+		if s.ReadOnly {
+			flags |= shmRdonly
+			prot &^= unix.PROT_WRITE
 		}
 		ret, err := b.call(fmt.Sprintf("shmat %d at %#x", s.ID, v.Start), unix.SYS_SHMAT, uint64(s.ID), v.Start, flags)
 		if err != nil {
@@ -121,7 +128,7 @@ func (b *builder) attachSysV(vs []*image.VMA) error {
 		if ret != v.Start {
 			return fmt.Errorf("shmat %d landed at %#x, not %#x", s.ID, ret, v.Start)
 		}
-		if p := uint64(mapProt(v)); p != unix.PROT_READ|unix.PROT_WRITE|uint64(v.Prot&unix.PROT_EXEC) {
+		if p := uint64(mapProt(v)); p != prot {
 			if _, err := b.call("mprotect", unix.SYS_MPROTECT, v.Start, v.Len(), p); err != nil {
 				return err
 			}
@@ -197,4 +204,38 @@ func shmgetAs(s *image.SysVShm) (int, error) {
 	}()
 	r := <-done
 	return r.id, r.err
+}
+
+// sysvWrite writes data, the content of v at addr, into its segment
+// through ckpt-redo's own attachment of it (made on first use).
+func (t *tree) sysvWrite(v *image.VMA, addr uint64, data []byte) error {
+	if t.sysvMem == nil {
+		t.sysvMem = map[int][]byte{}
+	}
+	id := v.SysV.ID
+	mem, ok := t.sysvMem[id]
+	if !ok {
+		var err error
+		if mem, err = unix.SysvShmAttach(id, 0, 0); err != nil {
+			return fmt.Errorf("SysV shared memory segment %d: attach to fill it: %w", id, err)
+		}
+		// The attachment spans whole pages; the tail of the last one,
+		// past the segment's size, is memory too.
+		mem = unsafe.Slice(&mem[0], (len(mem)+image.PageSize-1)&^(image.PageSize-1))
+		t.sysvMem[id] = mem
+	}
+	off := v.Offset + (addr - v.Start)
+	if off+uint64(len(data)) > uint64(len(mem)) {
+		return fmt.Errorf("pages at %#x beyond SysV shared memory segment %d of %d bytes: %w", addr, id, len(mem), image.ErrCorrupt)
+	}
+	copy(mem[off:], data)
+	return nil
+}
+
+// sysvDetach drops ckpt-redo's attachments made by sysvWrite.
+func (t *tree) sysvDetach() {
+	for _, mem := range t.sysvMem {
+		unix.SysvShmDetach(mem)
+	}
+	t.sysvMem = nil
 }

@@ -30,6 +30,7 @@ type tree struct {
 	fileFD   map[int]int          // File.ID -> fd in the new processes before dup3
 	shmSrc   map[uint64]shmSource // shared memory object -> where it was created
 	sysv     map[int]bool         // SysV segment id -> created by this restore
+	sysvMem  map[int][]byte       // SysV segment id -> ckpt-redo's attachment while pages are written
 	// inTarget opens, inside a process, the descriptions only it can
 	// open (File ID -> how); foreign marks descriptions the user gave
 	// (--inherit-fd, --shell-job, --stdio), left as they are.

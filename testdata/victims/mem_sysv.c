@@ -3,8 +3,10 @@
  *
  *   seg1  a segment with a key (from the pid), 3 pages + 100 bytes, mode
  *         0640, created with effective ids 65534 (its creator and owner),
- *         filled with a pattern, attached by the root and, over fork, by an
- *         "echo" child;
+ *         filled with a pattern (and a byte past its size, in its last
+ *         page), attached by the root and, over fork, by an "echo" child,
+ *         which also attaches it read-only (SHM_RDONLY) and reads the
+ *         tokens it echoes there;
  *   seg2  an IPC_PRIVATE segment of 100 bytes marked for removal (IPC_RMID) while
  *         attached: it lives as long as the attachments.
  *
@@ -17,6 +19,7 @@
 #include "victim.h"
 
 #include <sys/ipc.h>
+#include <sys/mman.h>
 #include <sys/shm.h>
 #include <sys/wait.h>
 
@@ -30,6 +33,7 @@ static pid_t echo;
 
 struct ctl {
 	volatile uint64_t ticks, token, ack;
+	volatile int ro_writable; /* the child could mprotect its read-only attachment writable */
 };
 #define CTL ((struct ctl *)(s1 + 4096))
 
@@ -42,9 +46,9 @@ static int check_seg(int id, key_t key, size_t size, int dest, uid_t owner, char
 		return snprintf(why, len, "shmctl %d IPC_STAT: %s", id, strerror(errno)), -1;
 	if (ds.shm_perm.__key != key || ds.shm_segsz != size || (ds.shm_perm.mode & 0777) != 0640 ||
 	    !!(ds.shm_perm.mode & SHM_DEST) != dest || ds.shm_perm.uid != owner || ds.shm_perm.gid != owner ||
-	    ds.shm_perm.cuid != owner || ds.shm_perm.cgid != owner || ds.shm_nattch != 2)
+	    ds.shm_perm.cuid != owner || ds.shm_perm.cgid != owner || ds.shm_nattch != (id == id1 ? 3 : 2))
 		return snprintf(why, len, "segment %d: key %#x size %zu mode %#o uid %d gid %d cuid %d cgid %d nattch %lu; "
-				"want key %#x size %zu mode 0640%s, ids %d, nattch 2",
+				"want key %#x size %zu mode 0640%s, ids %d, nattch 3 (seg1) or 2",
 				id, ds.shm_perm.__key, (size_t)ds.shm_segsz, ds.shm_perm.mode, ds.shm_perm.uid, ds.shm_perm.gid,
 				ds.shm_perm.cuid, ds.shm_perm.cgid, (unsigned long)ds.shm_nattch, key, size, dest ? "+SHM_DEST" : "", owner), -1;
 	return 0;
@@ -52,6 +56,10 @@ static int check_seg(int id, key_t key, size_t size, int dest, uid_t owner, char
 
 static int check(char *why, size_t len)
 {
+	if (s1[SIZE1 + 5] != 0x77)
+		return snprintf(why, len, "seg1 byte past its size lost"), -1;
+	if (CTL->ro_writable)
+		return snprintf(why, len, "the child's SHM_RDONLY attachment could be made writable"), -1;
 	if (check_seg(id1, key1, SIZE1, 0, 65534, why, len) < 0 || check_seg(id2, IPC_PRIVATE, SIZE2, 1, getuid(), why, len) < 0)
 		return -1;
 	if (CTL->ticks != ticks)
@@ -95,18 +103,28 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < SIZE1; i++)
 		s1[i] = pat(i, 1);
 	memset(s1 + 4096, 0, 4096);
+	s1[SIZE1 + 5] = 0x77;
 	for (size_t i = 0; i < SIZE2; i++)
 		s2[i] = pat(i, 2);
 	echo = fork();
 	if (echo < 0)
 		die("fork");
 	if (echo == 0) {
+		unsigned char *ro = shmat(id1, NULL, SHM_RDONLY);
+		if (ro == (void *)-1)
+			die("shmat SHM_RDONLY");
+		struct ctl *rc = (struct ctl *)(ro + 4096);
 		for (;;) {
-			if (CTL->ack != CTL->token)
-				CTL->ack = CTL->token;
+			if (CTL->ack != rc->token) {
+				CTL->ro_writable = mprotect(ro, 4096, PROT_READ | PROT_WRITE) == 0 || errno != EACCES;
+				CTL->ack = rc->token;
+			}
 			victim_sleep(2);
 		}
 	}
+	CTL->token = 1;
+	for (int i = 0; i < 5000 && CTL->ack != 1; i++)
+		victim_sleep(1);
 	char extra[96];
 	snprintf(extra, sizeof extra, "shmid=%d shmid2=%d echo=%d", id1, id2, echo);
 	victim_start(argc, argv, 1, "LOG", O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, extra);
