@@ -127,7 +127,34 @@ func (t *tree) finishFiles() error {
 			return err
 		}
 	}
-	return nil
+	return fdkind.CheckOwners(fds, t.ownerInDump)
+}
+
+// ownerInDump tells whether a SIGIO owner is a thread, process or process
+// group of the dump.
+func (t *tree) ownerInDump(typ, id int) bool {
+	for _, m := range t.members {
+		if m.p == nil || m.p.Zombie {
+			continue
+		}
+		switch typ {
+		case fdkind.OwnerPGRP:
+			if m.p.PGID == id {
+				return true
+			}
+		case fdkind.OwnerTID:
+			for _, th := range m.p.Threads {
+				if th.TID == id {
+					return true
+				}
+			}
+		default:
+			if m.pid == id {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // fileEnv is what the fd kinds get from the dump of a tree.

@@ -121,3 +121,27 @@ func SetOwner(f *image.File, of *os.File) error {
 	}
 	return nil
 }
+
+// The F_SETOWN_EX owner types (x/sys/unix does not name them).
+const (
+	OwnerTID  = 0 // F_OWNER_TID
+	OwnerPID  = 1 // F_OWNER_PID
+	OwnerPGRP = 2 // F_OWNER_PGRP
+)
+
+// CheckOwners refuses, at dump time, a description whose SIGIO owner
+// (F_SETOWN_EX) is outside the dump: the restore could not give it back.
+// inDump tells whether an owner (F_OWNER_TID, F_OWNER_PID or
+// F_OWNER_PGRP, and its ID) is a thread, process or process group of the
+// dump.
+func CheckOwners(fds []Held, inDump func(typ, id int) bool) error {
+	for _, h := range fds {
+		o := h.File.Owner
+		if o == nil || o.PID == 0 || inDump(o.Type, o.PID) {
+			continue
+		}
+		what := map[int]string{OwnerTID: "thread", OwnerPID: "process", OwnerPGRP: "process group"}[o.Type]
+		return fmt.Errorf("process %d fd %d: SIGIO goes to %s %d, outside the dump: cannot be restored: %w", h.PID, h.FD, what, o.PID, ErrUnsupported)
+	}
+	return nil
+}

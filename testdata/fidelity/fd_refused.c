@@ -1,6 +1,7 @@
 /*
  * fd_refused KIND: holds one fd of a kind ckpt cannot restore (io_uring,
- * bpf map, perf_event, fanotify, userfaultfd, inotify). The dump must
+ * bpf map, perf_event, fanotify, userfaultfd, inotify, or a pipe whose
+ * SIGIO goes to a process outside the dump). The dump must
  * refuse it by name; untouched, the fd still works.
  */
 #include "fidelity.h"
@@ -34,6 +35,13 @@ static int open_kind(const char *kind)
 		if (fd >= 0 && inotify_add_watch(fd, "/", IN_CREATE) < 0)
 			return -1;
 		return fd;
+	}
+	if (strcmp(kind, "sigio_owner") == 0) {
+		/* SIGIO for a pipe goes to the parent, outside the dump */
+		int p[2];
+		if (pipe(p) < 0 || fcntl(p[0], F_SETOWN, getppid()) < 0)
+			return -1;
+		return p[0];
 	}
 	errno = EINVAL;
 	return -1;
