@@ -85,6 +85,9 @@ func TestRedis(t *testing.T) {
 		if want := strconv.Itoa(1000 + 100*i); strings.TrimSpace(string(keys)) != want {
 			t.Fatalf("cycle %d: dbsize %q over a new connection, want %s", i, keys, want)
 		}
+		// The next dump must not catch the server between redis-cli's FIN
+		// and its own close of that connection (CLOSE_WAIT is refused).
+		waitClosed(t, port)
 	}
 	ctl.Close()
 	if st := e.r.WaitExit(t, cli, 20*time.Second); st.Code != 0 {
@@ -105,4 +108,28 @@ func taskList(t *testing.T, pid int) []string {
 		out = append(out, e.Name())
 	}
 	return out
+}
+
+// waitClosed waits until no TCP connection on local port is in CLOSE_WAIT
+// (the peer closed, the server has not yet), as /proc/net/tcp shows.
+func waitClosed(t *testing.T, port int) {
+	t.Helper()
+	local := fmt.Sprintf(":%04X ", port)
+	deadline := time.Now().Add(wait)
+	for {
+		busy := ""
+		for _, l := range strings.Split(readFile("/proc/net/tcp"), "\n") {
+			f := strings.Fields(l)
+			if len(f) > 3 && strings.HasSuffix(f[1]+" ", local) && f[3] == "08" {
+				busy = l
+			}
+		}
+		if busy == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a connection to port %d stays in CLOSE_WAIT: %s", port, busy)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
