@@ -53,6 +53,9 @@ func StatRef(path string, st *unix.Stat_t) image.FileRef {
 }
 
 func showRef(f *image.File) string {
+	if f.Ref.Deleted && f.Kind == image.FileDir {
+		return f.Ref.Path + " (deleted)"
+	}
 	if f.Ref.Deleted {
 		return f.Ref.Path + " (deleted, content in image)"
 	}

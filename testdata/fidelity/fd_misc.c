@@ -1,6 +1,7 @@
 /*
  * fd_misc DIR: O_PATH fds (of a file, and O_PATH|O_NOFOLLOW of a symbolic
- * link itself), a memfd with seals and a mapping of it, and pidfds: of
+ * link itself), a directory removed while open, a memfd with seals and a
+ * mapping of it, and pidfds: of
  * the process itself, of a live child in the tree, and of a child that
  * has exited and been reaped.
  */
@@ -47,6 +48,13 @@ int main(int argc, char **argv)
 	int olink = open(link, O_PATH | O_NOFOLLOW);
 	FID_SETUP(opath >= 0 && olink >= 0, "O_PATH");
 
+	char gone[4096], gone_link[4200];
+	snprintf(gone, sizeof gone, "%s/gone", argv[2]);
+	snprintf(gone_link, sizeof gone_link, "%s (deleted)", gone);
+	FID_SETUP(mkdir(gone, 0751) == 0, "mkdir");
+	int dfd = open(gone, O_RDONLY | O_DIRECTORY);
+	FID_SETUP(dfd >= 0 && rmdir(gone) == 0, "deleted directory");
+
 	int mfd = memfd_create("fid-mem", MFD_ALLOW_SEALING);
 	FID_SETUP(mfd >= 0 && ftruncate(mfd, 8192) == 0 && pwrite(mfd, "sealed", 6, 4096) == 6, "memfd");
 	char *m = mmap(NULL, 8192, PROT_READ, MAP_SHARED, mfd, 0);
@@ -82,6 +90,11 @@ int main(int argc, char **argv)
 	struct stat st;
 	FID_EXPECT(fstat(olink, &st) == 0 && S_ISLNK(st.st_mode), "O_PATH|O_NOFOLLOW fd is no longer the link itself");
 	FID_EXPECT(fstat(opath, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 1, "O_PATH fd of the file");
+
+	expect_link(dfd, gone_link);
+	FID_EXPECT(fstat(dfd, &st) == 0 && S_ISDIR(st.st_mode) && (st.st_mode & 07777) == 0751 && st.st_nlink == 0,
+		   "deleted directory: mode %o, %ld links", st.st_mode, (long)st.st_nlink);
+	FID_EXPECT(fcntl(dfd, F_GETFD) == 0, "FD_CLOEXEC of the deleted directory");
 
 	expect_link(mfd, "/memfd:fid-mem (deleted)");
 	int seals = fcntl(mfd, F_GET_SEALS);
