@@ -65,11 +65,17 @@ func openUnix(env RestoreEnv, f *image.File) (Desc, error) {
 		}
 		return out, nil
 	}
-	if lino := s.AcceptOf; lino != 0 || len(s.AcceptQueue) > 0 {
-		if lino == 0 {
-			lino = s.Ino
-		}
-		v, err := env.Once(unixListenerKey(lino), func() (any, error) { return openAcceptQueue(env, lino) })
+	// A listener, the connections it accepted and those waiting in its
+	// queue are rebuilt together.
+	lino := s.AcceptOf | s.AcceptedFrom
+	if lino == 0 && (len(s.AcceptQueue) > 0 || len(s.Accepted) > 0) {
+		lino = s.Ino
+	}
+	if p := env.Sockets().Peer(s.Peer); lino == 0 && s.Peer != 0 && p != nil && p.Socket != nil {
+		lino = p.Socket.AcceptedFrom
+	}
+	if lino != 0 {
+		v, err := env.Once(unixListenerKey(lino), func() (any, error) { return openAcceptQueue(env, lino, msgs) })
 		if err != nil {
 			return Desc{}, err
 		}
@@ -125,7 +131,7 @@ type unixListenerKey uint32
 // openAcceptQueue rebuilds a UNIX listener and, in their order, the
 // clients whose connections waited in its accept queue, connected to it
 // again; it returns every socket by inode.
-func openAcceptQueue(env RestoreEnv, lino uint32) (any, error) {
+func openAcceptQueue(env RestoreEnv, lino uint32, msgs func(*image.Socket) ([]sockets.UnixMsg, error)) (any, error) {
 	se := env.Sockets()
 	lf := se.Peer(lino)
 	if lf == nil || lf.Socket == nil {
@@ -138,6 +144,41 @@ func openAcceptQueue(env RestoreEnv, lino uint32) (any, error) {
 	}
 	ends := map[uint32]*os.File{lino: os.NewFile(uintptr(fd), "unix")}
 	env.Keep(ends[lino])
+	for _, sino := range l.Accepted {
+		sf := se.Peer(sino)
+		if sf == nil || sf.Socket == nil || sf.Socket.AcceptedFrom != lino {
+			return nil, fmt.Errorf("UNIX socket %d accepted from %s is not in the image: %w", sino, l.Local, image.ErrCorrupt)
+		}
+		srv := sf.Socket
+		var cli *image.Socket
+		if !srv.PeerClosed {
+			cf := se.Peer(srv.Peer)
+			if cf == nil || cf.Socket == nil || cf.Socket.Peer != sino {
+				return nil, fmt.Errorf("UNIX socket %d: its peer %d is not in the image: %w", sino, srv.Peer, image.ErrCorrupt)
+			}
+			cli = cf.Socket
+		}
+		qs, err := msgs(srv)
+		if err != nil {
+			return nil, err
+		}
+		var qc []sockets.UnixMsg
+		if cli != nil {
+			if qc, err = msgs(cli); err != nil {
+				return nil, err
+			}
+		}
+		sfd, cfd, err := sockets.AcceptedPair(fd, l.Local, srv, cli, qs, qc)
+		if err != nil {
+			return nil, fmt.Errorf("UNIX connection accepted from %s: %w", l.Local, err)
+		}
+		ends[sino] = os.NewFile(uintptr(sfd), "unix")
+		env.Keep(ends[sino])
+		if cli != nil {
+			ends[srv.Peer] = os.NewFile(uintptr(cfd), "unix")
+			env.Keep(ends[srv.Peer])
+		}
+	}
 	for _, c := range l.AcceptQueue {
 		cf := se.Peer(c)
 		if cf == nil || cf.Socket == nil || cf.Socket.AcceptOf != lino {

@@ -247,6 +247,11 @@ type Socket struct {
 	// client, the listener's inode.
 	AcceptQueue []uint32 `json:"accept_queue,omitempty"`
 	AcceptOf    uint32   `json:"accept_of,omitempty"`
+	// Accepted are, on a UNIX listener, the inodes of the connections of
+	// the dump it accepted (they bear its name); AcceptedFrom is, on such
+	// a connection, the listener's inode.
+	Accepted     []uint32 `json:"accepted,omitempty"`
+	AcceptedFrom uint32   `json:"accepted_from,omitempty"`
 }
 
 // SockOpt is a socket option: an integer Value, or the bytes getsockopt

@@ -42,6 +42,12 @@ func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 			}
 		}
 		s.State, s.Backlog, s.AcceptQueue = StateListen, u.Backlog, u.Icons
+		for _, o := range all {
+			if o.State == StateEstablished && o.Name == u.Name && o.Type == u.Type && inTree(o.Ino) {
+				s.Accepted = append(s.Accepted, o.Ino)
+			}
+		}
+		slices.Sort(s.Accepted)
 	case u.State == StateEstablished && u.Peer == 0 && u.Type != unix.SOCK_DGRAM && u.Shutdown != 3:
 		// Connected, and the other end is no socket yet: the
 		// connection waits in a listener's accept queue.
@@ -74,6 +80,15 @@ func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 			return nil, nil, fmt.Errorf("UNIX datagram socket connected one way to socket %d %q of the dump: %w", u.Peer, p.Name, ErrState)
 		}
 		s.State, s.Peer = StateEstablished, u.Peer
+	}
+	if s.State == StateEstablished && s.AcceptOf == 0 && u.Name != "" {
+		// An accepted connection bears its listener's name: rebuilt by
+		// connecting to the rebuilt listener, if it is in the dump.
+		for _, o := range all {
+			if o.State == UnixListenState && o.Name == u.Name && o.Type == u.Type && inTree(o.Ino) {
+				s.AcceptedFrom = o.Ino
+			}
+		}
 	}
 	var err error
 	if s.Options, err = ReadOptions(fd, unix.AF_UNIX, u.Type, 0, false); err != nil {
@@ -189,6 +204,12 @@ func buildPair(fds [2]int, s [2]*image.Socket, q [2][]UnixMsg) error {
 			return err
 		}
 	}
+	return fillAndFinish(fds, s, q)
+}
+
+// fillAndFinish refills the queues of a connected pair and sets their
+// late options and shutdown state (a nil image: that end is left as is).
+func fillAndFinish(fds [2]int, s [2]*image.Socket, q [2][]UnixMsg) error {
 	for i := range fds {
 		if err := fillUnix(fds[1-i], fds[i], q[i], func(m UnixMsg) error { return sendNow(fds[1-i], m.Data, nil) }); err != nil {
 			return err
@@ -411,4 +432,58 @@ func bindUnix(fd int, name string) error {
 		return fmt.Errorf("bind %s: %w", name, err)
 	}
 	return nil
+}
+
+// AcceptedPair rebuilds a connection the listener lfd (named listener)
+// had accepted: a client (nil if it was closed) connects to the listener,
+// the server end is accepted from it, so that both bear the same names as
+// before; then their queues (qs for the server, qc for the client),
+// options and shutdown state. A closed client is closed once the queue is
+// refilled. The listener's queue must hold no other connection.
+func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []UnixMsg) (int, int, error) {
+	ctmp := &image.Socket{Type: srv.Type}
+	if cli != nil {
+		ctmp = cli
+	}
+	cfd, err := unix.Socket(unix.AF_UNIX, srv.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("socket: %w", err)
+	}
+	sfd := -1
+	fail := func(err error) (int, int, error) {
+		unix.Close(cfd)
+		if sfd >= 0 {
+			unix.Close(sfd)
+		}
+		return -1, -1, err
+	}
+	if err := setOptions(cfd, ctmp.Options, early, nil); err != nil {
+		return fail(err)
+	}
+	if cli != nil && cli.Local != "" {
+		if err := bindUnix(cfd, cli.Local); err != nil {
+			return fail(err)
+		}
+	}
+	if err := unix.Connect(cfd, unixAddr(listener)); err != nil {
+		return fail(fmt.Errorf("connect to the listener %s: %w", listener, err))
+	}
+	if sfd, _, err = unix.Accept4(lfd, unix.SOCK_CLOEXEC); err != nil {
+		return fail(fmt.Errorf("accept from %s: %w", listener, err))
+	}
+	if err := setOptions(sfd, srv.Options, early, nil); err != nil {
+		return fail(err)
+	}
+	var c *image.Socket
+	if cli != nil {
+		c = cli
+	}
+	if err := fillAndFinish([2]int{sfd, cfd}, [2]*image.Socket{srv, c}, [2][]UnixMsg{qs, qc}); err != nil {
+		return fail(err)
+	}
+	if cli == nil {
+		unix.Close(cfd)
+		cfd = -1
+	}
+	return sfd, cfd, nil
 }

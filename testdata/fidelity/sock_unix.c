@@ -154,6 +154,19 @@ int main(int argc, char **argv)
 	FID_SETUP(bind(n2, (struct sockaddr *)&b2, b2l) == 0 && connect(n2, (struct sockaddr *)&a, al) == 0, "connect n2");
 	watch_common(aq, "accept queue listener");
 	watch_common(n1, "waiting client");
+	/* Connections the listener l accepted: names from the listener,
+	 * data queued both ways; one whose client closed. */
+	int m1 = socket(AF_UNIX, SOCK_STREAM, 0), m3 = socket(AF_UNIX, SOCK_STREAM, 0);
+	sun_of(&a, &al, lpath);
+	FID_SETUP(connect(m1, (struct sockaddr *)&a, al) == 0, "connect m1");
+	int m2 = accept(l, NULL, NULL);
+	FID_SETUP(m2 >= 0, "accept m2");
+	FID_SETUP(connect(m3, (struct sockaddr *)&a, al) == 0, "connect m3");
+	int m4 = accept(l, NULL, NULL);
+	FID_SETUP(m4 >= 0, "accept m4");
+	FID_SETUP(send(m1, "c2s", 3, 0) == 3 && send(m2, "s2c", 3, 0) == 3 && send(m3, "gone", 4, 0) == 4, "send");
+	close(m3);
+	watch_common(m2, "accepted");
 	watch_common(j, "unconnected");
 	watch_common(k, "bound");
 	watch_common(l, "listener");
@@ -192,6 +205,21 @@ int main(int argc, char **argv)
 	FID_EXPECT(connect(j, (struct sockaddr *)&a, al) == 0, "connect to the listener: %s", strerror(errno));
 	struct pollfd p = {l, POLLIN, 0};
 	FID_EXPECT(poll(&p, 1, 5000) == 1 && accept(l, NULL, NULL) >= 0, "accept");
+	/* The accepted connections bear the listener's name. */
+	struct sockaddr_un na;
+	socklen_t nl = sizeof na;
+	memset(&na, 0, sizeof na);
+	FID_EXPECT(getsockname(m2, (struct sockaddr *)&na, &nl) == 0 && strcmp(na.sun_path, lpath) == 0, "accepted socket name %s", na.sun_path);
+	nl = sizeof na;
+	memset(&na, 0, sizeof na);
+	FID_EXPECT(getpeername(m1, (struct sockaddr *)&na, &nl) == 0 && strcmp(na.sun_path, lpath) == 0, "client's peer name %s", na.sun_path);
+	nl = sizeof na;
+	memset(&na, 0, sizeof na);
+	FID_EXPECT(getsockname(m4, (struct sockaddr *)&na, &nl) == 0 && strcmp(na.sun_path, lpath) == 0, "closed client's server name %s", na.sun_path);
+	expect_msg(m2, "c2s", 3, "accepted: from the client");
+	expect_msg(m1, "s2c", 3, "client: from the server");
+	expect_msg(m4, "gone", 4, "accepted: from the closed client");
+	expect_msg(m4, "", 0, "accepted: end of file from the closed client");
 	/* The waiting connections, in order, from the same clients. */
 	for (int i = 0; i < 2; i++) {
 		struct sockaddr_un pa;
