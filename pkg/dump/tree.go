@@ -192,10 +192,17 @@ func (t *tree) checkIDs() (external []int, err error) {
 		if i == 0 || st.Session == m.pid {
 			continue
 		}
-		if parent, ok := ids[st.PPID]; ok && parent.Session != st.Session {
-			return nil, fmt.Errorf("process %d: session %d is neither its own nor its parent's (%d, process %d): cannot be rebuilt: %w",
-				m.pid, st.Session, parent.Session, st.PPID, ErrUnsupported)
+		parent, ok := ids[st.PPID]
+		if !ok || parent.Session == st.Session {
+			continue
 		}
+		// Forked before its parent called setsid: it keeps the session
+		// its parent had then, its grandparent's.
+		if gp, ok := ids[parent.PPID]; ok && parent.Session == parent.PID && gp.Session == st.Session {
+			continue
+		}
+		return nil, fmt.Errorf("process %d: session %d is neither its own, nor its parent's (%d, process %d), nor the one its parent left: cannot be rebuilt: %w",
+			m.pid, st.Session, parent.Session, st.PPID, ErrUnsupported)
 	}
 	for id := range ext {
 		external = append(external, id)

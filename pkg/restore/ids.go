@@ -19,7 +19,8 @@ import (
 //     is gone, a helper process with the leader's PID calls setsid and
 //     forks the root;
 //  2. every other process inherits its parent's session as it is forked,
-//     and a session leader calls setsid right after its fork;
+//     and a session leader calls setsid right after its fork, or after
+//     forking the children that stayed in the session it left;
 //  3. process groups, leaders first: a leader in the tree (alive or to be
 //     a zombie) calls setpgid(0, 0); a group whose leader is gone gets a
 //     helper with the leader's PID, forked from one of its members, that

@@ -170,18 +170,31 @@ func (t *tree) create() error {
 	if err != nil {
 		return err
 	}
+	early := map[*builder]bool{}
 	for i, b := range t.procs {
 		parent := rootParent
 		if i > 0 {
 			parent = t.byPID[b.p.PPID]
 		}
-		if err := parent.clone(b); err != nil {
-			return fmt.Errorf("process %d: %w", b.p.PID, err)
-		}
-		if b.p.SID == b.p.PID {
-			if _, err := b.call("setsid", unix.SYS_SETSID); err != nil {
-				return err
+		if !early[b] {
+			if err := parent.clone(b); err != nil {
+				return fmt.Errorf("process %d: %w", b.p.PID, err)
 			}
+		}
+		if b.p.SID != b.p.PID {
+			continue
+		}
+		// Children that stayed in the session b left are forked first.
+		for _, c := range t.procs[i+1:] {
+			if c.p.PPID == b.p.PID && c.p.SID != b.p.PID && c.p.SID != c.p.PID {
+				if err := b.clone(c); err != nil {
+					return fmt.Errorf("process %d: %w", c.p.PID, err)
+				}
+				early[c] = true
+			}
+		}
+		if _, err := b.call("setsid", unix.SYS_SETSID); err != nil {
+			return err
 		}
 	}
 	if helpers, err = t.groups(helpers); err != nil {

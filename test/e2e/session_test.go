@@ -29,7 +29,7 @@ func (e *env) startTreeSession(t *testing.T) (*victim, map[string]int) {
 		k, val, _ := strings.Cut(f, "=")
 		ids[k], _ = strconv.Atoi(val)
 	}
-	if ids["sid"] != starter || ids["pid"] == 0 || ids["k"] == 0 || ids["l"] == 0 || ids["z"] == 0 || ids["g1"] == 0 {
+	if ids["sid"] != starter || ids["pid"] == 0 || ids["k"] == 0 || ids["l"] == 0 || ids["z"] == 0 || ids["g1"] == 0 || ids["s"] == 0 || ids["e"] == 0 {
 		t.Fatalf("start line %q: want sid=%d (the starter) and every id", start, starter)
 	}
 	v.pid = ids["pid"]
@@ -60,7 +60,8 @@ func (e *env) redoInPTY(t *testing.T, img string) string {
 
 // TestSessionUnderPTY restores a tree whose session and groups are led by
 // processes that are gone (the session's, and a group's), in the tree, and
-// a zombie, from a pseudo-terminal session that hangs up right after. The
+// a zombie, with a child left in the session its parent left (forked
+// before the parent's setsid), from a pseudo-terminal session that hangs up right after. The
 // tree is first dumped twice with --leave-running (it must go on exactly as
 // before), then dumped and restored twice: the restored processes keep
 // their sessions and groups (from the outside and from the inside: getsid,
@@ -70,8 +71,8 @@ func TestSessionUnderPTY(t *testing.T) {
 	e := setup(t)
 	v, ids := e.startTreeSession(t)
 	before := treeSnapshot(v.pid)
-	if len(before) != 4 {
-		t.Fatalf("tree_session: %d processes, want 4:%s", len(before), fmtTree(before))
+	if len(before) != 6 {
+		t.Fatalf("tree_session: %d processes, want 6:%s", len(before), fmtTree(before))
 	}
 	for i := 1; i <= 2; i++ {
 		e.dump(t, v.pid, filepath.Join(t.TempDir(), "img"), "--leave-running")
