@@ -236,7 +236,7 @@ var Options = []Option{
 	{unix.IPPROTO_TCP, unix.TCP_RTO_MAX_MS, "IPPROTO_TCP TCP_RTO_MAX_MS", onTCP, Int, 0, false, false, ""},
 	{unix.IPPROTO_TCP, unix.TCP_ULP, "IPPROTO_TCP TCP_ULP", onTCP, Refuse, 0, false, false, "an upper layer protocol (kTLS \"tls\"): its state cannot be read back"},
 	{unix.IPPROTO_TCP, tcpAOInfo, "IPPROTO_TCP TCP_AO_INFO", onTCP, Refuse, 0, false, false, "TCP-AO keys cannot be read back"},
-	{unix.IPPROTO_TCP, unix.TCP_MD5SIG, "IPPROTO_TCP TCP_MD5SIG", onTCP, Unreadable, 0, false, false, "TCP-MD5 keys: no getsockopt; not detected"},
+	{unix.IPPROTO_TCP, unix.TCP_MD5SIG, "IPPROTO_TCP TCP_MD5SIG", onTCP, Refuse, 0, false, false, "TCP-MD5 keys have no getsockopt: seen through sock_diag (INET_DIAG_MD5SIG) on listeners and connections in ckpt's network namespace"},
 	{unix.IPPROTO_TCP, unix.TCP_FASTOPEN_KEY, "IPPROTO_TCP TCP_FASTOPEN_KEY", onTCP, Derived, 0, false, false, "the namespace's key unless set: not restored per socket"},
 	{unix.IPPROTO_TCP, unix.TCP_QUICKACK, "IPPROTO_TCP TCP_QUICKACK", onTCP, Derived, 0, false, false, "transient"},
 	{unix.IPPROTO_TCP, unix.TCP_INFO, "IPPROTO_TCP TCP_INFO", onTCP, Derived, 0, false, false, "state, sequence, window, options via repair; counters start again"},

@@ -288,6 +288,21 @@ func TestRefusedOptions(t *testing.T) {
 			}
 			return fd
 		}, "pending socket error"},
+		{"TCP-MD5 key", func(t *testing.T) int {
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			must(t, err)
+			var sig [216]byte // struct tcp_md5sig: a key for peer 127.0.0.2
+			*(*uint16)(unsafe.Pointer(&sig[0])) = unix.AF_INET
+			copy(sig[4:8], []byte{127, 0, 0, 2})
+			*(*uint16)(unsafe.Pointer(&sig[130])) = 6
+			copy(sig[136:], "secret")
+			if err := sys.Setsockopt(fd, unix.IPPROTO_TCP, unix.TCP_MD5SIG, unsafe.Pointer(&sig[0]), uintptr(len(sig))); err != nil {
+				t.Skipf("no TCP-MD5 here: %v", err)
+			}
+			must(t, unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+			must(t, unix.Listen(fd, 1))
+			return fd
+		}, "TCP-MD5"},
 		{"MPTCP", func(t *testing.T) int {
 			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_MPTCP)
 			if err != nil {

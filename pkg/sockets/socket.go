@@ -63,8 +63,17 @@ func Describe(fd int) (*image.Socket, error) {
 			s.Local = ap.String()
 		}
 	}
+	var remote netip.AddrPort
 	if ra, err := unix.Getpeername(fd); err == nil {
-		s.Remote = AddrPort(ra).String()
+		remote = AddrPort(ra)
+		s.Remote = remote.String()
+	}
+	if s.Protocol == unix.IPPROTO_TCP && (s.State == StateEstablished || s.State == StateListen) {
+		if la, err := unix.Getsockname(fd); err == nil {
+			if md5, err := hasMD5Keys(AddrPort(la), remote); err == nil && md5 {
+				return nil, fmt.Errorf("TCP-MD5 keys (TCP_MD5SIG) cannot be read back: %w", ErrState)
+			}
+		}
 	}
 	if s.Options, err = ReadOptions(fd, s.Family, s.Type, s.Protocol, s.State == StateEstablished); err != nil {
 		return nil, err

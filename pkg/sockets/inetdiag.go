@@ -1,0 +1,85 @@
+package sockets
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// inetDiagMD5Sig is INET_DIAG_MD5SIG: the TCP-MD5 keys of a socket, which
+// sock_diag gives a requester with CAP_NET_ADMIN and nothing else can read.
+const inetDiagMD5Sig = 18
+
+// hasMD5Keys asks sock_diag whether the TCP socket local-remote (remote
+// invalid for a listener) has TCP-MD5 keys (TCP_MD5SIG).
+func hasMD5Keys(local, remote netip.AddrPort) (bool, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return false, fmt.Errorf("sock_diag: %w", err)
+	}
+	defer unix.Close(fd)
+	family := byte(unix.AF_INET)
+	if local.Addr().Is6() {
+		family = unix.AF_INET6
+	}
+	// struct nlmsghdr + struct inet_diag_req_v2 (with inet_diag_sockid).
+	req := make([]byte, 16+56)
+	le, be := binary.LittleEndian, binary.BigEndian
+	le.PutUint32(req[0:], uint32(len(req)))
+	le.PutUint16(req[4:], sockDiagByFamily)
+	le.PutUint16(req[6:], unix.NLM_F_REQUEST)
+	le.PutUint32(req[8:], 1)
+	r := req[16:]
+	r[0], r[1], r[2] = family, unix.IPPROTO_TCP, 1<<(2-1) // INET_DIAG_INFO: with the aux attributes
+	le.PutUint32(r[4:], 0xffffffff)                       // every state
+	id := r[8:]
+	be.PutUint16(id[0:], local.Port())
+	be.PutUint16(id[2:], remote.Port())
+	put := func(b []byte, a netip.Addr) {
+		if !a.IsValid() {
+			return
+		}
+		if family == unix.AF_INET {
+			a4 := a.Unmap().As4()
+			copy(b, a4[:])
+		} else {
+			a16 := a.As16()
+			copy(b, a16[:])
+		}
+	}
+	put(id[4:20], local.Addr())
+	put(id[20:36], remote.Addr())
+	le.PutUint32(id[40:], 0xffffffff) // no cookie
+	le.PutUint32(id[44:], 0xffffffff)
+	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return false, fmt.Errorf("sock_diag: send: %w", err)
+	}
+	buf := make([]byte, 1<<16)
+	n, _, err := unix.Recvfrom(fd, buf, 0)
+	if err != nil {
+		return false, fmt.Errorf("sock_diag: receive: %w", err)
+	}
+	msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+	if err != nil {
+		return false, fmt.Errorf("sock_diag: %w", err)
+	}
+	for _, m := range msgs {
+		if m.Header.Type != sockDiagByFamily || len(m.Data) < 72 {
+			continue // an error: no such socket (not hashed), nothing to say
+		}
+		for a := m.Data[72:]; len(a) >= 4; {
+			l, typ := int(le.Uint16(a[0:])), le.Uint16(a[2:])
+			if l < 4 || l > len(a) {
+				break
+			}
+			if typ == inetDiagMD5Sig {
+				return true, nil
+			}
+			a = a[(l+3)&^3:]
+		}
+	}
+	return false, nil
+}
