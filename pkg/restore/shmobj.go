@@ -22,16 +22,21 @@ func (s shmSource) path() string {
 	return fmt.Sprintf("/proc/%d/map_files/%x-%x", s.pid, s.start, s.end)
 }
 
-// shmSize is the size of shared memory object id: its size at dump time,
-// or at least what its mappings cover.
+// shmSize is the size of shared memory object id at dump time (a mapping
+// may reach past it: its pages there raise SIGBUS, as before), or, for
+// an image without it, what its mappings cover.
 func (t *tree) shmSize(id uint64) uint64 {
-	var size uint64
+	var size, covered uint64
 	for _, b := range t.procs {
 		for _, v := range b.p.VMAs {
 			if v.Kind == image.VMAShmAnon && v.ShmID == id {
-				size = max(size, uint64(max(v.ShmSize, 0)), v.Offset+v.Len())
+				size = max(size, uint64(max(v.ShmSize, 0)))
+				covered = max(covered, v.Offset+v.Len())
 			}
 		}
+	}
+	if size == 0 {
+		return covered
 	}
 	return size
 }

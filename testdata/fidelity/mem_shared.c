@@ -8,6 +8,9 @@
  * the main process unmaps pages 4-7 of its own mapping after the fork (no
  * VMA of it covers the object whole), the echo child fills them.
  *
+ * Region C: a 1-page object whose mapping mremap grew to 2 pages: its
+ * second page raises SIGBUS (past the object's size).
+ *
  * After the restore: A's and B's content, both still "/dev/zero (deleted)"
  * on the same device with the same inode in both processes, and the child
  * echoes a token through A after verifying B, so the memory is shared
@@ -144,6 +147,11 @@ int main(int argc, char **argv)
 	if (echo == 0)
 		run_echo();
 	FID_SETUP(munmap(B + 4 * PG, 4 * PG) == 0, "munmap");
+	unsigned char *C = mmap(NULL, PG, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	FID_SETUP(C != MAP_FAILED, "mmap C");
+	C[7] = 0x42;
+	C = mremap(C, PG, 2 * PG, MREMAP_MAYMOVE);
+	FID_SETUP(C != MAP_FAILED, "mremap C");
 	CTL->token = 1;
 	for (int i = 0; i < 5000 && CTL->ack != 1; i++)
 		nap(1);
@@ -178,6 +186,14 @@ int main(int argc, char **argv)
 		nap(1);
 	FID_EXPECT(CTL->ack != (tok | 1ULL << 63), "%s", CTL->why);
 	FID_EXPECT((CTL->ack & ~(1ULL << 63)) == tok, "the child did not echo a token through shared memory");
+	FID_EXPECT(C[7] == 0x42, "region C byte 7 is %#x", C[7]);
+	pid_t probe = fork();
+	if (probe == 0) {
+		C[PG] = 1;
+		_exit(0);
+	}
+	FID_EXPECT(probe > 0 && waitpid(probe, &st, 0) == probe && WIFSIGNALED(st) && WTERMSIG(st) == SIGBUS,
+		   "region C past the object's size does not raise SIGBUS (status %#x)", st);
 	kill(echo, SIGKILL);
 	waitpid(echo, NULL, 0);
 	return fid_done();
