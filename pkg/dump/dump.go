@@ -8,8 +8,15 @@
 // the metadata, then the memory pages, read with process_vm_readv in large
 // batches and written while the next batch is read.
 //
+// The tree's sessions and process groups must be led from inside it (or
+// by processes gone): a leader alive outside is refused by name unless
+// Options.ShellJob. A process sharing its memory with another (a parent
+// in vfork()) is refused before anything is seized; every wait for a
+// thread to stop is bounded.
+//
 // Nothing lost: the target's registers are changed only while an injected
-// system call runs, and put back right after it. If anything fails, or ckpt
+// system call runs (between its PTRACE_SYSCALL entry and exit stops: no
+// trap, no SIGTRAP), and put back right after it. If anything fails, or ckpt
 // itself dies (the kernel then detaches it), the process goes on as if it
 // had never been dumped. The image is committed (renamed to its final name)
 // before the process is killed.

@@ -2,9 +2,13 @@
 //
 // The Go runtime cannot unmap itself, so the process is built from outside.
 // ckpt-redo starts a tiny single-threaded helper program (see helper.go),
-// seizes it with ptrace, and through system calls injected into it:
+// seizes it with ptrace, and through system calls injected into it (each
+// run between its PTRACE_SYSCALL entry and exit stops, see
+// ptrace.Injector):
 //
-//  1. forks the new process with clone3 set_tid, so it gets its old PID;
+//  1. forks the new process with clone3 set_tid, so it gets its old PID,
+//     in its old session and process group (see ids.go: gone leaders are
+//     stood in for by short-lived helpers holding their PIDs);
 //  2. in that process, maps a small gadget page (`syscall; int3` and scratch
 //     memory) at an address the image leaves free, and unmaps everything else;
 //  3. maps the vDSO at its old address (arch_prctl ARCH_MAP_VDSO_64) and every
@@ -14,9 +18,11 @@
 //     next batch is read from the image, then sets the final protections;
 //  5. restores the mm (PR_SET_MM_MAP, with exe and auxv), file descriptors
 //     (dup3 of the inherited files), signal handlers, sigaltstack, timers,
-//     rlimits, umask, cwd, rseq, robust list, pending signals, session and
-//     process group, and credentials last;
-//  6. unmaps the gadget page and sets the registers and full xstate.
+//     rlimits, umask, cwd, rseq, robust list, pending signals, and
+//     credentials last (strict seccomp mode the very last);
+//  6. unmaps the gadget page and sets the registers and full xstate;
+//  7. stops again, by the same signal, a process that was stopped (see
+//     stopped.go).
 //
 // The process is then held stopped (Built) until Release lets it run. While
 // it is being built it is traced with PTRACE_O_EXITKILL: if anything fails,
