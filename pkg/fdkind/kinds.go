@@ -12,9 +12,8 @@ func Table() []Kind {
 		{Name: "perf_event", Match: anon("[perf_event]"), Describe: refuse("perf_event")},
 		{Name: "fanotify", Match: anon("[fanotify]"), Describe: refuse("fanotify group")},
 		{Name: "userfaultfd", Match: anon("[userfaultfd]"), Describe: refuse("userfaultfd")},
-		{Name: "inotify", Match: anon("inotify"), Describe: refuse("inotify instance")},
 		// Anonymous-inode files.
-		eventfd(), timerfd(), signalfd(), epoll(), pidfd(),
+		eventfd(), timerfd(), signalfd(), epoll(), pidfd(), inotify(),
 		// Files with a type of their own.
 		pipe(), fifo(), socket(), ptmx(), tty(), charDev(), dir(), symlink(), regular(),
 	}

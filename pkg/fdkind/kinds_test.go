@@ -39,7 +39,6 @@ func TestRefused(t *testing.T) {
 		{"anon_inode:[perf_event]", "perf_event: cannot be restored"},
 		{"anon_inode:[fanotify]", "fanotify group: cannot be restored"},
 		{"anon_inode:[userfaultfd]", "userfaultfd: cannot be restored"},
-		{"anon_inode:inotify", "inotify instance: cannot be restored"},
 		{"anon_inode:[something-new]", "anonymous inode [something-new]"},
 	} {
 		s := &Source{Link: tc.link}

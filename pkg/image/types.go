@@ -203,6 +203,7 @@ const (
 	FileSigfd   FileKind = "signalfd"
 	FileEpoll   FileKind = "epoll"
 	FilePidfd   FileKind = "pidfd"
+	FileInotify FileKind = "inotify"
 	FileSocket  FileKind = "socket"
 	FileSymlink FileKind = "symlink" // an O_PATH fd of a symbolic link
 )
@@ -279,7 +280,7 @@ type TCPRepair struct {
 }
 
 // EventFile is the state of an event file: eventfd, timerfd, signalfd,
-// epoll or pidfd; the fields that apply to its kind are set.
+// epoll, pidfd or inotify; the fields that apply to its kind are set.
 type EventFile struct {
 	Count     uint64 `json:"count,omitempty"` // eventfd counter
 	Semaphore bool   `json:"semaphore,omitempty"`
@@ -295,6 +296,18 @@ type EventFile struct {
 	Items []EpollItem `json:"items,omitempty"`
 	// pidfd
 	PID int `json:"pid,omitempty"`
+	// inotify
+	Watches []InotifyWatch `json:"watches,omitempty"`
+}
+
+// InotifyWatch is one watch of an inotify instance: its watch descriptor
+// (which programs use as a key), its mask, and the file it watches.
+type InotifyWatch struct {
+	WD   int    `json:"wd"`
+	Mask uint32 `json:"mask"`
+	Path string `json:"path"`
+	Dev  uint64 `json:"dev"`
+	Ino  uint64 `json:"ino"`
 }
 
 // EpollItem is one file registered in an epoll set.

@@ -54,6 +54,7 @@ var cases = []fcase{
 	{name: "fd_fifo", src: "fd_fifo.c", args: []string{"DIR/"}},
 	{name: "fd_locks", src: "fd_locks.c", args: []string{"DIR/"}},
 	{name: "fd_epoll", src: "fd_epoll.c"},
+	{name: "fd_inotify", src: "fd_inotify.c", args: []string{"DIR/"}},
 	{name: "fd_misc", src: "fd_misc.c", args: []string{"DIR/"}},
 	{name: "fd_sqlite", src: "fd_sqlite.c", args: []string{"DIR/"}, cflags: []string{"-Wl,--no-as-needed", "-lsqlite3"}},
 	// Memory (pkg/dump memory.go, vmas.go, shmobj.go, sysvipc.go): attributes
@@ -97,7 +98,7 @@ var cases = []fcase{
 	{name: "fd_fanotify", src: "fd_refused.c", args: []string{"fanotify"}, refuse: "fd 4 (anon_inode:[fanotify]): fanotify group: cannot be restored"},
 	{name: "fd_userfaultfd", src: "fd_refused.c", args: []string{"userfaultfd"}, refuse: "fd 4 (anon_inode:[userfaultfd]): userfaultfd: cannot be restored"},
 	{name: "fd_sigio_owner", src: "fd_refused.c", args: []string{"sigio_owner"}, refuse: "fd 4: SIGIO goes to process"},
-	{name: "fd_inotify", src: "fd_refused.c", args: []string{"inotify"}, refuse: "fd 4 (anon_inode:inotify): inotify instance: cannot be restored"},
+	{name: "fd_inotify_pending", src: "fd_refused.c", args: []string{"inotify_pending"}, refuse: "fd 4 (anon_inode:inotify): inotify instance with"},
 	{name: "aio", src: "proc_aio.c", refuse: "AIO context"},
 	{name: "userfaultfd", src: "proc_uffd.c", refuse: "userfaultfd"},
 	{name: "mem_shm_unreachable", src: "mem_refused.c", args: []string{"unreachable"}, refuse: "holds data at offset 0x1000 that no mapping of the tree covers: cannot be restored"},

@@ -1,6 +1,6 @@
 /*
  * fd_refused KIND: holds one fd of a kind ckpt cannot restore (io_uring,
- * bpf map, perf_event, fanotify, userfaultfd, inotify, or a pipe whose
+ * bpf map, perf_event, fanotify, userfaultfd, inotify with events queued, or a pipe whose
  * SIGIO goes to a process outside the dump). The dump must
  * refuse it by name; untouched, the fd still works.
  */
@@ -30,10 +30,16 @@ static int open_kind(const char *kind)
 		return fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC, O_RDONLY);
 	if (strcmp(kind, "userfaultfd") == 0)
 		return syscall(SYS_userfaultfd, O_CLOEXEC);
-	if (strcmp(kind, "inotify") == 0) {
+	if (strcmp(kind, "inotify_pending") == 0) {
+		/* an event queued and not read: it cannot be put back */
+		char dir[] = "/tmp/fid-inotify-XXXXXX", f[64];
 		int fd = inotify_init1(IN_CLOEXEC);
-		if (fd >= 0 && inotify_add_watch(fd, "/", IN_CREATE) < 0)
+		if (fd < 0 || !mkdtemp(dir) || inotify_add_watch(fd, dir, IN_CREATE) < 0)
 			return -1;
+		snprintf(f, sizeof f, "%s/x", dir);
+		close(open(f, O_CREAT | O_WRONLY, 0600));
+		unlink(f);
+		rmdir(dir);
 		return fd;
 	}
 	if (strcmp(kind, "sigio_owner") == 0) {

@@ -1,0 +1,238 @@
+package fdkind
+
+import (
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"golang.org/x/sys/unix"
+)
+
+// maxWDGap bounds how many watch descriptors the restore skips to give a
+// watch its old number back.
+const maxWDGap = 1 << 16
+
+// inotify is an inotify instance with its watches, each with its watch
+// descriptor (programs key their state by it), mask and file (found from
+// the file handle in fdinfo). Events queued and not read yet cannot be
+// put back: such an instance is refused, as is a watch whose file is gone.
+//
+// At restore the watch descriptors come back with the same numbers: the
+// kernel hands them out in increasing order, so a gap is skipped by
+// adding and removing a watch on a scratch file, and the IN_IGNORED events
+// this queues are read off before the instance is handed over.
+func inotify() Kind {
+	return Kind{
+		Name:     image.FileInotify,
+		Match:    anon("inotify"),
+		Describe: describeInotify,
+		Open:     openInotify,
+		Show:     showInotify,
+	}
+}
+
+func showInotify(f *image.File) string {
+	var ws []string
+	for _, w := range event(f).Watches {
+		ws = append(ws, fmt.Sprintf("wd %d %s mask %#x", w.WD, w.Path, w.Mask))
+	}
+	return fmt.Sprintf("%d watches: %s", len(ws), strings.Join(ws, "; "))
+}
+
+func describeInotify(env DumpEnv, s *Source, f *image.File) error {
+	if s.Copy >= 0 {
+		n, err := unix.IoctlGetInt(s.Copy, unix.TIOCINQ) // FIONREAD
+		if err != nil {
+			return fmt.Errorf("inotify: FIONREAD: %w", err)
+		}
+		if n > 0 {
+			return fmt.Errorf("inotify instance with %d bytes of events not read yet: cannot be restored: %w", n, ErrUnsupported)
+		}
+	}
+	f.Event = &image.EventFile{}
+	var mounts []*proc.MountInfo
+	for _, line := range s.Info.Lines {
+		v, ok := strings.CutPrefix(line, "inotify ")
+		if !ok {
+			continue
+		}
+		w, handle, err := parseInotifyLine(v)
+		if err != nil {
+			return err
+		}
+		if mounts == nil {
+			if mounts, err = proc.ReadMountInfo(os.Getpid()); err != nil {
+				return fmt.Errorf("inotify: %w", err)
+			}
+		}
+		if w.Path, err = handlePath(mounts, w.Dev, handle); err != nil {
+			return fmt.Errorf("inotify watch %d (inode %d): the watched file cannot be found (%v): cannot be restored: %w", w.WD, w.Ino, err, ErrUnsupported)
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(w.Path, &st); err != nil || st.Ino != w.Ino || st.Dev != w.Dev {
+			return fmt.Errorf("inotify watch %d: the watched file %s is no longer reachable by its name: cannot be restored: %w", w.WD, w.Path, ErrUnsupported)
+		}
+		f.Event.Watches = append(f.Event.Watches, w)
+	}
+	sort.Slice(f.Event.Watches, func(i, j int) bool { return f.Event.Watches[i].WD < f.Event.Watches[j].WD })
+	return nil
+}
+
+// parseInotifyLine parses the part of an fdinfo line after "inotify ":
+// "wd:3 ino:60948 sdev:fe00000 mask:80000200 ignored_mask:0
+// fhandle-bytes:8 fhandle-type:1 f_handle:4809060000000000" (hex).
+func parseInotifyLine(v string) (image.InotifyWatch, unix.FileHandle, error) {
+	var w image.InotifyWatch
+	kv := map[string]string{}
+	for _, f := range strings.Fields(v) {
+		if k, val, ok := strings.Cut(f, ":"); ok {
+			kv[k] = val
+		}
+	}
+	num := func(k string, bits int) (uint64, error) {
+		n, err := strconv.ParseUint(kv[k], 16, bits)
+		if err != nil {
+			return 0, fmt.Errorf("inotify line %q: %s: %w", v, k, err)
+		}
+		return n, nil
+	}
+	wd, err := num("wd", 31)
+	if err != nil {
+		return w, unix.FileHandle{}, err
+	}
+	w.WD = int(wd)
+	if w.Ino, err = num("ino", 64); err != nil {
+		return w, unix.FileHandle{}, err
+	}
+	sdev, err := num("sdev", 32)
+	if err != nil {
+		return w, unix.FileHandle{}, err
+	}
+	// The kernel's dev_t: major in the top 12 bits of 32, minor below.
+	w.Dev = unix.Mkdev(uint32(sdev>>20), uint32(sdev&0xfffff))
+	mask, err := num("mask", 32)
+	if err != nil {
+		return w, unix.FileHandle{}, err
+	}
+	w.Mask = uint32(mask)
+	typ, err := num("fhandle-type", 31)
+	if err != nil {
+		return w, unix.FileHandle{}, err
+	}
+	b, err := hex.DecodeString(kv["f_handle"])
+	if err != nil || len(b) == 0 {
+		return w, unix.FileHandle{}, fmt.Errorf("inotify line %q: no file handle", v)
+	}
+	return w, unix.NewFileHandle(int32(typ), b), nil
+}
+
+// handlePath finds the path of the file a handle names on the file
+// system of device dev, through a mount of it.
+func handlePath(mounts []*proc.MountInfo, dev uint64, h unix.FileHandle) (string, error) {
+	want := fmt.Sprintf("%d:%d", unix.Major(dev), unix.Minor(dev))
+	var lastErr error = errors.New("no mount of its file system")
+	for _, m := range mounts {
+		if m.MajorMinorVer != want {
+			continue
+		}
+		mfd, err := unix.Open(m.MountPoint, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		fd, err := unix.OpenByHandleAt(mfd, h, unix.O_PATH|unix.O_CLOEXEC)
+		unix.Close(mfd)
+		if err != nil {
+			lastErr = fmt.Errorf("open_by_handle_at: %w", err)
+			continue
+		}
+		p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+		unix.Close(fd)
+		if err != nil {
+			lastErr = err
+			continue
+		}
+		if strings.HasSuffix(p, " (deleted)") {
+			return "", fmt.Errorf("deleted")
+		}
+		return p, nil
+	}
+	return "", lastErr
+}
+
+func openInotify(env RestoreEnv, f *image.File, at Where) (Desc, error) {
+	fd, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return Desc{}, fmt.Errorf("inotify_init1: %w", err)
+	}
+	of := os.NewFile(uintptr(fd), "inotify")
+	if err := addWatches(of, event(f).Watches); err != nil {
+		of.Close()
+		return Desc{}, err
+	}
+	return Desc{File: of}, nil
+}
+
+// addWatches adds the watches with their old watch descriptors, then
+// reads off the events the skipping queued.
+func addWatches(of *os.File, watches []image.InotifyWatch) error {
+	fd := int(of.Fd())
+	next := 1 // the watch descriptor the kernel gives next
+	var scratch string
+	defer func() {
+		if scratch != "" {
+			os.Remove(scratch)
+		}
+	}()
+	for _, w := range watches {
+		if w.WD < next || w.WD-next > maxWDGap {
+			return fmt.Errorf("inotify watch descriptor %d cannot be given again (next is %d)", w.WD, next)
+		}
+		for next < w.WD {
+			if scratch == "" {
+				tmp, err := os.CreateTemp("", "ckpt-inotify-")
+				if err != nil {
+					return fmt.Errorf("inotify: scratch file: %w", err)
+				}
+				tmp.Close()
+				scratch = tmp.Name()
+			}
+			wd, err := unix.InotifyAddWatch(fd, scratch, unix.IN_ATTRIB)
+			if err != nil {
+				return fmt.Errorf("inotify: skip watch descriptor %d: %w", next, err)
+			}
+			if _, err := unix.InotifyRmWatch(fd, uint32(wd)); err != nil {
+				return fmt.Errorf("inotify: skip watch descriptor %d: %w", wd, err)
+			}
+			next = wd + 1
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(w.Path, &st); err != nil {
+			return fmt.Errorf("inotify watch %d on %s: %w", w.WD, w.Path, err)
+		}
+		if st.Ino != w.Ino || st.Dev != w.Dev {
+			return fmt.Errorf("inotify watch %d: %s is another file than at the dump: %w", w.WD, w.Path, ErrFileChanged)
+		}
+		wd, err := unix.InotifyAddWatch(fd, w.Path, w.Mask)
+		if err != nil {
+			return fmt.Errorf("inotify watch %d on %s: %w", w.WD, w.Path, err)
+		}
+		if wd != w.WD {
+			return fmt.Errorf("inotify watch on %s got descriptor %d, not %d", w.Path, wd, w.WD)
+		}
+		next = wd + 1
+	}
+	// The IN_IGNORED events of the skipped descriptors.
+	buf := make([]byte, 64<<10)
+	for {
+		if n, err := unix.Read(fd, buf); n <= 0 || err != nil {
+			return nil
+		}
+	}
+}
