@@ -72,6 +72,8 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 			v.Kind = image.VMAShmAnon
 		case v.Shared && strings.HasPrefix(m.Path, "/SYSV"):
 			v.Kind = image.VMASysVShm
+		case m.Path == "/secretmem (deleted)":
+			return fmt.Errorf("mapping %#x-%#x: memfd_secret memory: no one but the process can read it: cannot be restored: %w", m.Start, m.End, ErrUnsupported)
 		case m.VmFlags["io"] || m.VmFlags["pf"]:
 			return fmt.Errorf("mapping %#x-%#x %s is device memory: %w", m.Start, m.End, m.Path, ErrUnsupported)
 		case m.Inode != 0:

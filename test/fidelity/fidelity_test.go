@@ -107,6 +107,7 @@ var cases = []fcase{
 	{name: "mem_mempolicy", src: "mem_refused.c", args: []string{"mempolicy"}, refuse: "NUMA memory policy prefer:0 (mbind, or the thread's set_mempolicy): cannot be restored"},
 	{name: "mem_sysv_sem", src: "mem_refused.c", args: []string{"sem"}, refuse: "SysV semaphore set"},
 	{name: "mem_sysv_msg", src: "mem_refused.c", args: []string{"msg"}, refuse: "SysV message queue"},
+	{name: "mem_secret", src: "mem_refused.c", args: []string{"secret"}, refuse: "memfd_secret memory: no one but the process can read it: cannot be restored"},
 	{name: "rlimit_above_ckpt", src: "proc_rlimit.c", refuse: "RLIMIT_NOFILE: hard limit",
 		dumpWrap: []string{"prlimit", "--nofile=1024:1024", "--"}},
 }

@@ -12,6 +12,7 @@
  *   mempolicy    a thread NUMA policy (set_mempolicy MPOL_PREFERRED, node 0).
  *   sem          a System V semaphore set the program operated on (semop).
  *   msg          a System V message queue the program sent a message to.
+ *   secret       a memfd_secret page, mapped (its fd closed).
  */
 #include "fidelity.h"
 
@@ -49,6 +50,20 @@ int main(int argc, char **argv)
 			FID_EXPECT(msgrcv(id, &m, sizeof m.text, 0, IPC_NOWAIT) == sizeof m.text && strcmp(m.text, "hello") == 0,
 				   "message lost: %s", strerror(errno));
 		sem ? semctl(id, 0, IPC_RMID) : msgctl(id, IPC_RMID, NULL);
+		return fid_done();
+	}
+	if (strcmp(argv[2], "secret") == 0) {
+		int fd = syscall(447, 0); /* memfd_secret */
+		if (fd < 0)
+			fid_skip("memfd_secret not available");
+		FID_SETUP(ftruncate(fd, 4096) == 0, "ftruncate: %s", strerror(errno));
+		p = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		FID_SETUP(p != MAP_FAILED, "mmap: %s", strerror(errno));
+		close(fd);
+		memset(p, 0x5a, 4096);
+		fid_ready();
+		fid_wait();
+		FID_EXPECT(p[100] == 0x5a, "secret memory changed");
 		return fid_done();
 	}
 	if (strcmp(argv[2], "mbind") == 0 || strcmp(argv[2], "mempolicy") == 0) {
