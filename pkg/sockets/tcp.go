@@ -11,6 +11,12 @@
 // been sent goes back in repair mode (it is retransmitted if the peer did
 // not get it); the unsent part is sent normally after repair mode is left.
 //
+// Options (options.go) is the inventory of every socket option a program
+// can observe: each row says how it is read and set back, or why it is
+// refused, derived, or cannot be read. UNIX sockets (unixsock.go) are
+// saved in every state with their queues, senders and shutdown state; UDP
+// queues (udpqueue.go) are resent from their original sources.
+//
 // The dumped and restored sockets are reached from ckpt with pidfd_getfd, so
 // this package works on file descriptors of ckpt's own.
 package sockets
