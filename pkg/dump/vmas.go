@@ -68,7 +68,8 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 			if v.Shared {
 				v.Kind = image.VMAShmAnon
 			}
-		case v.Shared && strings.HasPrefix(m.Path, "/dev/zero"):
+		case v.Shared && (strings.HasPrefix(m.Path, "/dev/zero") || strings.HasPrefix(m.Path, "[anon_shmem:")):
+			// A named one ([anon_shmem:NAME]) shows its shmem inode.
 			v.Kind = image.VMAShmAnon
 		case v.Shared && strings.HasPrefix(m.Path, "/SYSV"):
 			v.Kind = image.VMASysVShm

@@ -270,9 +270,9 @@ func (b *builder) mapAt(v *image.VMA, flags int, fd, off uint64) error {
 	if ret != v.Start {
 		return fmt.Errorf("mmap %#x-%#x landed at %#x", v.Start, v.End, ret)
 	}
-	if name, ok := strings.CutPrefix(v.Name, "[anon:"); ok && v.Kind == image.VMAAnon {
+	if name, ok := anonName(v); ok {
 		// The name given with prctl(PR_SET_VMA_ANON_NAME).
-		if err := b.writeString(scratchPathOff, strings.TrimSuffix(name, "]")); err != nil {
+		if err := b.writeString(scratchPathOff, name); err != nil {
 			return err
 		}
 		if _, err := b.call("prctl(PR_SET_VMA_ANON_NAME) "+v.Name, unix.SYS_PRCTL, prSetVMA, prSetVMAAnonName,
@@ -910,4 +910,19 @@ func execAreas(vmas []image.VMA, gadget uint64) []ptrace.Area {
 		}
 	}
 	return out
+}
+
+// anonName is the name an anonymous VMA was given with
+// prctl(PR_SET_VMA_ANON_NAME): "[anon:NAME]", "[anon_shmem:NAME]".
+func anonName(v *image.VMA) (string, bool) {
+	prefix := "[anon:"
+	switch v.Kind {
+	case image.VMAAnon:
+	case image.VMAShmAnon:
+		prefix = "[anon_shmem:"
+	default:
+		return "", false
+	}
+	name, ok := strings.CutPrefix(v.Name, prefix)
+	return strings.TrimSuffix(name, "]"), ok
 }
