@@ -43,6 +43,7 @@ func openDir(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	}
 	ref := &f.Ref
 	v, err := env.Once(deletedDirKey{ref.Dev, ref.Ino}, func() (any, error) {
+		defer keepParentTimes(ref.Path)()
 		if err := unix.Mkdir(ref.Path, ref.Mode&0o7777); err != nil {
 			return nil, fmt.Errorf("deleted directory %s: make it again: %w", ref.Path, err)
 		}

@@ -113,6 +113,7 @@ func makeFIFO(env RestoreEnv, f *image.File) (*os.File, error) {
 	ref := &f.Ref
 	var holder *os.File
 	if ref.Deleted {
+		defer keepParentTimes(ref.Path)()
 		path := ref.Path
 		if err := unix.Mkfifo(path, ref.Mode&0o7777); err != nil {
 			path = fmt.Sprintf("%s.ckpt-%d", ref.Path, os.Getpid())

@@ -148,6 +148,7 @@ func createGhost(ref *image.FileRef) (*os.File, error) {
 		}
 		return settleGhost(os.NewFile(uintptr(fd), ref.Path), ref, mode)
 	}
+	defer keepParentTimes(ref.Path)()
 	if fd, err := unix.Open(ref.Path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, mode); err == nil {
 		f := os.NewFile(uintptr(fd), ref.Path)
 		if err := unix.Unlink(ref.Path); err != nil {
@@ -201,4 +202,20 @@ func fillGhost(f *os.File, ref *image.FileRef, data []byte) error {
 		at += e.Len
 	}
 	return nil
+}
+
+// keepParentTimes notes the access and modification times of path's
+// directory and returns a function that puts them back: making a file
+// there again and removing it at once must not look like a change of the
+// directory (its ctime does change; nothing can set it).
+func keepParentTimes(path string) func() {
+	dir := filepath.Dir(path)
+	var st unix.Stat_t
+	if unix.Stat(dir, &st) != nil {
+		return func() {}
+	}
+	return func() {
+		ts := []unix.Timespec{st.Atim, st.Mtim}
+		unix.UtimesNanoAt(unix.AT_FDCWD, dir, ts, 0)
+	}
 }

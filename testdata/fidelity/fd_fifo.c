@@ -48,8 +48,13 @@ int main(int argc, char **argv)
 	int fdel = open(del, O_RDWR | O_NONBLOCK);
 	FID_SETUP(fdel >= 0 && write(fdel, "deleted data", 12) == 12 && unlink(del) == 0, "deleted FIFO");
 
+	struct stat dst0;
+	FID_SETUP(stat(argv[2], &dst0) == 0, "stat DIR");
 	fid_ready();
 	fid_wait();
+	struct stat dst1;
+	FID_EXPECT(stat(argv[2], &dst1) == 0 && dst1.st_mtim.tv_sec == dst0.st_mtim.tv_sec && dst1.st_mtim.tv_nsec == dst0.st_mtim.tv_nsec,
+		   "the directory's mtime changed across the restore");
 
 	expect_flags(frw, O_RDWR);
 	expect_flags(frd, O_RDONLY | O_NONBLOCK);

@@ -79,8 +79,13 @@ int main(int argc, char **argv)
 	int livefd = pidfd_open(live, O_NONBLOCK);
 	FID_SETUP(self >= 0 && livefd >= 0, "pidfds");
 
+	struct stat dst0;
+	FID_SETUP(stat(argv[2], &dst0) == 0, "stat DIR");
 	fid_ready();
 	fid_wait();
+	struct stat dst1;
+	FID_EXPECT(stat(argv[2], &dst1) == 0 && dst1.st_mtim.tv_sec == dst0.st_mtim.tv_sec && dst1.st_mtim.tv_nsec == dst0.st_mtim.tv_nsec,
+		   "the directory's mtime changed across the restore");
 
 	expect_link(opath, file);
 	expect_link(olink, link);
