@@ -91,21 +91,27 @@ func (t *tree) freeze(root int) error {
 	return nil
 }
 
+// vforkWait bounds the wait for a vfork() child to call exec or exit.
+const vforkWait = 2 * time.Second
+
 // sharedVM refuses a process that shares its memory with another process
 // (not a thread of it): a parent waiting in vfork() for its child, which
 // runs in the parent's memory until it calls exec or exits, or a
-// clone(CLONE_VM) child. Such a parent cannot even be stopped until then:
-// the refusal comes before anything is seized.
+// clone(CLONE_VM) child. Such a parent cannot even be stopped until then.
+// A vfork() child usually calls exec at once: the dump waits for that up
+// to vforkWait, then refuses, before anything of the process is seized.
 func sharedVM(pid int, st *proc.Stat, root bool) error {
-	kids, err := proc.Children(pid)
-	if err != nil {
-		return nil // gone meanwhile: freeze says so
-	}
-	for _, kid := range kids {
-		if same, _ := sys.SameVM(sys.PID(pid), sys.PID(kid)); same {
-			return fmt.Errorf("process %d (%s): its child %d shares its memory (a vfork() child before it calls exec or exits, or clone(CLONE_VM)): cannot be dumped; retry once the child has called exec or exited: %w",
-				pid, st.Comm, kid, ErrUnsupported)
+	deadline := time.Now().Add(vforkWait)
+	for {
+		kid, err := vmSharingChild(pid)
+		if err != nil || kid == 0 {
+			break
 		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("process %d (%s): its child %d shares its memory (a vfork() child before it calls exec or exits, or clone(CLONE_VM)) and did not call exec or exit within %v: cannot be dumped; retry once it has: %w",
+				pid, st.Comm, kid, vforkWait, ErrUnsupported)
+		}
+		time.Sleep(time.Millisecond)
 	}
 	if root && st.PPID > 0 {
 		if same, _ := sys.SameVM(sys.PID(pid), sys.PID(st.PPID)); same {
@@ -114,6 +120,20 @@ func sharedVM(pid int, st *proc.Stat, root bool) error {
 		}
 	}
 	return nil
+}
+
+// vmSharingChild returns a child of pid sharing its memory, 0 if none.
+func vmSharingChild(pid int) (int, error) {
+	kids, err := proc.Children(pid)
+	if err != nil {
+		return 0, err // gone meanwhile: freeze says so
+	}
+	for _, kid := range kids {
+		if same, _ := sys.SameVM(sys.PID(pid), sys.PID(kid)); same {
+			return kid, nil
+		}
+	}
+	return 0, nil
 }
 
 func zombie(st *proc.Stat) *image.Process {

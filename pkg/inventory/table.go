@@ -306,7 +306,7 @@ func treeAttrs() []Attr {
 			CRIU:    "same", Case: "stopped, e2e TestStoppedChildren"},
 		{Name: "vfork() parent and child (shared memory between processes)", Family: "tree", Status: Refused,
 			Seen:   Seen{Other: "kcmp(KCMP_VM) between a process and its children"},
-			Reason: "the parent waits in the kernel until its child calls exec or exits and cannot be stopped; the child runs in its memory: refused by name before anything is seized, and a thread that does not stop in 10s fails the dump", CRIU: "refuses shared mm", Case: "e2e TestVforkRefused"},
+			Reason: "the parent waits in the kernel until its child calls exec or exits and cannot be stopped; the child runs in its memory: the dump waits up to 2s for the exec or exit (then dumps both), else refuses by name before anything of the parent is seized; a thread that does not stop in 10s fails the dump", CRIU: "refuses shared mm", Case: "e2e TestVforkRefused, TestVforkThenExec"},
 		{Name: "no vDSO (unmapped by the process)", Family: "tree", Status: Restored,
 			Seen: Seen{Other: "no [vdso] mapping"},
 			Save: "injected calls run at a syscall instruction of another executable mapping", Restore: "no vDSO mapped; the gadget area is removed through such an instruction", CRIU: "same", Case: "novdso"},

@@ -71,3 +71,28 @@ func (e *env) waitGone(t *testing.T, pid int) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+// TestVforkThenExec dumps a tree whose vfork() child calls exec only 300 ms
+// after it starts: the dump waits for it (a bounded wait), then dumps the
+// parent, just back from vfork(), and the child, now /bin/sleep; the
+// restored parent goes on from there.
+func TestVforkThenExec(t *testing.T) {
+	e := setup(t)
+	v := e.startVictim(t, "tree_vfork", "exec")
+	l := v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "vfork child ") })
+	var c, p int
+	if _, err := fmt.Sscanf(l, "vfork child c=%d p=%d", &c, &p); err != nil {
+		t.Fatalf("line %q: %v", l, err)
+	}
+	img := filepath.Join(t.TempDir(), "img")
+	e.dumpKill(t, v, img)
+	e.waitTreeGone(t, "after the dump", []int{p, c})
+	e.restore(t, v, img)
+	if got := comm(c); got != "sleep" {
+		t.Errorf("restored child %d: comm %q, want sleep (the dump waited for its exec)", c, got)
+	}
+	// The parent, dumped as it came back from vfork(), goes on.
+	v.waitLine(t, func(l string) bool { return l == fmt.Sprintf("vfork done c=%d", c) })
+	v.check(t)
+	e.bye(t, v)
+}

@@ -1,12 +1,14 @@
 /*
- * tree_vfork: a parent waiting in vfork() (usage: tree_vfork LOG).
+ * tree_vfork: a parent waiting in vfork() (usage: tree_vfork LOG [exec]).
  *
  * The root R forks P, which blocks SIGUSR1 and calls vfork(): its child C
  * writes "vfork child c=C p=P" to the log and waits for SIGUSR1 with raw
  * system calls only (it runs on P's memory and stack), then exits 0. P,
  * which could not run meanwhile, then writes "vfork done c=C", reaps C and
- * sleeps. R writes "start pid=R p=P", then "tick N" every 20 ms
- * (victim.h); its check verifies that P is alive.
+ * sleeps. With "exec", C instead sleeps 300 ms and then executes
+ * /bin/sleep 1000 (the usual vfork and exec, only slow). R writes
+ * "start pid=R p=P", then "tick N" every 20 ms (victim.h); its check
+ * verifies that P is alive.
  */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "victim.h"
@@ -37,6 +39,8 @@ static char *utoa(char *s, unsigned long n)
 	return s;
 }
 
+static int do_exec;
+
 static void run_p(void)
 {
 	sigset_t usr1;
@@ -51,6 +55,13 @@ static void run_p(void)
 		e = utoa(e + 3, syscall(SYS_getppid));
 		*e++ = '\n';
 		syscall(SYS_write, log_fd, line, e - line);
+		if (do_exec) {
+			struct timespec pause_ms = {0, 300 * 1000 * 1000};
+			static char *const av[] = {"sleep", "1000", NULL};
+			syscall(SYS_nanosleep, &pause_ms, NULL);
+			syscall(SYS_execve, "/bin/sleep", av, environ);
+			syscall(SYS_exit, 127);
+		}
 		struct timespec forever = {3600, 0};
 		while (syscall(SYS_rt_sigtimedwait, &usr1, NULL, &forever, 8) != SIGUSR1)
 			;
@@ -66,8 +77,12 @@ static void run_p(void)
 
 int main(int argc, char **argv)
 {
+	if (argc == 3 && strcmp(argv[2], "exec") == 0) {
+		do_exec = 1;
+		argc = 2;
+	}
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s LOG\n", argv[0]);
+		fprintf(stderr, "usage: %s LOG [exec]\n", argv[0]);
 		return 2;
 	}
 	log_fd = open(argv[1], O_WRONLY | O_CREAT | O_APPEND, 0644);
