@@ -82,6 +82,19 @@ func openUnix(env RestoreEnv, f *image.File) (Desc, error) {
 		d, err := dupFile(v.(map[uint32]*os.File)[s.Ino])
 		return Desc{File: d}, err
 	}
+	// A named datagram socket and those connected to it one way are
+	// rebuilt together, it first.
+	if sino := s.ConnectedTo; sino != 0 || len(s.ConnectedFrom) > 0 {
+		if sino == 0 {
+			sino = s.Ino
+		}
+		v, err := env.Once(unixServerKey(sino), func() (any, error) { return openConnectedTo(env, sino, msgs) })
+		if err != nil {
+			return Desc{}, err
+		}
+		d, err := dupFile(v.(map[uint32]*os.File)[s.Ino])
+		return Desc{File: d}, err
+	}
 	if s.Peer == 0 {
 		q, err := msgs(s)
 		if err != nil {
@@ -187,6 +200,48 @@ func openAcceptQueue(env RestoreEnv, lino uint32, msgs func(*image.Socket) ([]so
 		cfd, err := sockets.ConnectUnix(cf.Socket, l.Local)
 		if err != nil {
 			return nil, fmt.Errorf("UNIX socket waiting in the accept queue of %s: %w", l.Local, err)
+		}
+		ends[c] = os.NewFile(uintptr(cfd), "unix")
+		env.Keep(ends[c])
+	}
+	return ends, nil
+}
+
+// unixServerKey names a rebuilt UNIX datagram socket that others were
+// connected to one way, by its inode.
+type unixServerKey uint32
+
+// openConnectedTo rebuilds a named UNIX datagram socket and the sockets
+// connected to it one way, connected again; it returns each by inode.
+func openConnectedTo(env RestoreEnv, sino uint32, msgs func(*image.Socket) ([]sockets.UnixMsg, error)) (any, error) {
+	se := env.Sockets()
+	sf := se.Peer(sino)
+	if sf == nil || sf.Socket == nil {
+		return nil, fmt.Errorf("UNIX socket %d is not in the image: %w", sino, image.ErrCorrupt)
+	}
+	srv := sf.Socket
+	q, err := msgs(srv)
+	if err != nil {
+		return nil, err
+	}
+	fd, err := sockets.OpenUnix(srv, q)
+	if err != nil {
+		return nil, fmt.Errorf("UNIX socket %s: %w", srv.Local, err)
+	}
+	ends := map[uint32]*os.File{sino: os.NewFile(uintptr(fd), "unix")}
+	env.Keep(ends[sino])
+	for _, c := range srv.ConnectedFrom {
+		cf := se.Peer(c)
+		if cf == nil || cf.Socket == nil || cf.Socket.ConnectedTo != sino {
+			return nil, fmt.Errorf("UNIX socket %d connected to %s is not in the image: %w", c, srv.Local, image.ErrCorrupt)
+		}
+		cq, err := msgs(cf.Socket)
+		if err != nil {
+			return nil, err
+		}
+		cfd, err := sockets.ConnectDgram(cf.Socket, srv.Local, fd, cq)
+		if err != nil {
+			return nil, fmt.Errorf("UNIX socket connected to %s: %w", srv.Local, err)
 		}
 		ends[c] = os.NewFile(uintptr(cfd), "unix")
 		env.Keep(ends[c])

@@ -253,6 +253,11 @@ type Socket struct {
 	// a connection, the listener's inode.
 	Accepted     []uint32 `json:"accepted,omitempty"`
 	AcceptedFrom uint32   `json:"accepted_from,omitempty"`
+	// ConnectedTo is, on a UNIX datagram socket connected one way to a
+	// socket of the dump, that socket's inode; ConnectedFrom are, on
+	// the latter, the inodes of such sockets.
+	ConnectedTo   uint32   `json:"connected_to,omitempty"`
+	ConnectedFrom []uint32 `json:"connected_from,omitempty"`
 }
 
 // SockOpt is a socket option: an integer Value, or the bytes getsockopt

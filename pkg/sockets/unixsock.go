@@ -68,6 +68,9 @@ func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 			return nil, nil, fmt.Errorf("UNIX socket with data sent on a connection %s has not accepted yet (%d bytes of buffer; it cannot be read back): %w", l.Name, out, ErrAcceptQueue)
 		}
 		s.State, s.AcceptOf = StateEstablished, l.Ino
+	case u.State == StateEstablished && u.Peer == 0 && u.Type == unix.SOCK_DGRAM && connectedTo(all, ino):
+		// A datagram socket others connected to (connect sets its
+		// state too); they connect to it again at restore.
 	case u.State == StateEstablished && u.Peer == 0:
 		// The peer was closed: sock_diag no longer knows its inode.
 		s.State, s.PeerClosed = StateEstablished, true
@@ -76,10 +79,16 @@ func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 		if !inTree(u.Peer) {
 			return nil, nil, fmt.Errorf("UNIX socket connected to socket %d %q of a process outside the dump: %w", u.Peer, p.Name, ErrState)
 		}
-		if p.Peer != ino {
-			return nil, nil, fmt.Errorf("UNIX datagram socket connected one way to socket %d %q of the dump: %w", u.Peer, p.Name, ErrState)
+		switch {
+		case p.Peer == ino:
+			s.State, s.Peer = StateEstablished, u.Peer
+		case u.Type == unix.SOCK_DGRAM && p.Peer == 0 && p.Name != "":
+			// Connected one way to a named socket, which is rebuilt
+			// first; this one connects to it again.
+			s.State, s.ConnectedTo = StateEstablished, u.Peer
+		default:
+			return nil, nil, fmt.Errorf("UNIX datagram socket connected one way to socket %d %q of the dump, itself connected or unnamed: %w", u.Peer, p.Name, ErrState)
 		}
-		s.State, s.Peer = StateEstablished, u.Peer
 	}
 	if s.State == StateEstablished && s.AcceptOf == 0 && u.Name != "" {
 		// An accepted connection bears its listener's name: rebuilt by
@@ -89,6 +98,14 @@ func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 				s.AcceptedFrom = o.Ino
 			}
 		}
+	}
+	if u.Type == unix.SOCK_DGRAM && u.Peer == 0 && u.Name != "" {
+		for _, o := range all {
+			if o.Peer == ino && o.Type == unix.SOCK_DGRAM && inTree(o.Ino) {
+				s.ConnectedFrom = append(s.ConnectedFrom, o.Ino)
+			}
+		}
+		slices.Sort(s.ConnectedFrom)
 	}
 	var err error
 	if s.Options, err = ReadOptions(fd, unix.AF_UNIX, u.Type, 0, false); err != nil {
@@ -486,4 +503,61 @@ func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []Uni
 		cfd = -1
 	}
 	return sfd, cfd, nil
+}
+
+// ConnectDgram rebuilds a UNIX datagram socket that was connected one way
+// to the named socket server (rebuilt, its fd sfd): options and name,
+// connected to it again, with its queued messages (those from the server
+// sent by sfd itself, others from their senders' names) and its shutdown
+// state.
+func ConnectDgram(s *image.Socket, server string, sfd int, queue []UnixMsg) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("socket: %w", err)
+	}
+	if err := connectDgram(fd, s, server, sfd, queue); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+func connectDgram(fd int, s *image.Socket, server string, sfd int, queue []UnixMsg) error {
+	if err := setOptions(fd, s.Options, early, nil); err != nil {
+		return err
+	}
+	if s.Local != "" {
+		if err := bindUnix(fd, s.Local); err != nil {
+			return err
+		}
+	}
+	if err := unix.Connect(fd, unixAddr(server)); err != nil {
+		return fmt.Errorf("connect to %s: %w", server, err)
+	}
+	if len(queue) > 0 {
+		if s.Local == "" {
+			return fmt.Errorf("messages queued on an unnamed datagram socket: %w", ErrState)
+		}
+		to := unixAddr(s.Local)
+		err := fillUnix(-1, fd, queue, func(m UnixMsg) error {
+			if m.From == server {
+				return sendNow(sfd, m.Data, to)
+			}
+			return sendFrom(s.Type, m, to)
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return finishUnix(fd, s)
+}
+
+// connectedTo says whether a socket of all is connected to ino.
+func connectedTo(all map[uint32]UnixInfo, ino uint32) bool {
+	for _, o := range all {
+		if o.Peer == ino {
+			return true
+		}
+	}
+	return false
 }

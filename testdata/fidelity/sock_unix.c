@@ -167,6 +167,22 @@ int main(int argc, char **argv)
 	FID_SETUP(send(m1, "c2s", 3, 0) == 3 && send(m2, "s2c", 3, 0) == 3 && send(m3, "gone", 4, 0) == 4, "send");
 	close(m3);
 	watch_common(m2, "accepted");
+	/* A named datagram socket with two sockets connected to it one way,
+	 * one of them named, messages queued both ways. */
+	char srv2[64], c2path[200];
+	snprintf(srv2, sizeof srv2, "@sock_unix-srv2-%d", getpid());
+	snprintf(c2path, sizeof c2path, "%s/c2", dir);
+	int d0 = socket(AF_UNIX, SOCK_DGRAM, 0), d1 = socket(AF_UNIX, SOCK_DGRAM, 0), d2 = socket(AF_UNIX, SOCK_DGRAM, 0);
+	struct sockaddr_un sa2, ca2;
+	socklen_t sl2, cl2;
+	sun_of(&sa2, &sl2, srv2);
+	sun_of(&ca2, &cl2, c2path);
+	FID_SETUP(bind(d0, (struct sockaddr *)&sa2, sl2) == 0, "bind srv2");
+	FID_SETUP(bind(d2, (struct sockaddr *)&ca2, cl2) == 0, "bind c2");
+	FID_SETUP(connect(d1, (struct sockaddr *)&sa2, sl2) == 0 && connect(d2, (struct sockaddr *)&sa2, sl2) == 0, "connect to srv2");
+	FID_SETUP(send(d1, "from d1", 7, 0) == 7 && send(d2, "from d2", 7, 0) == 7, "send to srv2");
+	FID_SETUP(sendto(d0, "to d2", 5, 0, (struct sockaddr *)&ca2, cl2) == 5, "send to d2");
+	watch_common(d1, "connected one way");
 	watch_common(j, "unconnected");
 	watch_common(k, "bound");
 	watch_common(l, "listener");
@@ -205,6 +221,15 @@ int main(int argc, char **argv)
 	FID_EXPECT(connect(j, (struct sockaddr *)&a, al) == 0, "connect to the listener: %s", strerror(errno));
 	struct pollfd p = {l, POLLIN, 0};
 	FID_EXPECT(poll(&p, 1, 5000) == 1 && accept(l, NULL, NULL) >= 0, "accept");
+	expect_from(d0, "from d1", "");
+	expect_from(d0, "from d2", c2path);
+	expect_from(d2, "to d2", srv2);
+	FID_EXPECT(send(d1, "again", 5, 0) == 5, "send on the one-way connection: %s", strerror(errno));
+	expect_from(d0, "again", "");
+	struct sockaddr_un pn;
+	socklen_t pnl = sizeof pn;
+	FID_EXPECT(getpeername(d1, (struct sockaddr *)&pn, &pnl) == 0 && pn.sun_path[0] == 0 && strcmp(pn.sun_path + 1, srv2 + 1) == 0,
+		   "one-way peer name");
 	/* The accepted connections bear the listener's name. */
 	struct sockaddr_un na;
 	socklen_t nl = sizeof na;
