@@ -148,3 +148,5 @@ func roundTrip(t *testing.T, fd int) (*image.File, *os.File) {
 	}
 	return f, nf
 }
+
+func itoa(n int) string { return fmt.Sprint(n) }
