@@ -226,6 +226,9 @@ type Socket struct {
 	Shutdown int `json:"shutdown,omitempty"`
 	// PeerClosed is set on a connected UNIX socket whose peer was closed.
 	PeerClosed bool `json:"peer_closed,omitempty"`
+	// PeerReset is set when the closed peer left ECONNRESET pending (it
+	// had data unread).
+	PeerReset bool `json:"peer_reset,omitempty"`
 	// TCP is the state of an established connection, read in repair mode;
 	// its receive and send queues are in FileData records.
 	TCP        *TCPRepair `json:"tcp,omitempty"`
@@ -363,7 +366,10 @@ type Pipe struct {
 	// PeerClosed: nobody had the other end open any more (a reader sees
 	// EOF once the data is read, a writer gets EPIPE).
 	PeerClosed bool `json:"peer_closed,omitempty"`
-	Size       int  `json:"size"` // pipe capacity (F_GETPIPE_SZ)
+	// PeerReset is set when the closed peer left ECONNRESET pending (it
+	// had data unread).
+	PeerReset bool `json:"peer_reset,omitempty"`
+	Size      int  `json:"size"` // pipe capacity (F_GETPIPE_SZ)
 	// DataID names the FileData record with the bytes that were buffered
 	// in the pipe, 0 if none.
 	DataID int `json:"data_id,omitempty"`

@@ -94,6 +94,15 @@ func readFilter(fd int) ([]byte, error) {
 // back: an eBPF filter, an upper layer protocol (kTLS), TCP-AO keys, a
 // pending error or error queue.
 func ReadOptions(fd, family, typ, proto int, established bool) ([]image.SockOpt, error) {
+	return readOptions(fd, family, typ, proto, established, false)
+}
+
+// readOptions is ReadOptions; errOK lets a pending error through (the
+// caller restores it).
+func readOptions(fd, family, typ, proto int, established, errOK bool) ([]image.SockOpt, error) {
+	if !errOK && pendingError(fd) {
+		return nil, fmt.Errorf("a pending socket error or error queue (SO_ERROR, MSG_ERRQUEUE, MSG_ZEROCOPY completions) cannot be restored: %w", ErrState)
+	}
 	if err := refuseOptions(fd, proto); err != nil {
 		return nil, err
 	}
@@ -127,10 +136,6 @@ func ReadOptions(fd, family, typ, proto int, established bool) ([]image.SockOpt,
 
 // refuseOptions refuses a socket with state that cannot be read back.
 func refuseOptions(fd, proto int) error {
-	pfd := []unix.PollFd{{Fd: int32(fd), Events: 0}}
-	if _, err := unix.Poll(pfd, 0); err == nil && pfd[0].Revents&unix.POLLERR != 0 {
-		return fmt.Errorf("a pending socket error or error queue (SO_ERROR, MSG_ERRQUEUE, MSG_ZEROCOPY completions) cannot be restored: %w", ErrState)
-	}
 	if proto == unix.IPPROTO_TCP {
 		ulp := make([]byte, 16)
 		l, err := sys.Getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_ULP, unsafe.Pointer(&ulp[0]), uintptr(len(ulp)))
@@ -256,4 +261,12 @@ func bufferSizes(fd int) []image.SockOpt {
 		}
 	}
 	return out
+}
+
+// pendingError says whether a socket has a pending error or a non-empty
+// error queue (POLLERR), which reading SO_ERROR would clear.
+func pendingError(fd int) bool {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: 0}}
+	_, err := unix.Poll(pfd, 0)
+	return err == nil && pfd[0].Revents&unix.POLLERR != 0
 }

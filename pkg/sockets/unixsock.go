@@ -107,14 +107,26 @@ func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 		}
 		slices.Sort(s.ConnectedFrom)
 	}
+	// A stream or seqpacket peer closed with data unread left
+	// ECONNRESET pending (the only error such a socket gets): rebuilt
+	// the same way.
+	s.PeerReset = s.PeerClosed && u.Type != unix.SOCK_DGRAM && pendingError(fd)
 	var err error
-	if s.Options, err = ReadOptions(fd, unix.AF_UNIX, u.Type, 0, false); err != nil {
+	if s.Options, err = readOptions(fd, unix.AF_UNIX, u.Type, 0, false, s.PeerReset); err != nil {
 		return nil, nil, err
 	}
 	if u.State == UnixListenState || s.AcceptOf != 0 || u.Type != unix.SOCK_DGRAM && u.State != StateEstablished {
 		return s, nil, nil // no queue: a stream socket that is not connected
 	}
-	msgs, err := peekUnix(fd, u.Type)
+	limit := -1
+	if s.PeerReset {
+		// A peek past the data would take the pending error: stop
+		// at the bytes queued.
+		if limit, err = sys.IoctlInt(fd, unix.SIOCINQ); err != nil {
+			return nil, nil, err
+		}
+	}
+	msgs, err := peekUnix(fd, u.Type, limit)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -129,8 +141,10 @@ func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 // one with their senders (SO_PEEK_OFF). It never blocks. SO_PASSCRED is on
 // while it reads: every message then carries credentials, which tells an
 // empty message from the end of a shut down seqpacket queue. The
-// program's SO_PEEK_OFF and SO_PASSCRED are put back.
-func peekUnix(fd, typ int) ([]UnixMsg, error) {
+// program's SO_PEEK_OFF and SO_PASSCRED are put back. With limit >= 0 it
+// stops after that many bytes (a peek past the data would take a pending
+// error; empty seqpacket messages at the end are then not seen).
+func peekUnix(fd, typ, limit int) ([]UnixMsg, error) {
 	for _, o := range []struct{ name, val int }{{unix.SO_PEEK_OFF, 0}, {unix.SO_PASSCRED, 1}} {
 		old, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, o.name)
 		if err != nil {
@@ -144,7 +158,7 @@ func peekUnix(fd, typ int) ([]UnixMsg, error) {
 	var out []UnixMsg
 	buf := make([]byte, maxUnixMsg)
 	oob := make([]byte, unix.CmsgSpace(253*4)+unix.CmsgSpace(unix.SizeofUcred))
-	for {
+	for total := 0; limit < 0 || total < limit; {
 		n, oobn, flags, from, err := unix.Recvmsg(fd, buf, oob, unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
 		if err == unix.EAGAIN {
 			break
@@ -185,6 +199,7 @@ func peekUnix(fd, typ int) ([]UnixMsg, error) {
 			m.From = sa.Name
 		}
 		out = append(out, m)
+		total += n
 	}
 	if typ == unix.SOCK_STREAM && len(out) > 1 {
 		var all []byte
@@ -323,6 +338,10 @@ func OpenUnix(s *image.Socket, queue []UnixMsg) (int, error) {
 			return -1, fmt.Errorf("socketpair: %w", err)
 		}
 		err = buildPair(fds, [2]*image.Socket{s, nil}, [2][]UnixMsg{queue, nil})
+		if err == nil && s.PeerReset {
+			// Closing a socket with data unread resets its peer.
+			err = sendNow(fds[0], []byte{0}, nil)
+		}
 		unix.Close(fds[1])
 		if err != nil {
 			unix.Close(fds[0])

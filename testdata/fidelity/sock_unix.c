@@ -166,6 +166,11 @@ int main(int argc, char **argv)
 	FID_SETUP(m4 >= 0, "accept m4");
 	FID_SETUP(send(m1, "c2s", 3, 0) == 3 && send(m2, "s2c", 3, 0) == 3 && send(m3, "gone", 4, 0) == 4, "send");
 	close(m3);
+	/* A stream peer closed with data unread: ECONNRESET pending. */
+	int rp[2];
+	FID_SETUP(socketpair(AF_UNIX, SOCK_STREAM, 0, rp) == 0, "socketpair");
+	FID_SETUP(send(rp[1], "before", 6, 0) == 6 && send(rp[0], "unread", 6, 0) == 6, "send");
+	close(rp[1]);
 	watch_common(m2, "accepted");
 	/* A named datagram socket with two sockets connected to it one way,
 	 * one of them named, messages queued both ways. */
@@ -221,6 +226,11 @@ int main(int argc, char **argv)
 	FID_EXPECT(connect(j, (struct sockaddr *)&a, al) == 0, "connect to the listener: %s", strerror(errno));
 	struct pollfd p = {l, POLLIN, 0};
 	FID_EXPECT(poll(&p, 1, 5000) == 1 && accept(l, NULL, NULL) >= 0, "accept");
+	int rerr = 0;
+	socklen_t rl = sizeof rerr;
+	FID_EXPECT(getsockopt(rp[0], SOL_SOCKET, SO_ERROR, &rerr, &rl) == 0 && rerr == ECONNRESET, "reset by the closed peer: SO_ERROR %d", rerr);
+	expect_msg(rp[0], "before", 6, "reset: data before the close");
+	expect_msg(rp[0], "", 0, "reset: end of file");
 	expect_from(d0, "from d1", "");
 	expect_from(d0, "from d2", c2path);
 	expect_from(d2, "to d2", srv2);
