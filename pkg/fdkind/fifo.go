@@ -3,6 +3,7 @@ package fdkind
 import (
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/ckpt/ckpt/pkg/image"
@@ -45,29 +46,75 @@ func describeFIFO(env DumpEnv, s *Source, f *image.File) error {
 
 // fifoData reads the bytes buffered in each FIFO of the dump once (tee
 // from a new non-blocking read end), and gives every description of it
-// the record.
+// the record. A FIFO also open in a process outside the dump keeps its
+// buffer through the dump: it is marked External, and the restore joins
+// it by its path without putting the bytes back a second time.
 func fifoData(env DumpEnv, fds []Held) error {
-	data := map[[2]uint64]int{}
+	inDump := map[int]bool{}
+	for _, h := range fds {
+		inDump[h.PID] = true
+	}
+	type state struct {
+		id       int
+		external bool
+	}
+	done := map[[2]uint64]state{}
 	for _, h := range fds {
 		f := h.File
 		if f.Kind != image.FileFIFO || f.Pipe == nil {
 			continue
 		}
 		key := [2]uint64{f.Ref.Dev, f.Ref.Ino}
-		id, done := data[key]
-		if !done {
-			buf, err := peekPipe(proc.Path(h.PID, "fd", fmt.Sprint(h.FD)))
-			if err != nil {
-				return fmt.Errorf("process %d fd %d (FIFO %s): read buffered data: %w", h.PID, h.FD, f.Ref.Path, err)
+		st, ok := done[key]
+		if !ok {
+			if holder := openedElsewhere(key, inDump); holder > 0 {
+				if f.Ref.Deleted {
+					return fmt.Errorf("process %d fd %d: deleted FIFO %s is also open in process %d, outside the dump: cannot be restored: %w",
+						h.PID, h.FD, f.Ref.Path, holder, ErrUnsupported)
+				}
+				st.external = true
+			} else {
+				buf, err := peekPipe(proc.Path(h.PID, "fd", fmt.Sprint(h.FD)))
+				if err != nil {
+					return fmt.Errorf("process %d fd %d (FIFO %s): read buffered data: %w", h.PID, h.FD, f.Ref.Path, err)
+				}
+				if len(buf) > 0 {
+					st.id = env.AddData(buf)
+				}
 			}
-			if len(buf) > 0 {
-				id = env.AddData(buf)
-			}
-			data[key] = id
+			done[key] = st
 		}
-		f.Pipe.DataID = id
+		f.Pipe.DataID, f.Pipe.External = st.id, st.external
 	}
 	return nil
+}
+
+// openedElsewhere returns a process outside the dump that has the FIFO
+// (device, inode) open, or 0.
+func openedElsewhere(key [2]uint64, inDump map[int]bool) int {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	self := os.Getpid()
+	for _, p := range procs {
+		pid, err := strconv.Atoi(p.Name())
+		if err != nil || inDump[pid] || pid == self {
+			continue
+		}
+		fds, err := os.ReadDir(proc.Path(pid, "fd"))
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			var st unix.Stat_t
+			if unix.Stat(proc.Path(pid, "fd", fd.Name()), &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO &&
+				st.Dev == key[0] && st.Ino == key[1] {
+				return pid
+			}
+		}
+	}
+	return 0
 }
 
 func showFIFO(f *image.File) string {
@@ -81,6 +128,9 @@ func showFIFO(f *image.File) string {
 	d := fmt.Sprintf("fifo %s %s end", f.Ref.Path, end)
 	if f.Ref.Deleted {
 		d += " (deleted)"
+	}
+	if f.Pipe != nil && f.Pipe.External {
+		d += " (also open outside the dump)"
 	}
 	return d
 }
@@ -146,12 +196,12 @@ func makeFIFO(env RestoreEnv, f *image.File) (*os.File, error) {
 		holder = os.NewFile(uintptr(fd), ref.Path)
 		env.Keep(holder)
 	}
-	if f.Pipe.Size > 0 {
+	if f.Pipe.Size > 0 && !f.Pipe.External {
 		if _, err := unix.FcntlInt(holder.Fd(), unix.F_SETPIPE_SZ, f.Pipe.Size); err != nil {
 			return nil, fmt.Errorf("FIFO %s: capacity %d: %w", ref.Path, f.Pipe.Size, err)
 		}
 	}
-	if f.Pipe.DataID != 0 {
+	if f.Pipe.DataID != 0 && !f.Pipe.External {
 		data, err := env.Data(f.Pipe.DataID)
 		if err != nil {
 			return nil, fmt.Errorf("FIFO %s: buffered data: %w", ref.Path, err)

@@ -127,3 +127,25 @@ func TestLockTakenMeanwhile(t *testing.T) {
 		})
 	}
 }
+
+// TestFIFOOpenOutside: a FIFO that a process outside the dump also has
+// open keeps its buffered bytes through the dump; the restore joins the
+// same FIFO by its path and does not put them back a second time.
+func TestFIFOOpenOutside(t *testing.T) {
+	e := setup(t)
+	dir := t.TempDir()
+	v := e.startFidelity(t, "fd_fifo.c", dir)
+	// The test holds rd.fifo open too (read-write: it neither blocks
+	// nor reads anything).
+	outside, err := os.OpenFile(filepath.Join(dir, "rd.fifo"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer outside.Close()
+	img := filepath.Join(t.TempDir(), "img")
+	e.dumpKill(t, v, img)
+	if res := e.runRedo(t, nil, img); res.code != 0 {
+		t.Fatalf("ckpt-redo: %v", res)
+	}
+	e.fidelityVerdict(t, v)
+}
