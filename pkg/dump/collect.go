@@ -88,6 +88,7 @@ func (d *dumper) collect() (*image.Process, error) {
 	if err := d.inject(p); err != nil {
 		return nil, err
 	}
+	threadCreds(p)
 	d.opts.fault(PhaseInjected)
 	// Queued signals last, after the injection: a SIGSTOP it took off the
 	// queue is saved as pending.
@@ -116,19 +117,13 @@ func (d *dumper) collect() (*image.Process, error) {
 func (d *dumper) collectMisc(p *image.Process, status *proc.Status) error {
 	pid := d.pid
 	var err error
-	p.Creds.UID, p.Creds.GID = status.UID, status.GID
-	p.Creds.Groups = status.Groups
-	p.Creds.CapInh = status.CapInh
-	p.Creds.CapPrm = status.CapPrm
-	p.Creds.CapEff = status.CapEff
-	p.Creds.CapBnd = status.CapBnd
-	p.Creds.CapAmb = status.CapAmb
-	p.Creds.NoNewPrivs = status.NoNewPrivs
-	p.Creds.Seccomp = status.Seccomp
-	if p.Creds.Seccomp == 2 {
-		if p.Creds.Filters, err = ptrace.GetSeccompFilters(pid); err != nil {
-			return err
-		}
+	c, err := readCreds(pid, status)
+	if err != nil {
+		return err
+	}
+	p.Creds = *c
+	if err := collectProcAttrs(pid, p); err != nil {
+		return err
 	}
 	p.Misc.Umask = status.Umask
 	if p.Misc.Cwd, err = os.Readlink(proc.Path(pid, "cwd")); err != nil {
@@ -189,6 +184,16 @@ func (d *dumper) collectThread(t *task) (*image.Thread, error) {
 	}
 	if s, err := proc.ReadStat(d.pid, t.tid); err == nil {
 		th.State = string(s.State)
+	}
+	status, err := proc.ReadStatus(t.tid)
+	if err != nil {
+		return nil, fmt.Errorf("read status: %w", err)
+	}
+	if th.Creds, err = readCreds(t.tid, status); err != nil {
+		return nil, err
+	}
+	if err := collectSched(t.tid, th); err != nil {
+		return nil, err
 	}
 	return th, nil
 }

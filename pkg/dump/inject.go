@@ -150,8 +150,14 @@ func (d *dumper) injectThread(r *remote, p *image.Process, th *image.Thread, lea
 			return err
 		}
 	}
+	if err := injectThreadAttrs(r, th); err != nil {
+		return err
+	}
 	if !leader {
 		return nil
+	}
+	if err := injectProcAttrs(r, p); err != nil {
+		return err
 	}
 	// Only caught and ignored signals can have a handler; the others are
 	// SIG_DFL. SIGCHLD is always asked: SA_NOCLDWAIT and SA_NOCLDSTOP

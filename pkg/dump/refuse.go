@@ -47,6 +47,7 @@ func IsRefusal(err error) (*Refusal, bool) {
 // runs like ckpt does.
 type limits struct {
 	sysResource bool
+	bnd         uint64 // our bounding set: what a restore can give
 	oomAdj      int
 	hard        map[int]uint64 // resource -> our hard limit
 }
@@ -57,7 +58,7 @@ func ownLimits() (*limits, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &limits{sysResource: st.CapEff&(1<<unix.CAP_SYS_RESOURCE) != 0, hard: map[int]uint64{}}
+	l := &limits{sysResource: st.CapEff&(1<<unix.CAP_SYS_RESOURCE) != 0, bnd: st.CapBnd, hard: map[int]uint64{}}
 	if l.oomAdj, err = readOOMAdj(os.Getpid()); err != nil {
 		return nil, err
 	}
@@ -86,6 +87,7 @@ var refuseChecks = []func(pid int, own *limits) error{
 	refuseLimits,
 	refuseOOMAdj,
 	refuseThreadFeatures,
+	refuseCaps,
 }
 
 // refuse runs every check on every frozen process of the tree (zombies
@@ -233,4 +235,28 @@ func limitString(v uint64) string {
 		return "unlimited"
 	}
 	return strconv.FormatUint(v, 10)
+}
+
+// refuseCaps refuses capabilities outside ckpt's own bounding set: the
+// restored threads start with ckpt-redo's, and can only drop from there.
+func refuseCaps(pid int, own *limits) error {
+	tids, err := proc.Tasks(pid)
+	if err != nil {
+		return fmt.Errorf("list threads: %w", err)
+	}
+	for _, tid := range tids {
+		st, err := proc.ReadStatus(tid)
+		if err != nil {
+			continue
+		}
+		for _, c := range []struct {
+			name string
+			set  uint64
+		}{{"CapPrm", st.CapPrm}, {"CapEff", st.CapEff}, {"CapInh", st.CapInh}, {"CapBnd", st.CapBnd}, {"CapAmb", st.CapAmb}} {
+			if extra := c.set &^ own.bnd; extra != 0 {
+				return refuse(pid, fmt.Sprintf("thread %d %s", tid, c.name), "capabilities %#x are outside ckpt's own bounding set %#x: no restore can give them", extra, own.bnd)
+			}
+		}
+	}
+	return nil
 }

@@ -435,6 +435,34 @@ type Thread struct {
 	// SeccompStrict is set for a thread in SECCOMP_MODE_STRICT (only
 	// read, write, exit and sigreturn); set again last at restore.
 	SeccompStrict bool `json:"seccomp_strict,omitempty"`
+	// Sched is the thread's scheduling policy and parameters; nil in
+	// images that predate it (then left as the restorer's).
+	Sched *Sched `json:"sched,omitempty"`
+	// Affinity is the CPU affinity mask (sched_getaffinity), 64 CPUs a word.
+	Affinity []uint64 `json:"affinity,omitempty"`
+	// IOPrio is the I/O priority (ioprio_get). Affinity, IOPrio and
+	// TimerSlack are restored only when Sched is set.
+	IOPrio int `json:"ioprio,omitempty"`
+	// TimerSlack is the thread's timer slack in ns (PR_GET_TIMERSLACK).
+	TimerSlack uint64 `json:"timer_slack,omitempty"`
+	// Creds are the thread's credentials when they differ from the
+	// process's (Process.Creds, the leader's): setresuid(2) and friends
+	// change only the calling thread's, seccomp filters can be per thread.
+	Creds *Creds `json:"creds,omitempty"`
+}
+
+// Sched is struct sched_attr (sched_getattr(2)) with the nice value,
+// which sched_getattr leaves out for real-time policies.
+type Sched struct {
+	Policy   uint32 `json:"policy"`
+	Flags    uint64 `json:"flags,omitempty"` // SCHED_FLAG_RESET_ON_FORK, ...
+	Nice     int32  `json:"nice"`
+	Priority uint32 `json:"priority,omitempty"`
+	Runtime  uint64 `json:"runtime,omitempty"` // SCHED_DEADLINE, ns
+	Deadline uint64 `json:"deadline,omitempty"`
+	Period   uint64 `json:"period,omitempty"`
+	UtilMin  uint32 `json:"util_min,omitempty"`
+	UtilMax  uint32 `json:"util_max,omitempty"`
 }
 
 // Regs is x86-64 struct user_regs_struct.
@@ -529,6 +557,12 @@ type Creds struct {
 	NoNewPrivs bool     `json:"no_new_privs"`
 	Seccomp    int      `json:"seccomp"` // 0 none, 1 strict, 2 filter
 	Filters    [][]byte `json:"seccomp_filters,omitempty"`
+	// FilterFlags are the SECCOMP_FILTER_FLAG_* each filter was installed
+	// with (PTRACE_SECCOMP_GET_METADATA), in the order of Filters.
+	FilterFlags []uint64 `json:"seccomp_filter_flags,omitempty"`
+	// Securebits are the SECBIT_* bits (PR_GET_SECUREBITS), keep-caps
+	// included.
+	Securebits int `json:"securebits,omitempty"`
 }
 
 // ProcMisc holds the small things.
@@ -549,6 +583,23 @@ type ProcMisc struct {
 	// collected that stop with wait: it is reported again after the
 	// restore, and only then.
 	StopUnreported bool `json:"stop_unreported,omitempty"`
+	// ChildSubreaper is PR_GET_CHILD_SUBREAPER.
+	ChildSubreaper bool `json:"child_subreaper,omitempty"`
+	// THPDisable is what PR_GET_THP_DISABLE returned (bit 0: disabled,
+	// the other bits the PR_THP_DISABLE_* flags).
+	THPDisable int `json:"thp_disable,omitempty"`
+	// MDWE are the PR_MDWE_* flags of memory-deny-write-execute.
+	MDWE int `json:"mdwe,omitempty"`
+	// OOMScoreAdj is /proc/PID/oom_score_adj.
+	OOMScoreAdj int `json:"oom_score_adj,omitempty"`
+	// CoredumpFilter is /proc/PID/coredump_filter; nil in older images.
+	CoredumpFilter *uint64 `json:"coredump_filter,omitempty"`
+	// LoginUID is /proc/PID/loginuid (4294967295: not set); nil in older
+	// images.
+	LoginUID *uint32 `json:"loginuid,omitempty"`
+	// Membarrier are the membarrier(2) registrations
+	// (MEMBARRIER_CMD_GET_REGISTRATIONS: MEMBARRIER_CMD_REGISTER_* bits).
+	Membarrier int `json:"membarrier,omitempty"`
 }
 
 // Pages is the metadata of a TypePages record: page runs of one process.

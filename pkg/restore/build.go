@@ -481,6 +481,9 @@ func (b *builder) misc() error {
 	if _, err := b.call("personality", unix.SYS_PERSONALITY, p.Misc.Personality); err != nil {
 		return err
 	}
+	if err := b.procAttrs(); err != nil {
+		return err
+	}
 	for i := range p.Threads {
 		if err := b.threadMisc(i); err != nil {
 			return fmt.Errorf("thread %d: %w", p.Threads[i].TID, err)
@@ -509,6 +512,9 @@ func (b *builder) threadMisc(i int) error {
 		}
 	}
 	if _, err := in.Call("set_tid_address", unix.SYS_SET_TID_ADDRESS, th.ClearTID); err != nil {
+		return err
+	}
+	if err := b.threadSched(i); err != nil {
 		return err
 	}
 	if th.AltStack.Flags&ssDisable == 0 && th.AltStack.Size != 0 {
@@ -734,44 +740,12 @@ func (b *builder) queue(si image.SigInfo, i int) error {
 	return err
 }
 
-// creds restores credentials, last: the calls before needed privilege.
+// creds gives every thread its own credentials (setCreds), last: the
+// calls before needed privilege.
 func (b *builder) creds() error {
-	c := b.p.Creds
-	if err := b.seccomp(); err != nil {
-		return fmt.Errorf("seccomp: %w", err)
-	}
-	if c.UID == [4]int{} && c.GID == [4]int{} && len(c.Groups) == 0 {
-		return nil
-	}
-	groups := make([]byte, 4*len(c.Groups))
-	for i, g := range c.Groups {
-		binary.LittleEndian.PutUint32(groups[4*i:], uint32(g))
-	}
-	if err := b.write(scratchOff, groups); err != nil {
-		return err
-	}
-	// The raw system calls change only the calling thread's credentials.
-	for _, in := range b.ins {
-		calls := []struct {
-			name string
-			nr   uint64
-			args []uint64
-		}{
-			{"setgroups", unix.SYS_SETGROUPS, []uint64{uint64(len(c.Groups)), b.gadget + scratchOff}},
-			{"setresgid", unix.SYS_SETRESGID, []uint64{uint64(c.GID[0]), uint64(c.GID[1]), uint64(c.GID[2])}},
-			{"setfsgid", unix.SYS_SETFSGID, []uint64{uint64(c.GID[3])}},
-			{"setresuid", unix.SYS_SETRESUID, []uint64{uint64(c.UID[0]), uint64(c.UID[1]), uint64(c.UID[2])}},
-			{"setfsuid", unix.SYS_SETFSUID, []uint64{uint64(c.UID[3])}},
-		}
-		for _, call := range calls {
-			ret, err := in.Syscall(call.nr, call.args...)
-			if err != nil {
-				return err
-			}
-			// setfsuid/setfsgid return the previous id, not an error.
-			if e := ptrace.Errno(ret); e != nil && call.nr != unix.SYS_SETFSUID && call.nr != unix.SYS_SETFSGID {
-				return fmt.Errorf("%s in %d: %w", call.name, in.TID, e)
-			}
+	for i := range b.ins {
+		if err := b.setCreds(i); err != nil {
+			return fmt.Errorf("thread %d: %w", b.p.Threads[i].TID, err)
 		}
 	}
 	return nil
@@ -786,6 +760,9 @@ func (b *builder) afterCreds() error {
 			return err
 		}
 	}
+	if err := b.mdwe(); err != nil {
+		return err
+	}
 	if p.Misc.Dumpable != 1 {
 		if _, err := b.call("prctl(PR_SET_DUMPABLE)", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, uint64(p.Misc.Dumpable)); err != nil {
 			return err
@@ -794,45 +771,48 @@ func (b *builder) afterCreds() error {
 	return nil
 }
 
-// seccomp sets no_new_privs and installs the seccomp filters in every
-// thread, oldest first. ckpt-redo traces with PTRACE_O_SUSPEND_SECCOMP, so
-// the filters do not apply to the calls it still injects.
-func (b *builder) seccomp() error {
-	c := b.p.Creds
-	for _, in := range b.ins {
-		if c.NoNewPrivs {
-			if _, err := in.Call("prctl(PR_SET_NO_NEW_PRIVS)", unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-				return err
-			}
-		}
-		for i := len(c.Filters) - 1; i >= 0; i-- {
-			f := c.Filters[i]
-			if len(f) == 0 || len(f)%8 != 0 || len(f) > 4096*8 {
-				return fmt.Errorf("filter %d is %d bytes: %w", i, len(f), image.ErrCorrupt)
-			}
-			if err := b.write(scratchOff+16, f); err != nil {
-				return err
-			}
-			prog := struct {
-				Len    uint16
-				_      [6]byte
-				Filter uint64
-			}{Len: uint16(len(f) / 8), Filter: b.gadget + scratchOff + 16}
-			if err := b.write(scratchOff, ptrace.Bytes(&prog)); err != nil {
-				return err
-			}
-			if _, err := in.Call("seccomp(SECCOMP_SET_MODE_FILTER)", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, 0, b.gadget+scratchOff); err != nil {
-				return err
-			}
+// seccomp sets no_new_privs and installs the seccomp filters of thread i,
+// oldest first, with the flags they had. ckpt-redo traces with
+// PTRACE_O_SUSPEND_SECCOMP, so the filters do not apply to the calls it
+// still injects; setCreds calls it while the thread still has
+// CAP_SYS_ADMIN, which a filter without no_new_privs needs.
+func (b *builder) seccomp(i int) error {
+	c, in := b.threadCreds(i), b.ins[i]
+	if c.NoNewPrivs {
+		if _, err := in.Call("prctl(PR_SET_NO_NEW_PRIVS)", unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+			return err
 		}
 	}
-	// Strict mode last: the calls ckpt-redo still injects run because
-	// seccomp is suspended while it traces (PTRACE_O_SUSPEND_SECCOMP).
-	for i, in := range b.ins {
-		if b.p.Threads[i].SeccompStrict {
-			if _, err := in.Call("seccomp(SECCOMP_SET_MODE_STRICT)", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_STRICT, 0, 0); err != nil {
-				return err
-			}
+	for k := len(c.Filters) - 1; k >= 0; k-- {
+		f := c.Filters[k]
+		if len(f) == 0 || len(f)%8 != 0 || len(f) > 4096*8 {
+			return fmt.Errorf("filter %d is %d bytes: %w", k, len(f), image.ErrCorrupt)
+		}
+		flags := uint64(0)
+		if k < len(c.FilterFlags) {
+			flags = c.FilterFlags[k]
+		}
+		if err := b.write(scratchOff+16, f); err != nil {
+			return err
+		}
+		prog := struct {
+			Len    uint16
+			_      [6]byte
+			Filter uint64
+		}{Len: uint16(len(f) / 8), Filter: b.gadget + scratchOff + 16}
+		if err := b.write(scratchOff, ptrace.Bytes(&prog)); err != nil {
+			return err
+		}
+		if _, err := in.Call("seccomp(SECCOMP_SET_MODE_FILTER)", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, b.gadget+scratchOff); err != nil {
+			return err
+		}
+	}
+	// Strict mode after the filters: the calls ckpt-redo still injects
+	// run because seccomp is suspended while it traces
+	// (PTRACE_O_SUSPEND_SECCOMP).
+	if b.p.Threads[i].SeccompStrict {
+		if _, err := in.Call("seccomp(SECCOMP_SET_MODE_STRICT)", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_STRICT, 0, 0); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -3,6 +3,8 @@ package restore
 import (
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -10,16 +12,35 @@ import (
 )
 
 // checkLimits refuses, before anything is created, a process whose state
-// ckpt-redo cannot set without CAP_SYS_RESOURCE: a hard rlimit above
-// ckpt-redo's own, or an oom_score_adj below its own. (The dump refuses
-// these too, when ckpt ran with the same limits.)
+// ckpt-redo cannot set: capabilities outside its own bounding set, and
+// without CAP_SYS_RESOURCE a hard rlimit above its own or an oom_score_adj
+// below its own. (The dump refuses these too, when ckpt ran with the same
+// limits.)
 func checkLimits(p *image.Process) error {
 	st, err := proc.ReadStatus(os.Getpid())
 	if err != nil {
 		return err
 	}
+	bnd := st.CapBnd
+	creds := []*image.Creds{&p.Creds}
+	for i := range p.Threads {
+		if c := p.Threads[i].Creds; c != nil {
+			creds = append(creds, c)
+		}
+	}
+	for _, c := range creds {
+		if extra := (c.CapPrm | c.CapEff | c.CapInh | c.CapBnd | c.CapAmb) &^ bnd; extra != 0 {
+			return fmt.Errorf("process %d: capabilities %#x are outside ckpt-redo's bounding set %#x: %w", p.PID, extra, bnd, ErrIncompatible)
+		}
+	}
 	if st.CapEff&(1<<unix.CAP_SYS_RESOURCE) != 0 {
 		return nil
+	}
+	if b, err := os.ReadFile("/proc/self/oom_score_adj"); err == nil {
+		if own, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && p.Misc.OOMScoreAdj < own {
+			return fmt.Errorf("process %d: oom_score_adj %d is below ckpt-redo's own %d, and ckpt-redo has no CAP_SYS_RESOURCE to lower it: %w",
+				p.PID, p.Misc.OOMScoreAdj, own, ErrIncompatible)
+		}
 	}
 	own, err := proc.ReadLimits(os.Getpid())
 	if err != nil {

@@ -45,6 +45,8 @@ type fcase struct {
 var cases = []fcase{
 	// Process attributes (pkg/inventory: the process, thread and creds rows).
 	{name: "threadcomm", src: "proc_threadcomm.c"},
+	{name: "sched", src: "proc_sched.c"},
+	{name: "prctl", src: "proc_prctl.c"},
 	{name: "rlimit", src: "proc_rlimit.c"},
 	// File descriptors (pkg/fdkind): status flags, FD_CLOEXEC, positions,
 	// owners, shared descriptions.

@@ -1,0 +1,197 @@
+package dump
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"reflect"
+	"strconv"
+	"strings"
+	"unsafe"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"github.com/ckpt/ckpt/pkg/ptrace"
+	"golang.org/x/sys/unix"
+)
+
+// Process and thread attributes besides memory, files and signals: what
+// pkg/inventory lists in its process, thread and creds families. Most are
+// read from outside (/proc, sched_getattr, ioprio_get of the frozen
+// thread); the prctl getters that only the process can call are injected.
+
+const (
+	ioprioWhoProcess        = 1
+	ptraceSeccompGetMeta    = 0x420d
+	membarrierGetRegs       = 1 << 9 // MEMBARRIER_CMD_GET_REGISTRATIONS
+	prGetMemoryMerge        = 0x44
+	prGetMDWE               = 0x42
+	seccompFilterFlagsSaved = unix.SECCOMP_FILTER_FLAG_LOG | unix.SECCOMP_FILTER_FLAG_SPEC_ALLOW
+)
+
+// readCreds reads the credentials of task tid of process pid from its
+// status, and its seccomp filters with their flags. (Strict seccomp mode is
+// seen when the tree is frozen: Thread.SeccompStrict.)
+func readCreds(tid int, status *proc.Status) (*image.Creds, error) {
+	c := &image.Creds{
+		UID: status.UID, GID: status.GID, Groups: status.Groups,
+		CapInh: status.CapInh, CapPrm: status.CapPrm, CapEff: status.CapEff, CapBnd: status.CapBnd, CapAmb: status.CapAmb,
+		NoNewPrivs: status.NoNewPrivs, Seccomp: status.Seccomp,
+	}
+	if c.Seccomp == 2 {
+		var err error
+		if c.Filters, err = ptrace.GetSeccompFilters(tid); err != nil {
+			return nil, err
+		}
+		for i := range c.Filters {
+			fl, err := seccompFlags(tid, i)
+			if err != nil {
+				return nil, err
+			}
+			c.FilterFlags = append(c.FilterFlags, fl)
+		}
+	}
+	return c, nil
+}
+
+// seccompFlags returns the SECCOMP_FILTER_FLAG_* filter i of tid was
+// installed with.
+func seccompFlags(tid, i int) (uint64, error) {
+	md := struct{ FilterOff, Flags uint64 }{FilterOff: uint64(i)}
+	_, _, e := unix.Syscall6(unix.SYS_PTRACE, ptraceSeccompGetMeta, uintptr(tid), unsafe.Sizeof(md), uintptr(unsafe.Pointer(&md)), 0, 0)
+	if e != 0 {
+		return 0, fmt.Errorf("PTRACE_SECCOMP_GET_METADATA %d of %d: %w", i, tid, e)
+	}
+	if md.Flags&^seccompFilterFlagsSaved != 0 {
+		return 0, refuse(tgidOf(tid), fmt.Sprintf("thread %d seccomp filter %d", tid, i), "filter flags %#x are not restored", md.Flags)
+	}
+	return md.Flags, nil
+}
+
+// collectSched reads a thread's scheduling policy, nice value, CPU
+// affinity and I/O priority from outside.
+func collectSched(tid int, th *image.Thread) error {
+	a, err := unix.SchedGetAttr(tid, 0)
+	if err != nil {
+		return fmt.Errorf("sched_getattr: %w", err)
+	}
+	// getpriority gives 20 - nice, for every policy (sched_getattr leaves
+	// the nice value of real-time threads out).
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+	if err != nil {
+		return fmt.Errorf("getpriority: %w", err)
+	}
+	th.Sched = &image.Sched{Policy: a.Policy, Flags: a.Flags, Nice: int32(20 - prio), Priority: a.Priority,
+		Runtime: a.Runtime, Deadline: a.Deadline, Period: a.Period, UtilMin: a.Util_min, UtilMax: a.Util_max}
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(tid, &set); err != nil {
+		return fmt.Errorf("sched_getaffinity: %w", err)
+	}
+	words := (*[len(set)]uint64)(unsafe.Pointer(&set))[:]
+	n := len(words)
+	for n > 0 && words[n-1] == 0 {
+		n--
+	}
+	th.Affinity = append([]uint64(nil), words[:n]...)
+	io, _, e := unix.Syscall(unix.SYS_IOPRIO_GET, ioprioWhoProcess, uintptr(tid), 0)
+	if e != 0 {
+		return fmt.Errorf("ioprio_get: %w", e)
+	}
+	th.IOPrio = int(io)
+	return nil
+}
+
+// collectProcAttrs reads the process-wide attributes /proc shows.
+func collectProcAttrs(pid int, p *image.Process) error {
+	var err error
+	if p.Misc.OOMScoreAdj, err = readOOMAdj(pid); err != nil {
+		return err
+	}
+	b, err := os.ReadFile(proc.Path(pid, "coredump_filter"))
+	if err != nil {
+		return fmt.Errorf("read coredump_filter: %w", err)
+	}
+	cf, err := strconv.ParseUint(strings.TrimSpace(string(b)), 16, 64)
+	if err != nil {
+		return fmt.Errorf("coredump_filter %q: %w", b, err)
+	}
+	p.Misc.CoredumpFilter = &cf
+	if b, err := os.ReadFile(proc.Path(pid, "loginuid")); err == nil {
+		v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+		if err != nil {
+			return fmt.Errorf("loginuid %q: %w", b, err)
+		}
+		u := uint32(v)
+		p.Misc.LoginUID = &u
+	}
+	return nil
+}
+
+// injectThreadAttrs asks a thread what only it can tell: its timer slack
+// and securebits.
+func injectThreadAttrs(r *remote, th *image.Thread) error {
+	slack, _, err := r.call("prctl(PR_GET_TIMERSLACK)", 0, unix.SYS_PRCTL, unix.PR_GET_TIMERSLACK)
+	if err != nil {
+		return err
+	}
+	th.TimerSlack = slack
+	bits, _, err := r.call("prctl(PR_GET_SECUREBITS)", 0, unix.SYS_PRCTL, unix.PR_GET_SECUREBITS)
+	if err != nil {
+		return err
+	}
+	if th.Creds != nil {
+		th.Creds.Securebits = int(bits)
+	}
+	return nil
+}
+
+// injectProcAttrs asks the process (through its leader) for its
+// process-wide prctl state and membarrier registrations, and refuses what
+// cannot be restored.
+func injectProcAttrs(r *remote, p *image.Process) error {
+	s := r.scratch
+	_, b, err := r.call("prctl(PR_GET_CHILD_SUBREAPER)", 4, unix.SYS_PRCTL, unix.PR_GET_CHILD_SUBREAPER, s)
+	if err != nil {
+		return err
+	}
+	p.Misc.ChildSubreaper = binary.LittleEndian.Uint32(b) != 0
+	thp, _, err := r.call("prctl(PR_GET_THP_DISABLE)", 0, unix.SYS_PRCTL, unix.PR_GET_THP_DISABLE)
+	if err != nil {
+		return err
+	}
+	p.Misc.THPDisable = int(thp)
+	if mdwe, err := r.in.Syscall(unix.SYS_PRCTL, prGetMDWE, 0, 0, 0, 0); err != nil {
+		return err
+	} else if ptrace.Errno(mdwe) == nil {
+		p.Misc.MDWE = int(mdwe)
+	}
+	// KSM merge-all needs CAP_SYS_RESOURCE to set again.
+	if merge, err := r.in.Syscall(unix.SYS_PRCTL, prGetMemoryMerge, 0, 0, 0, 0); err != nil {
+		return err
+	} else if ptrace.Errno(merge) == nil && merge != 0 {
+		return refuse(p.PID, "KSM merge-all (PR_SET_MEMORY_MERGE)", "cannot be set again without CAP_SYS_RESOURCE")
+	}
+	regs, err := r.in.Syscall(unix.SYS_MEMBARRIER, membarrierGetRegs, 0, 0)
+	if err != nil {
+		return err
+	}
+	if e := ptrace.Errno(regs); e != nil {
+		return fmt.Errorf("membarrier(MEMBARRIER_CMD_GET_REGISTRATIONS): %w", e)
+	}
+	p.Misc.Membarrier = int(regs)
+	return nil
+}
+
+// threadCreds moves each thread's credentials into Process.Creds (the
+// leader's) and keeps them in the thread only where they differ.
+func threadCreds(p *image.Process) {
+	if len(p.Threads) == 0 || p.Threads[0].Creds == nil {
+		return
+	}
+	p.Creds = *p.Threads[0].Creds
+	for i := range p.Threads {
+		if c := p.Threads[i].Creds; c != nil && reflect.DeepEqual(*c, p.Creds) {
+			p.Threads[i].Creds = nil
+		}
+	}
+}

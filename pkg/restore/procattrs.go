@@ -1,0 +1,268 @@
+package restore
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"github.com/ckpt/ckpt/pkg/ptrace"
+	"golang.org/x/sys/unix"
+)
+
+// Process and thread attributes (pkg/inventory: process, thread, creds):
+// the counterpart of pkg/dump/procattrs.go.
+
+const (
+	ioprioWhoProcess = 1
+	prSetMDWE        = 0x41
+	capVersion3      = 0x20080522
+	secbitKeepCaps   = 1 << 4
+	secbitNoFixup    = 1 << 2
+	sizeofSchedAttr  = 56
+	schedFlagUclamp  = 0x20 | 0x40 // SCHED_FLAG_UTIL_CLAMP_MIN | _MAX
+	schedFlagKeep    = 0x08 | 0x10 // SCHED_FLAG_KEEP_POLICY | _PARAMS
+)
+
+// procAttrs sets the process-wide attributes: oom_score_adj and
+// coredump_filter from outside, loginuid, the child-subreaper flag, THP
+// disabling and membarrier registrations from inside. It runs before the
+// credentials change (loginuid needs CAP_AUDIT_CONTROL).
+func (b *builder) procAttrs() error {
+	m := &b.p.Misc
+	if err := os.WriteFile(proc.Path(b.target, "oom_score_adj"), []byte(strconv.Itoa(m.OOMScoreAdj)), 0); err != nil {
+		return fmt.Errorf("oom_score_adj %d: %w", m.OOMScoreAdj, err)
+	}
+	if m.CoredumpFilter != nil {
+		if err := os.WriteFile(proc.Path(b.target, "coredump_filter"), []byte(fmt.Sprintf("%#x", *m.CoredumpFilter)), 0); err != nil {
+			return fmt.Errorf("coredump_filter %#x: %w", *m.CoredumpFilter, err)
+		}
+	}
+	if err := b.loginUID(); err != nil {
+		return err
+	}
+	if m.ChildSubreaper {
+		if _, err := b.call("prctl(PR_SET_CHILD_SUBREAPER)", unix.SYS_PRCTL, unix.PR_SET_CHILD_SUBREAPER, 1); err != nil {
+			return err
+		}
+	}
+	if m.THPDisable&1 != 0 {
+		if _, err := b.call("prctl(PR_SET_THP_DISABLE)", unix.SYS_PRCTL, unix.PR_SET_THP_DISABLE, 1, uint64(m.THPDisable&^1), 0, 0); err != nil {
+			return err
+		}
+	}
+	for bit := 0; bit < 16; bit++ {
+		if cmd := uint64(1) << bit; m.Membarrier&int(cmd) != 0 {
+			if _, err := b.call(fmt.Sprintf("membarrier(register %#x)", cmd), unix.SYS_MEMBARRIER, cmd, 0, 0); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// loginUID writes the audit login uid: only the process itself may write
+// its /proc/self/loginuid.
+func (b *builder) loginUID() error {
+	want := b.p.Misc.LoginUID
+	if want == nil {
+		return nil
+	}
+	cur, err := os.ReadFile(proc.Path(b.target, "loginuid"))
+	if err == nil && strings.TrimSpace(string(cur)) == strconv.FormatUint(uint64(*want), 10) {
+		return nil
+	}
+	if err := b.writeString(scratchPathOff, "/proc/self/loginuid"); err != nil {
+		return err
+	}
+	val := strconv.FormatUint(uint64(*want), 10)
+	if err := b.writeString(scratchOff, val); err != nil {
+		return err
+	}
+	fd, err := b.call("open /proc/self/loginuid", unix.SYS_OPENAT, uint64(unix.AT_FDCWD&0xffffffffffffffff), b.gadget+scratchPathOff, unix.O_WRONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	_, werr := b.call("write loginuid "+val, unix.SYS_WRITE, fd, b.gadget+scratchOff, uint64(len(val)))
+	if _, err := b.call("close", unix.SYS_CLOSE, fd); err != nil && werr == nil {
+		werr = err
+	}
+	return werr
+}
+
+// threadSched sets thread i's timer slack, scheduling policy and
+// parameters, CPU affinity and I/O priority. The slack goes first: a
+// real-time policy makes the kernel ignore it.
+func (b *builder) threadSched(i int) error {
+	th, in := &b.p.Threads[i], b.ins[i]
+	s := th.Sched
+	if s == nil {
+		return nil
+	}
+	if _, err := in.Call("prctl(PR_SET_TIMERSLACK)", unix.SYS_PRCTL, unix.PR_SET_TIMERSLACK, th.TimerSlack); err != nil {
+		return err
+	}
+	var attr [sizeofSchedAttr]byte
+	le := binary.LittleEndian
+	flags := s.Flags &^ (schedFlagUclamp | schedFlagKeep)
+	if s.UtilMin != 0 || (s.UtilMax != 0 && s.UtilMax != 1024) {
+		flags |= schedFlagUclamp
+	}
+	le.PutUint32(attr[0:], sizeofSchedAttr)
+	le.PutUint32(attr[4:], s.Policy)
+	le.PutUint64(attr[8:], flags)
+	le.PutUint32(attr[16:], uint32(s.Nice))
+	le.PutUint32(attr[20:], s.Priority)
+	le.PutUint64(attr[24:], s.Runtime)
+	le.PutUint64(attr[32:], s.Deadline)
+	le.PutUint64(attr[40:], s.Period)
+	le.PutUint32(attr[48:], s.UtilMin)
+	le.PutUint32(attr[52:], s.UtilMax)
+	if len(th.Affinity) > 0 {
+		// Real-time (and deadline) policies come after the affinity:
+		// SCHED_DEADLINE refuses an affinity narrower than its root domain.
+		mask := make([]byte, 8*len(th.Affinity))
+		for k, w := range th.Affinity {
+			le.PutUint64(mask[8*k:], w)
+		}
+		if err := b.write(scratchOff+sizeofSchedAttr, mask); err != nil {
+			return err
+		}
+		if _, err := in.Call("sched_setaffinity", unix.SYS_SCHED_SETAFFINITY, 0, uint64(len(mask)), b.gadget+scratchOff+sizeofSchedAttr); err != nil {
+			return err
+		}
+		var got unix.CPUSet
+		if err := unix.SchedGetaffinity(th.TID, &got); err != nil {
+			return fmt.Errorf("sched_getaffinity: %w", err)
+		}
+		for k := range got {
+			want := uint64(0)
+			if k < len(th.Affinity) {
+				want = th.Affinity[k]
+			}
+			if uint64(got[k]) != want {
+				return fmt.Errorf("CPU affinity word %d is %#x, the image has %#x (CPUs missing here, or a cpuset): %w", k, uint64(got[k]), want, ErrIncompatible)
+			}
+		}
+	}
+	if err := b.write(scratchOff, attr[:]); err != nil {
+		return err
+	}
+	if _, err := in.Call(fmt.Sprintf("sched_setattr(policy %d)", s.Policy), unix.SYS_SCHED_SETATTR, 0, b.gadget+scratchOff, 0); err != nil {
+		return err
+	}
+	if _, err := in.Call("ioprio_set", unix.SYS_IOPRIO_SET, ioprioWhoProcess, 0, uint64(th.IOPrio)); err != nil {
+		return err
+	}
+	return nil
+}
+
+// threadCreds returns the credentials of thread i.
+func (b *builder) threadCreds(i int) *image.Creds {
+	if c := b.p.Threads[i].Creds; c != nil {
+		return c
+	}
+	return &b.p.Creds
+}
+
+// setCreds gives thread i its credentials, in an order where each step
+// still has the privilege it needs: keep-caps and no setuid fixup while
+// the ids change, then the inheritable set (with ckpt-redo's permitted
+// set still there), the ambient set, the bounding set, the securebits
+// (locks included), no_new_privs and the seccomp filters (while
+// CAP_SYS_ADMIN is still there), and last the permitted and effective
+// sets.
+func (b *builder) setCreds(i int) error {
+	c, in := b.threadCreds(i), b.ins[i]
+	st, err := proc.ReadStatus(in.TID)
+	if err != nil {
+		return err
+	}
+	curPrm, curBnd := st.CapPrm, st.CapBnd
+	if _, err := in.Call("prctl(PR_SET_SECUREBITS keep-caps)", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, secbitKeepCaps|secbitNoFixup); err != nil {
+		return err
+	}
+	groups := make([]byte, 4*len(c.Groups))
+	for k, g := range c.Groups {
+		binary.LittleEndian.PutUint32(groups[4*k:], uint32(g))
+	}
+	if err := b.write(scratchOff, groups); err != nil {
+		return err
+	}
+	calls := []struct {
+		name string
+		nr   uint64
+		args []uint64
+	}{
+		{"setgroups", unix.SYS_SETGROUPS, []uint64{uint64(len(c.Groups)), b.gadget + scratchOff}},
+		{"setresgid", unix.SYS_SETRESGID, []uint64{uint64(c.GID[0]), uint64(c.GID[1]), uint64(c.GID[2])}},
+		{"setfsgid", unix.SYS_SETFSGID, []uint64{uint64(c.GID[3])}},
+		{"setresuid", unix.SYS_SETRESUID, []uint64{uint64(c.UID[0]), uint64(c.UID[1]), uint64(c.UID[2])}},
+		{"setfsuid", unix.SYS_SETFSUID, []uint64{uint64(c.UID[3])}},
+	}
+	for _, call := range calls {
+		ret, err := in.Syscall(call.nr, call.args...)
+		if err != nil {
+			return err
+		}
+		// setfsuid/setfsgid return the previous id, not an error.
+		if e := ptrace.Errno(ret); e != nil && call.nr != unix.SYS_SETFSUID && call.nr != unix.SYS_SETFSGID {
+			return fmt.Errorf("%s in %d: %w", call.name, in.TID, e)
+		}
+	}
+	if err := b.capset(in, curPrm, curPrm, c.CapInh); err != nil {
+		return err
+	}
+	for capn := 0; capn < 64; capn++ {
+		if c.CapAmb&(1<<capn) != 0 {
+			if _, err := in.Call(fmt.Sprintf("prctl(PR_CAP_AMBIENT_RAISE %d)", capn), unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uint64(capn), 0, 0); err != nil {
+				return err
+			}
+		}
+	}
+	for capn := 0; capn < 64; capn++ {
+		if curBnd&(1<<capn) != 0 && c.CapBnd&(1<<capn) == 0 {
+			if _, err := in.Call(fmt.Sprintf("prctl(PR_CAPBSET_DROP %d)", capn), unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uint64(capn)); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := in.Call(fmt.Sprintf("prctl(PR_SET_SECUREBITS %#x)", c.Securebits), unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, uint64(c.Securebits)); err != nil {
+		return err
+	}
+	if err := b.seccomp(i); err != nil {
+		return fmt.Errorf("seccomp: %w", err)
+	}
+	return b.capset(in, c.CapEff, c.CapPrm, c.CapInh)
+}
+
+// capset sets the three capability sets of the thread in.
+func (b *builder) capset(in *ptrace.Injector, eff, prm, inh uint64) error {
+	// struct __user_cap_header_struct {u32 version; int pid}, then two
+	// struct __user_cap_data_struct {u32 effective, permitted, inheritable}.
+	var buf [8 + 24]byte
+	le := binary.LittleEndian
+	le.PutUint32(buf[0:], capVersion3)
+	for k, v := range []uint64{eff, prm, inh} {
+		le.PutUint32(buf[8+4*k:], uint32(v))
+		le.PutUint32(buf[8+12+4*k:], uint32(v>>32))
+	}
+	if err := b.write(scratchOff, buf[:]); err != nil {
+		return err
+	}
+	_, err := in.Call(fmt.Sprintf("capset(eff %#x prm %#x inh %#x)", eff, prm, inh), unix.SYS_CAPSET, b.gadget+scratchOff, b.gadget+scratchOff+8)
+	return err
+}
+
+// mdwe turns memory-deny-write-execute back on, once no more executable
+// memory is mapped or made writable.
+func (b *builder) mdwe() error {
+	if b.p.Misc.MDWE == 0 {
+		return nil
+	}
+	_, err := b.call("prctl(PR_SET_MDWE)", unix.SYS_PRCTL, prSetMDWE, uint64(b.p.Misc.MDWE), 0, 0, 0)
+	return err
+}
