@@ -35,6 +35,7 @@ const (
 	prSetMMMap       = 14
 	prSetVMA         = 0x53564d41
 	prSetVMAAnonName = 0
+	siTimer          = -2
 )
 
 // builder builds one process of the tree.
@@ -632,16 +633,23 @@ func (b *builder) signals() error {
 			return err
 		}
 	}
-	if err := b.posixTimers(); err != nil {
+	rearmed, err := b.posixTimers()
+	if err != nil {
 		return err
 	}
 	for _, si := range p.Signals.Pending {
+		if timerSignal(si, rearmed) {
+			continue
+		}
 		if err := b.queue(si, -1); err != nil {
 			return err
 		}
 	}
 	for i, th := range p.Threads {
 		for _, si := range th.Pending {
+			if timerSignal(si, rearmed) {
+				continue
+			}
 			if err := b.queue(si, i); err != nil {
 				return err
 			}
@@ -652,11 +660,17 @@ func (b *builder) signals() error {
 
 // posixTimers re-creates timer_create timers with their IDs: the kernel
 // hands out IDs in order from 0, so holes are filled with timers that are
-// deleted afterwards.
-func (b *builder) posixTimers() error {
+// deleted afterwards. It returns the IDs of the periodic timers whose
+// signal was pending (value 0: the kernel re-arms them only when their
+// signal is dequeued): they are armed to expire at once, which queues
+// their signal again, tied to the timer as the kernel's own is, so that
+// its dequeue re-arms the timer; the saved copy of that signal is not
+// queued (timerSignal).
+func (b *builder) posixTimers() (map[int32]bool, error) {
 	ts := b.p.Timers.Posix
+	rearmed := map[int32]bool{}
 	if len(ts) == 0 {
-		return nil
+		return rearmed, nil
 	}
 	want := map[int]image.PosixTimer{}
 	maxID := 0
@@ -665,7 +679,7 @@ func (b *builder) posixTimers() error {
 		maxID = max(maxID, t.ID)
 	}
 	if maxID > 4096 {
-		return fmt.Errorf("posix timer id %d: too large to recreate", maxID)
+		return nil, fmt.Errorf("posix timer id %d: too large to recreate", maxID)
 	}
 	var filler []int
 	for id := 0; id <= maxID; id++ {
@@ -685,39 +699,53 @@ func (b *builder) posixTimers() error {
 			binary.LittleEndian.PutUint32(ev[12:], 1) // SIGEV_NONE
 		}
 		if err := b.write(scratchOff, ev[:]); err != nil {
-			return err
+			return nil, err
 		}
 		if _, err := b.call("timer_create", unix.SYS_TIMER_CREATE, uint64(clock), b.gadget+scratchOff, b.gadget+scratchOff+64); err != nil {
-			return err
+			return nil, err
 		}
 		var got [4]byte
 		if err := ptrace.ReadMem(b.target, b.gadget+scratchOff+64, got[:]); err != nil {
-			return err
+			return nil, err
 		}
 		if gid := int(binary.LittleEndian.Uint32(got[:])); gid != id {
-			return fmt.Errorf("timer_create gave id %d, want %d", gid, id)
+			return nil, fmt.Errorf("timer_create gave id %d, want %d", gid, id)
 		}
 		if !ok {
 			filler = append(filler, id)
 			continue
 		}
-		spec := [4]int64{t.IntervalNs / 1e9, t.IntervalNs % 1e9, t.ValueNs / 1e9, t.ValueNs % 1e9}
 		if t.ValueNs == 0 && t.IntervalNs == 0 {
 			continue
 		}
+		if t.ValueNs == 0 {
+			t.ValueNs = 1
+			rearmed[int32(id)] = true
+		}
+		spec := [4]int64{t.IntervalNs / 1e9, t.IntervalNs % 1e9, t.ValueNs / 1e9, t.ValueNs % 1e9}
 		if err := b.write(scratchOff, ptrace.Bytes(&spec)); err != nil {
-			return err
+			return nil, err
 		}
 		if _, err := b.call("timer_settime", unix.SYS_TIMER_SETTIME, uint64(id), 0, b.gadget+scratchOff, 0); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	for _, id := range filler {
 		if _, err := b.call("timer_delete", unix.SYS_TIMER_DELETE, uint64(id)); err != nil {
-			return err
+			return nil, err
 		}
 	}
-	return nil
+	return rearmed, nil
+}
+
+// timerSignal reports whether si is the signal of a POSIX timer in
+// rearmed (si_code SI_TIMER, si_timerid at offset 16).
+func timerSignal(si image.SigInfo, rearmed map[int32]bool) bool {
+	if len(si) < 20 || len(rearmed) == 0 {
+		return false
+	}
+	code := int32(binary.LittleEndian.Uint32(si[8:]))
+	return code == siTimer && rearmed[int32(binary.LittleEndian.Uint32(si[16:]))]
 }
 
 // queue puts a pending signal back, with its siginfo: to the process, or

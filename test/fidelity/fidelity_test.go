@@ -32,7 +32,8 @@ type fcase struct {
 	// dump must refuse, naming the process, and leave it untouched. If
 	// empty the state must be restored exactly (the program says PASS).
 	refuse string
-	// cflags are gcc flags besides -Wall -Werror -O1 -g -pthread.
+	// cflags are gcc flags besides -Wall -Werror -Wno-format-truncation -O1
+	// -g -pthread.
 	cflags []string
 	// dumpEnv are extra environment variables for `ckpt dump`; dumpWrap is
 	// a command line ckpt dump runs under (e.g. prlimit lowering its own
@@ -47,6 +48,9 @@ var cases = []fcase{
 	{name: "threadcomm", src: "proc_threadcomm.c"},
 	{name: "sched", src: "proc_sched.c"},
 	{name: "prctl", src: "proc_prctl.c"},
+	{name: "creds", src: "proc_creds.c"},
+	{name: "seccomp", src: "proc_seccomp.c"},
+	{name: "sigtrap", src: "proc_sigtrap.c"},
 	{name: "rlimit", src: "proc_rlimit.c"},
 	// File descriptors (pkg/fdkind): status flags, FD_CLOEXEC, positions,
 	// owners, shared descriptions.
@@ -112,6 +116,10 @@ var cases = []fcase{
 	{name: "mem_secret", src: "mem_refused.c", args: []string{"secret"}, refuse: "memfd_secret memory: no one but the process can read it: cannot be restored"},
 	{name: "rlimit_above_ckpt", src: "proc_rlimit.c", refuse: "RLIMIT_NOFILE: hard limit",
 		dumpWrap: []string{"prlimit", "--nofile=1024:1024", "--"}},
+	{name: "oom_score_adj_below_ckpt", src: "proc_prctl.c", refuse: "oom_score_adj: 500 is below ckpt's own 600",
+		dumpWrap: []string{"sh", "-c", `echo 600 > /proc/self/oom_score_adj && exec "$0" "$@"`}},
+	{name: "caps_outside_ckpt", src: "proc_creds.c", refuse: "capabilities 0x400000 are outside ckpt's own bounding set",
+		dumpWrap: []string{"setpriv", "--bounding-set", "-sys_boot", "--"}},
 }
 
 // modes are the ways a restorable case is checkpointed before the program
@@ -195,7 +203,7 @@ func build(t *testing.T, c fcase) string {
 	t.Helper()
 	dir := filepath.Join(testenv.RepoRoot(t), "testdata", "fidelity")
 	out := filepath.Join(t.TempDir(), strings.TrimSuffix(c.src, ".c"))
-	args := append([]string{"-Wall", "-Werror", "-O1", "-g", "-pthread", "-I", dir}, c.cflags...)
+	args := append([]string{"-Wall", "-Werror", "-Wno-format-truncation", "-O1", "-g", "-pthread", "-I", dir}, c.cflags...)
 	args = append(args, "-o", out, filepath.Join(dir, c.src))
 	if b, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
 		t.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, b)

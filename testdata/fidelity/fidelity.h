@@ -85,7 +85,7 @@ static __attribute__((unused)) void fid_init(int argc, char **argv)
 #define FID_SETUP(cond, ...)                                                   \
 	do {                                                                   \
 		if (!(cond)) {                                                 \
-			char m_[512];                                          \
+			char m_[2048];                                          \
 			int e_ = errno;                                        \
 			snprintf(m_, sizeof m_, __VA_ARGS__);                  \
 			fid_line("FAIL: setup: %s (errno: %s)", m_, strerror(e_)); \
@@ -202,5 +202,44 @@ static __attribute__((unused)) int fid_read_file(const char *path, char *out, si
 	if (n > 0 && out[n - 1] == '\n')
 		out[n - 1] = 0;
 	return 0;
+}
+
+/* fid_snapshot copies the values of the given keys (a NULL-terminated
+ * list) of /proc/thread-self/status into out as "Key=value; ...", so that
+ * a thread can compare its state before and after with strcmp. */
+static __attribute__((unused)) void fid_snapshot(const char *const *keys, char *out, size_t len)
+{
+	size_t n = 0;
+	out[0] = 0;
+	for (; *keys; keys++) {
+		char v[256] = "?";
+		char path[64];
+		snprintf(path, sizeof path, "/proc/thread-self/status");
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			char buf[8192];
+			ssize_t r = read(fd, buf, sizeof buf - 1);
+			close(fd);
+			if (r > 0) {
+				buf[r] = 0;
+				size_t kl = strlen(*keys);
+				for (char *l = buf; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL)
+					if (strncmp(l, *keys, kl) == 0 && l[kl] == ':') {
+						char *x = l + kl + 1;
+						while (*x == ' ' || *x == '\t')
+							x++;
+						size_t k = strcspn(x, "\n");
+						if (k >= sizeof v)
+							k = sizeof v - 1;
+						memcpy(v, x, k);
+						v[k] = 0;
+					}
+			}
+		}
+		int w = snprintf(out + n, len - n, "%s%s=%s", n ? "; " : "", *keys, v);
+		if (w < 0 || (size_t)w >= len - n)
+			return;
+		n += w;
+	}
 }
 #endif
