@@ -303,6 +303,18 @@ func TestRefusedOptions(t *testing.T) {
 			must(t, unix.Listen(fd, 1))
 			return fd
 		}, "TCP-MD5"},
+		{"urgent data", func(t *testing.T) int {
+			fd, peer := connPair(t, "tcp4", "127.0.0.1:0")
+			f, err := peer.(*net.TCPConn).File()
+			must(t, err)
+			defer f.Close()
+			must(t, unix.Send(int(f.Fd()), []byte("!"), unix.MSG_OOB))
+			deadline := time.Now().Add(5 * time.Second)
+			for !urgentData(fd) && time.Now().Before(deadline) {
+				time.Sleep(5 * time.Millisecond)
+			}
+			return fd
+		}, "urgent data"},
 		{"MPTCP", func(t *testing.T) int {
 			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_MPTCP)
 			if err != nil {

@@ -103,6 +103,9 @@ func readOptions(fd, family, typ, proto int, established, errOK bool) ([]image.S
 	if !errOK && pendingError(fd) {
 		return nil, fmt.Errorf("a pending socket error or error queue (SO_ERROR, MSG_ERRQUEUE, MSG_ZEROCOPY completions) cannot be restored: %w", ErrState)
 	}
+	if urgentData(fd) {
+		return nil, fmt.Errorf("urgent data (MSG_OOB) pending in the receive queue cannot be restored: %w", ErrState)
+	}
 	if err := refuseOptions(fd, proto); err != nil {
 		return nil, err
 	}
@@ -269,4 +272,12 @@ func pendingError(fd int) bool {
 	pfd := []unix.PollFd{{Fd: int32(fd), Events: 0}}
 	_, err := unix.Poll(pfd, 0)
 	return err == nil && pfd[0].Revents&unix.POLLERR != 0
+}
+
+// urgentData says whether urgent data (MSG_OOB: TCP, UNIX stream) waits to
+// be read: poll gives POLLPRI.
+func urgentData(fd int) bool {
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLPRI}}
+	_, err := unix.Poll(pfd, 0)
+	return err == nil && pfd[0].Revents&unix.POLLPRI != 0
 }
