@@ -31,6 +31,9 @@ func describeDir(env DumpEnv, s *Source, f *image.File) error {
 	}
 	f.Ref = StatRef(lf.Path, &s.Stat)
 	f.Ref.Deleted = lf.Unlinked
+	if err := procFileGone(lf.Path); err != nil {
+		return err
+	}
 	return nil
 }
 

@@ -35,6 +35,9 @@ func describeRegular(env DumpEnv, s *Source, f *image.File) error {
 		return err
 	}
 	f.Ref = StatRef(lf.Path, &s.Stat)
+	if err := procFileGone(lf.Path); err != nil {
+		return err
+	}
 	if lf.Unlinked {
 		if err := env.Ghost(s.Path(), &s.Stat, &f.Ref); err != nil {
 			return err
@@ -145,4 +148,21 @@ func OpenRef(env RestoreEnv, ref *image.FileRef, flags int, strict bool) (*os.Fi
 		}
 	}
 	return os.OpenFile(ref.Path, fl|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+}
+
+// procFileGone refuses a file of the /proc directory of a process that
+// has exited: the restore could not open it again.
+func procFileGone(path string) error {
+	rest, ok := strings.CutPrefix(path, "/proc/")
+	if !ok {
+		return nil
+	}
+	pid, _, _ := strings.Cut(rest, "/")
+	if _, err := strconv.Atoi(pid); err != nil {
+		return nil
+	}
+	if _, err := os.Stat("/proc/" + pid); err != nil {
+		return fmt.Errorf("%s: a file of process %s, which has exited: cannot be restored: %w", path, pid, ErrUnsupported)
+	}
+	return nil
 }

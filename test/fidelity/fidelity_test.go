@@ -103,6 +103,7 @@ var cases = []fcase{
 	{name: "fd_perf_event", src: "fd_refused.c", args: []string{"perf_event"}, refuse: "fd 4 (anon_inode:[perf_event]): perf_event: cannot be restored"},
 	{name: "fd_fanotify", src: "fd_refused.c", args: []string{"fanotify"}, refuse: "fd 4 (anon_inode:[fanotify]): fanotify group: cannot be restored"},
 	{name: "fd_userfaultfd", src: "fd_refused.c", args: []string{"userfaultfd"}, refuse: "fd 4 (anon_inode:[userfaultfd]): userfaultfd: cannot be restored"},
+	{name: "fd_proc_gone", src: "fd_refused.c", args: []string{"proc_gone"}, refuse: "which has exited: cannot be restored"},
 	{name: "fd_sigio_owner", src: "fd_refused.c", args: []string{"sigio_owner"}, refuse: "fd 4: SIGIO goes to process"},
 	{name: "fd_inotify_pending", src: "fd_refused.c", args: []string{"inotify_pending"}, refuse: "fd 4 (anon_inode:inotify): inotify instance with"},
 	{name: "aio", src: "proc_aio.c", refuse: "AIO context"},
