@@ -184,7 +184,8 @@ const stopTimeout = 10 * time.Second
 
 // waitStop waits for a state change of tid until deadline: it polls, first
 // without sleeping (a seized thread usually stops within microseconds),
-// then with sleeps growing to a millisecond.
+// then with sleeps doubling from 2µs to a millisecond, so that it oversleeps
+// a stop by at most the time it already waited.
 func waitStop(tid int, deadline time.Time) (ptrace.Stop, error) {
 	sleep := time.Duration(0)
 	for i := 0; ; i++ {
@@ -209,8 +210,8 @@ func waitStop(tid int, deadline time.Time) (ptrace.Stop, error) {
 			}
 			return ptrace.Stop{}, fmt.Errorf("thread %d did not stop within %v (state %s: stuck in the kernel): %w", tid, stopTimeout, state, ErrUnsupported)
 		}
-		if i > 200 {
-			sleep = min(max(2*sleep, 20*time.Microsecond), time.Millisecond)
+		if i > 50 {
+			sleep = min(max(2*sleep, 2*time.Microsecond), time.Millisecond)
 			time.Sleep(sleep)
 		}
 	}
