@@ -92,6 +92,9 @@ func dataExtents(fd int, size int64) ([]image.Extent, error) {
 // ghostKey names the file standing for a deleted file.
 type ghostKey int
 
+// memfdFirstKey marks the memfd of a content record handed out as is.
+type memfdFirstKey int
+
 // openGhost opens a new description of the file standing for a deleted
 // one, made once per content record: every fd and mapping of it shares
 // it, as they shared the original.
@@ -101,6 +104,16 @@ func openGhost(env RestoreEnv, ref *image.FileRef, flags int) (*os.File, error) 
 		return nil, err
 	}
 	tmp := v.(*os.File)
+	// The first read-write description of a memfd is the one
+	// memfd_create made, as it was: a reopened one counts as a writer,
+	// and a sealed memfd could then not be run (execveat: ETXTBSY).
+	if strings.HasPrefix(ref.Path, "/memfd:") && flags&unix.O_ACCMODE == unix.O_RDWR {
+		first := false
+		env.Once(memfdFirstKey(ref.DataID), func() (any, error) { first = true; return true, nil })
+		if first {
+			return dupFile(tmp)
+		}
+	}
 	// O_NOFOLLOW would refuse the /proc link itself.
 	f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", tmp.Fd()), flags&^unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {

@@ -1,7 +1,8 @@
 /*
  * fd_misc DIR: O_PATH fds (of a file, and O_PATH|O_NOFOLLOW of a symbolic
  * link itself), a directory removed while open, a memfd with seals and a
- * mapping of it, and pidfds: of
+ * mapping of it, a sealed memfd holding a program (run with execveat
+ * after the restore), and pidfds: of
  * the process itself, of a live child in the tree, and of a child that
  * has exited and been reaped.
  */
@@ -61,6 +62,16 @@ int main(int argc, char **argv)
 	FID_SETUP(m != MAP_FAILED, "mmap memfd");
 	FID_SETUP(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) == 0, "seals");
 
+	int exe = memfd_create("fid-exe", MFD_ALLOW_SEALING | MFD_CLOEXEC);
+	int bin = open("/bin/true", O_RDONLY | O_CLOEXEC);
+	FID_SETUP(exe >= 0 && bin >= 0, "memfd for a program");
+	char buf[65536];
+	ssize_t n;
+	while ((n = read(bin, buf, sizeof buf)) > 0)
+		FID_SETUP(write(exe, buf, n) == n, "copy /bin/true");
+	close(bin);
+	FID_SETUP(fcntl(exe, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW) == 0, "seal the program");
+
 	int self = pidfd_open(getpid(), 0);
 	pid_t dead = fork();
 	if (dead == 0)
@@ -107,6 +118,19 @@ int main(int argc, char **argv)
 	FID_EXPECT(ftruncate(mfd, 100) < 0 && errno == EPERM, "a sealed memfd shrank");
 	FID_EXPECT(memcmp(m + 4096, "sealed", 6) == 0, "memfd mapping holds %.6s", m + 4096);
 	FID_EXPECT(pwrite(mfd, "S", 1, 4096) == 1 && m[4096] == 'S', "the memfd and its mapping no longer share");
+
+	expect_link(exe, "/memfd:fid-exe (deleted)");
+	FID_EXPECT(fcntl(exe, F_GET_SEALS) == (F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW), "program memfd seals %#x",
+		   fcntl(exe, F_GET_SEALS));
+	pid_t runner = fork();
+	if (runner == 0) {
+		char *av[] = {"true", NULL}, *ev[] = {NULL};
+		syscall(SYS_execveat, exe, "", av, ev, AT_EMPTY_PATH);
+		_exit(100 + errno);
+	}
+	int rst = -1;
+	FID_EXPECT(runner > 0 && waitpid(runner, &rst, 0) == runner && WIFEXITED(rst) && WEXITSTATUS(rst) == 0,
+		   "execveat of the memfd program: status %#x (100+errno)", rst);
 
 	FID_EXPECT(fdinfo_pid(self) == getpid(), "pidfd of itself: Pid %d, want %d", fdinfo_pid(self), getpid());
 	FID_EXPECT(fdinfo_pid(livefd) == live, "pidfd of the child: Pid %d, want %d", fdinfo_pid(livefd), live);
