@@ -160,17 +160,21 @@ func (t *tree) ownerInDump(typ, id int) bool {
 // fileEnv is what the fd kinds get from the dump of a tree.
 type fileEnv struct{ t *tree }
 
+// AddData implements fdkind.DumpEnv.
 func (e fileEnv) AddData(b []byte) int { return e.t.addData(b) }
 
+// Ghost implements fdkind.DumpEnv.
 func (e fileEnv) Ghost(path string, st *unix.Stat_t, ref *image.FileRef) error {
 	return (&dumper{t: e.t, opts: e.t.opts}).ghost(path, &syscall.Stat_t{Dev: st.Dev, Ino: st.Ino, Size: st.Size}, ref)
 }
 
+// Socket implements fdkind.DumpEnv.
 func (e fileEnv) Socket(pid, fd int) (int, bool) {
 	our, ok := e.t.socks.fds[[2]int{pid, fd}]
 	return our, ok
 }
 
+// Sockets implements fdkind.DumpEnv.
 func (e fileEnv) Sockets() fdkind.SocketDumpEnv { return e.t }
 
 // UnixSockets is sock_diag's view of the tree's UNIX sockets, read on

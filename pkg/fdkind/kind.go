@@ -66,6 +66,7 @@ type Where struct {
 	FD  int
 }
 
+// String names the fd and its process, for messages.
 func (w Where) String() string { return fmt.Sprintf("process %d fd %d", w.PID, w.FD) }
 
 // Desc is a restored open file description: a file opened in ckpt-redo

@@ -278,6 +278,7 @@ func (t *tree) takeLock() error {
 // fileEnv is what the fd kinds get from the restore of a tree.
 type fileEnv struct{ t *tree }
 
+// Data implements fdkind.RestoreEnv.
 func (e fileEnv) Data(id int) ([]byte, error) {
 	b, ok := e.t.img.data[id]
 	if !ok {
@@ -286,6 +287,7 @@ func (e fileEnv) Data(id int) ([]byte, error) {
 	return b, nil
 }
 
+// Once implements fdkind.RestoreEnv.
 func (e fileEnv) Once(key any, build func() (any, error)) (any, error) {
 	if v, ok := e.t.once[key]; ok {
 		return v, nil
@@ -301,12 +303,16 @@ func (e fileEnv) Once(key any, build func() (any, error)) (any, error) {
 	return v, nil
 }
 
+// Keep implements fdkind.RestoreEnv.
 func (e fileEnv) Keep(f *os.File) { e.t.owned = append(e.t.owned, f) }
 
+// InDump implements fdkind.RestoreEnv.
 func (e fileEnv) InDump(pid int) bool { _, ok := e.t.byPID[pid]; return ok }
 
+// ShellJob implements fdkind.RestoreEnv.
 func (e fileEnv) ShellJob() bool { return e.t.opts.ShellJob }
 
+// Stdio implements fdkind.RestoreEnv.
 func (e fileEnv) Stdio() (*os.File, bool, error) {
 	if e.t.opts.Stdio == "" {
 		return nil, false, nil
@@ -315,10 +321,13 @@ func (e fileEnv) Stdio() (*os.File, bool, error) {
 	return f, true, err
 }
 
+// Sockets implements fdkind.RestoreEnv.
 func (e fileEnv) Sockets() fdkind.SocketRestoreEnv { return e }
 
+// Rules implements fdkind.SocketRestoreEnv.
 func (e fileEnv) Rules() *rewrite.Rules { return e.t.opts.Rules }
 
+// Peer implements fdkind.SocketRestoreEnv.
 func (e fileEnv) Peer(ino uint32) *image.File {
 	for _, f := range e.t.files {
 		if f.Socket != nil && f.Socket.Family == unix.AF_UNIX && f.Socket.Ino == ino {
@@ -328,6 +337,7 @@ func (e fileEnv) Peer(ino uint32) *image.File {
 	return nil
 }
 
+// Repairing implements fdkind.SocketRestoreEnv.
 func (e fileEnv) Repairing(f *os.File, s *image.Socket, sendQ []byte) {
 	e.t.repairs = append(e.t.repairs, repairing{f: f, s: s, sendQ: sendQ})
 }
