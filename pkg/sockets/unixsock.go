@@ -215,6 +215,9 @@ func peekUnix(fd, typ, limit int) ([]UnixMsg, error) {
 // their options, the messages queued for each (qa for a, sent by b) and
 // their shutdown state.
 func UnixPair(a, b *image.Socket, qa, qb []UnixMsg) (int, int, error) {
+	if a.Local != "" || b.Local != "" {
+		return namedPair(a, b, qa, qb)
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, -1, fmt.Errorf("socketpair: %w", err)
@@ -398,33 +401,42 @@ func sendFrom(typ int, m UnixMsg, to unix.Sockaddr) error {
 	defer tmpFD.Close()
 	tmp := tmpFD.Int()
 	if m.From != "" {
-		if m.From[0] == '@' {
-			if err := unix.Bind(tmp, unixAddr(m.From)); err != nil {
-				return fmt.Errorf("bind the sender's name %s: %w", m.From, err)
-			}
-		} else {
-			aside := ""
-			if _, err := os.Lstat(m.From); err == nil {
-				aside = m.From + ".ckpt-aside-" + strconv.Itoa(os.Getpid())
-				if err := os.Rename(m.From, aside); err != nil {
-					return fmt.Errorf("move %s aside: %w", m.From, err)
-				}
-			}
-			err := unix.Bind(tmp, unixAddr(m.From))
-			defer func() {
-				if err == nil {
-					os.Remove(m.From)
-				}
-				if aside != "" {
-					os.Rename(aside, m.From)
-				}
-			}()
-			if err != nil {
-				return fmt.Errorf("bind the sender's name %s: %w", m.From, err)
-			}
+		undo, err := bindAside(tmp, m.From)
+		if err != nil {
+			return fmt.Errorf("the sender's name: %w", err)
 		}
+		defer undo()
 	}
 	return sendNow(tmp, m.Data, to)
+}
+
+// bindAside binds a temporary socket to name; a file at a path name is
+// moved aside meanwhile. undo, once the socket is closed or not needed,
+// removes its file and puts back what was there.
+func bindAside(fd int, name string) (undo func(), err error) {
+	if name[0] == '@' {
+		if err := unix.Bind(fd, unixAddr(name)); err != nil {
+			return nil, fmt.Errorf("bind %s: %w", name, err)
+		}
+		return func() {}, nil
+	}
+	aside := ""
+	if _, err := os.Lstat(name); err == nil {
+		aside = name + ".ckpt-aside-" + strconv.Itoa(os.Getpid())
+		if err := os.Rename(name, aside); err != nil {
+			return nil, fmt.Errorf("move %s aside: %w", name, err)
+		}
+	}
+	back := func() {
+		if aside != "" {
+			os.Rename(aside, name)
+		}
+	}
+	if err := unix.Bind(fd, unixAddr(name)); err != nil {
+		back()
+		return nil, fmt.Errorf("bind %s: %w", name, err)
+	}
+	return func() { os.Remove(name); back() }, nil
 }
 
 // ConnectUnix rebuilds a client whose connection waited in the accept
@@ -579,4 +591,89 @@ func connectedTo(all map[uint32]UnixInfo, ino uint32) bool {
 		}
 	}
 	return false
+}
+
+// namedPair rebuilds a connected pair one end of which has a name, so that
+// getsockname and getpeername read the same: datagram sockets (both then
+// named) are bound and connected to each other; a stream or seqpacket
+// connection is made through a temporary listener on the name of the end
+// that was accepted (its listener is gone), the other end connecting to
+// it from its own name, if any.
+func namedPair(a, b *image.Socket, qa, qb []UnixMsg) (int, int, error) {
+	var fds [2]int
+	fds[0], fds[1] = -1, -1
+	fail := func(err error) (int, int, error) {
+		for _, fd := range fds {
+			if fd >= 0 {
+				unix.Close(fd)
+			}
+		}
+		return -1, -1, err
+	}
+	if a.Type == unix.SOCK_DGRAM {
+		if a.Local == "" || b.Local == "" {
+			return fail(fmt.Errorf("a datagram pair with one name: %w", ErrState))
+		}
+		for i, s := range []*image.Socket{a, b} {
+			fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return fail(fmt.Errorf("socket: %w", err))
+			}
+			fds[i] = fd
+			if err := setOptions(fd, s.Options, early, nil); err != nil {
+				return fail(err)
+			}
+			if err := bindUnix(fd, s.Local); err != nil {
+				return fail(err)
+			}
+		}
+		for i, to := range []string{b.Local, a.Local} {
+			if err := unix.Connect(fds[i], unixAddr(to)); err != nil {
+				return fail(fmt.Errorf("connect to %s: %w", to, err))
+			}
+		}
+	} else {
+		srv, cli := 0, 1 // the accepted end bears the listener's name
+		if a.Local == "" {
+			srv, cli = 1, 0
+		}
+		ss := [2]*image.Socket{a, b}
+		l, err := unix.Socket(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return fail(fmt.Errorf("socket: %w", err))
+		}
+		defer unix.Close(l)
+		undo, err := bindAside(l, ss[srv].Local)
+		if err != nil {
+			return fail(err)
+		}
+		defer undo()
+		if err := unix.Listen(l, 1); err != nil {
+			return fail(fmt.Errorf("listen: %w", err))
+		}
+		if fds[cli], err = unix.Socket(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0); err != nil {
+			return fail(fmt.Errorf("socket: %w", err))
+		}
+		if err := setOptions(fds[cli], ss[cli].Options, early, nil); err != nil {
+			return fail(err)
+		}
+		if ss[cli].Local != "" {
+			if err := bindUnix(fds[cli], ss[cli].Local); err != nil {
+				return fail(err)
+			}
+		}
+		if err := unix.Connect(fds[cli], unixAddr(ss[srv].Local)); err != nil {
+			return fail(fmt.Errorf("connect to %s: %w", ss[srv].Local, err))
+		}
+		if fds[srv], _, err = unix.Accept4(l, unix.SOCK_CLOEXEC); err != nil {
+			return fail(fmt.Errorf("accept: %w", err))
+		}
+		if err := setOptions(fds[srv], ss[srv].Options, early, nil); err != nil {
+			return fail(err)
+		}
+	}
+	if err := fillAndFinish(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}); err != nil {
+		return fail(err)
+	}
+	return fds[0], fds[1], nil
 }

@@ -171,6 +171,27 @@ int main(int argc, char **argv)
 	FID_SETUP(socketpair(AF_UNIX, SOCK_STREAM, 0, rp) == 0, "socketpair");
 	FID_SETUP(send(rp[1], "before", 6, 0) == 6 && send(rp[0], "unread", 6, 0) == 6, "send");
 	close(rp[1]);
+	/* A connection whose listener was closed since, and a datagram pair
+	 * of two named sockets connected to each other. */
+	char gpath[200], xpath[200], ypath[200];
+	snprintf(gpath, sizeof gpath, "%s/gone", dir);
+	snprintf(xpath, sizeof xpath, "%s/x", dir);
+	snprintf(ypath, sizeof ypath, "%s/y", dir);
+	int gl = socket(AF_UNIX, SOCK_STREAM, 0), gc = socket(AF_UNIX, SOCK_STREAM, 0);
+	sun_of(&a, &al, gpath);
+	FID_SETUP(bind(gl, (struct sockaddr *)&a, al) == 0 && listen(gl, 1) == 0 && connect(gc, (struct sockaddr *)&a, al) == 0, "gone listener");
+	int gs = accept(gl, NULL, NULL);
+	FID_SETUP(gs >= 0, "accept");
+	close(gl);
+	FID_SETUP(send(gc, "to gs", 5, 0) == 5, "send");
+	int dx = socket(AF_UNIX, SOCK_DGRAM, 0), dy = socket(AF_UNIX, SOCK_DGRAM, 0);
+	struct sockaddr_un xa, ya;
+	socklen_t xl, yl;
+	sun_of(&xa, &xl, xpath);
+	sun_of(&ya, &yl, ypath);
+	FID_SETUP(bind(dx, (struct sockaddr *)&xa, xl) == 0 && bind(dy, (struct sockaddr *)&ya, yl) == 0, "bind x y");
+	FID_SETUP(connect(dx, (struct sockaddr *)&ya, yl) == 0 && connect(dy, (struct sockaddr *)&xa, xl) == 0, "connect x y");
+	FID_SETUP(send(dx, "x2y", 3, 0) == 3, "send x2y");
 	watch_common(m2, "accepted");
 	/* A named datagram socket with two sockets connected to it one way,
 	 * one of them named, messages queued both ways. */
@@ -226,6 +247,17 @@ int main(int argc, char **argv)
 	FID_EXPECT(connect(j, (struct sockaddr *)&a, al) == 0, "connect to the listener: %s", strerror(errno));
 	struct pollfd p = {l, POLLIN, 0};
 	FID_EXPECT(poll(&p, 1, 5000) == 1 && accept(l, NULL, NULL) >= 0, "accept");
+	struct sockaddr_un gn;
+	socklen_t gnl = sizeof gn;
+	memset(&gn, 0, sizeof gn);
+	FID_EXPECT(getsockname(gs, (struct sockaddr *)&gn, &gnl) == 0 && strcmp(gn.sun_path, gpath) == 0, "accepted (listener gone) name %s", gn.sun_path);
+	gnl = sizeof gn;
+	memset(&gn, 0, sizeof gn);
+	FID_EXPECT(getpeername(gc, (struct sockaddr *)&gn, &gnl) == 0 && strcmp(gn.sun_path, gpath) == 0, "client (listener gone) peer %s", gn.sun_path);
+	expect_msg(gs, "to gs", 5, "accepted (listener gone)");
+	expect_from(dy, "x2y", xpath);
+	FID_EXPECT(send(dy, "y2x", 3, 0) == 3, "send y2x");
+	expect_from(dx, "y2x", ypath);
 	int rerr = 0;
 	socklen_t rl = sizeof rerr;
 	FID_EXPECT(getsockopt(rp[0], SOL_SOCKET, SO_ERROR, &rerr, &rl) == 0 && rerr == ECONNRESET, "reset by the closed peer: SO_ERROR %d", rerr);
