@@ -59,6 +59,7 @@ func (in *Injector) Syscall(nr uint64, args ...uint64) (uint64, error) {
 	if err := SetRegs(in.TID, &r); err != nil {
 		return 0, err
 	}
+	entered := false
 	for {
 		if err := ptrace(unix.PTRACE_SYSCALL, in.TID, 0, 0); err != nil {
 			return 0, fmt.Errorf("inject syscall %d into %d: resume: %w", nr, in.TID, err)
@@ -82,16 +83,16 @@ func (in *Injector) Syscall(nr uint64, args ...uint64) (uint64, error) {
 			continue
 		}
 		if st.Sig() == unix.SIGTRAP|0x80 { // a syscall stop (PTRACE_O_TRACESYSGOOD)
-			op, err := syscallStop(in.TID)
-			if err != nil {
-				return 0, fmt.Errorf("inject syscall %d into %d: %w", nr, in.TID, err)
-			}
-			if op == unix.PTRACE_SYSCALL_INFO_EXIT {
-				break
-			}
-			if op == unix.PTRACE_SYSCALL_INFO_ENTRY {
+			// The task was not inside a system call (it is in an
+			// interrupt stop, or at the exit stop of the previous
+			// call): the first syscall stop is the call's entry, the
+			// second its exit. Counting them spares a
+			// PTRACE_GET_SYSCALL_INFO at each.
+			if !entered {
+				entered = true
 				continue
 			}
+			break
 		}
 		// A signal-delivery stop: the signal was taken off the queue.
 		info, _ := GetSigInfo(in.TID)
@@ -125,16 +126,6 @@ func fault(sig unix.Signal, info []byte) bool {
 		return len(info) >= 12 && int32(binary.LittleEndian.Uint32(info[8:])) > 0
 	}
 	return false
-}
-
-// syscallStop tells which syscall stop the task is in:
-// PTRACE_SYSCALL_INFO_ENTRY, _EXIT, or _NONE for another stop.
-func syscallStop(tid int) (uint8, error) {
-	var info [88]byte // struct ptrace_syscall_info; op is the first byte
-	if _, err := ptraceRet(unix.PTRACE_GET_SYSCALL_INFO, tid, uintptr(len(info)), uintptr(unsafe.Pointer(&info[0]))); err != nil {
-		return 0, fmt.Errorf("PTRACE_GET_SYSCALL_INFO: %w", err)
-	}
-	return info[0], nil
 }
 
 // Park moves the task from the syscall-exit stop that ends an injected

@@ -27,7 +27,7 @@ type tracee struct {
 
 // startTracee compiles testdata/tracee.c and starts it; it is killed at
 // the end of the test.
-func startTracee(t *testing.T) *tracee {
+func startTracee(t testing.TB) *tracee {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root")
@@ -64,7 +64,7 @@ func startTracee(t *testing.T) *tracee {
 }
 
 // readCounter reads the tracee's counter.
-func (tr *tracee) readCounter(t *testing.T) uint64 {
+func (tr *tracee) readCounter(t testing.TB) uint64 {
 	t.Helper()
 	var b [8]byte
 	if err := ReadMem(tr.pid, tr.counter, b[:]); err != nil {
@@ -74,7 +74,7 @@ func (tr *tracee) readCounter(t *testing.T) uint64 {
 }
 
 // waitCounting waits until the counter moves.
-func (tr *tracee) waitCounting(t *testing.T) {
+func (tr *tracee) waitCounting(t testing.TB) {
 	t.Helper()
 	start := tr.readCounter(t)
 	for deadline := time.Now().Add(10 * time.Second); tr.readCounter(t) == start; {
@@ -86,7 +86,7 @@ func (tr *tracee) waitCounting(t *testing.T) {
 }
 
 // vdsoGadget finds a syscall instruction in the tracee's vDSO.
-func vdsoGadget(t *testing.T, pid int) uint64 {
+func vdsoGadget(t testing.TB, pid int) uint64 {
 	t.Helper()
 	maps, err := proc.ReadSmaps(pid)
 	if err != nil {
@@ -109,7 +109,7 @@ func vdsoGadget(t *testing.T, pid int) uint64 {
 }
 
 // stop interrupts a seized tracee and waits for the interrupt stop.
-func stop(t *testing.T, pid int) {
+func stop(t testing.TB, pid int) {
 	t.Helper()
 	if err := Interrupt(pid); err != nil {
 		t.Fatal(err)

@@ -1,0 +1,34 @@
+package ptrace
+
+import (
+	"runtime"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// BenchmarkInject measures one injected system call (getpid) into a
+// stopped tracee: what a dump pays per sigaction or timer it reads and a
+// restore per mapping it makes.
+func BenchmarkInject(b *testing.B) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	tr := startTracee(b)
+	if err := Seize(tr.pid, 0); err != nil {
+		b.Fatal(err)
+	}
+	stop(b, tr.pid)
+	in := Injector{TID: tr.pid, Gadget: vdsoGadget(b, tr.pid)}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		ret, err := in.Syscall(unix.SYS_GETPID)
+		if err != nil || int(ret) != tr.pid {
+			b.Fatalf("getpid: %d, %v", ret, err)
+		}
+	}
+	b.StopTimer()
+	if err := in.Park(); err != nil {
+		b.Fatal(err)
+	}
+	Detach(tr.pid, 0)
+}
