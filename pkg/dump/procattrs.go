@@ -27,6 +27,8 @@ const (
 	prGetMemoryMerge        = 0x44
 	prGetMDWE               = 0x42
 	seccompFilterFlagsSaved = unix.SECCOMP_FILTER_FLAG_LOG | unix.SECCOMP_FILTER_FLAG_SPEC_ALLOW
+	ptraceGetSUDConfig      = 0x4210     // PTRACE_GET_SYSCALL_USER_DISPATCH_CONFIG
+	pfMemallocNoIO          = 0x00080000 // PF_MEMALLOC_NOIO, set by PR_SET_IO_FLUSHER
 )
 
 // readCreds reads the credentials of task tid of process pid from its
@@ -98,6 +100,24 @@ func collectSched(tid int, th *image.Thread) error {
 		return fmt.Errorf("ioprio_get: %w", e)
 	}
 	th.IOPrio = int(io)
+	return refuseThreadFlags(tid)
+}
+
+// refuseThreadFlags refuses syscall user dispatch and the I/O flusher
+// flag, which ckpt does not restore.
+func refuseThreadFlags(tid int) error {
+	sud := struct{ Mode, Selector, Offset, Len uint64 }{}
+	_, _, e := unix.Syscall6(unix.SYS_PTRACE, ptraceGetSUDConfig, uintptr(tid), unsafe.Sizeof(sud), uintptr(unsafe.Pointer(&sud)), 0, 0)
+	if e == 0 && sud.Mode != 0 {
+		return refuse(tgidOf(tid), fmt.Sprintf("thread %d", tid), "syscall user dispatch (PR_SET_SYSCALL_USER_DISPATCH) is not restored")
+	}
+	st, err := proc.ReadStat(tgidOf(tid), tid)
+	if err != nil {
+		return fmt.Errorf("read stat: %w", err)
+	}
+	if st.Flags&pfMemallocNoIO != 0 {
+		return refuse(tgidOf(tid), fmt.Sprintf("thread %d", tid), "I/O flusher (PR_SET_IO_FLUSHER) or no-I/O allocation flag is not restored")
+	}
 	return nil
 }
 
@@ -127,9 +147,41 @@ func collectProcAttrs(pid int, p *image.Process) error {
 	return nil
 }
 
-// injectThreadAttrs asks a thread what only it can tell: its timer slack
-// and securebits.
+// injectThreadAttrs asks a thread what only it can tell: its timer slack,
+// securebits, speculation controls, TSC and machine-check policies; and
+// refuses a core-scheduling cookie.
 func injectThreadAttrs(r *remote, th *image.Thread) error {
+	for w := uint64(0); w < 3; w++ {
+		v, err := r.in.Syscall(unix.SYS_PRCTL, unix.PR_GET_SPECULATION_CTRL, w, 0, 0, 0)
+		if err != nil {
+			return err
+		}
+		if ptrace.Errno(v) != nil {
+			v = ^uint64(0) // this control does not exist here: -1
+		}
+		th.SpecCtrl = append(th.SpecCtrl, int(int32(v)))
+	}
+	if _, b, err := r.call("prctl(PR_GET_TSC)", 4, unix.SYS_PRCTL, unix.PR_GET_TSC, r.scratch); err == nil {
+		th.TSC = int(int32(binary.LittleEndian.Uint32(b)))
+	}
+	mce, err := r.in.Syscall(unix.SYS_PRCTL, unix.PR_MCE_KILL_GET, 0, 0, 0, 0)
+	if err != nil {
+		return err
+	}
+	th.MCEKill = unix.PR_MCE_KILL_DEFAULT
+	if ptrace.Errno(mce) == nil {
+		th.MCEKill = int(mce)
+	}
+	// Without core scheduling in the kernel the call fails: no cookie.
+	if _, _, err := r.call("prctl(PR_SCHED_CORE_GET)", 0, unix.SYS_PRCTL, unix.PR_SCHED_CORE, unix.PR_SCHED_CORE_GET, 0, 0, r.scratch); err == nil {
+		var c [8]byte
+		if err := readMem(r.pid, r.scratch, c[:]); err != nil {
+			return err
+		}
+		if cookie := binary.LittleEndian.Uint64(c[:]); cookie != 0 {
+			return refuse(r.pid, fmt.Sprintf("thread %d", th.TID), "core-scheduling cookie %#x (PR_SCHED_CORE) is not restored", cookie)
+		}
+	}
 	slack, _, err := r.call("prctl(PR_GET_TIMERSLACK)", 0, unix.SYS_PRCTL, unix.PR_GET_TIMERSLACK)
 	if err != nil {
 		return err

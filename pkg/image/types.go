@@ -449,6 +449,12 @@ type Thread struct {
 	// process's (Process.Creds, the leader's): setresuid(2) and friends
 	// change only the calling thread's, seccomp filters can be per thread.
 	Creds *Creds `json:"creds,omitempty"`
+	// SpecCtrl are PR_GET_SPECULATION_CTRL of the store bypass, indirect
+	// branch and L1D flush controls; TSC is PR_GET_TSC; MCEKill is
+	// PR_MCE_KILL_GET. Restored only when Sched is set.
+	SpecCtrl []int `json:"spec_ctrl,omitempty"`
+	TSC      int   `json:"tsc,omitempty"`
+	MCEKill  int   `json:"mce_kill,omitempty"`
 }
 
 // Sched is struct sched_attr (sched_getattr(2)) with the nice value,

@@ -157,6 +157,52 @@ func (b *builder) threadSched(i int) error {
 	if _, err := in.Call("ioprio_set", unix.SYS_IOPRIO_SET, ioprioWhoProcess, 0, uint64(th.IOPrio)); err != nil {
 		return err
 	}
+	return b.threadCtl(i)
+}
+
+// threadCtl sets thread i's speculation controls, TSC and machine-check
+// policies where they differ from what the new thread has.
+func (b *builder) threadCtl(i int) error {
+	th, in := &b.p.Threads[i], b.ins[i]
+	for w, want := range th.SpecCtrl {
+		if want < 0 {
+			continue // the control did not exist where it was dumped
+		}
+		cur, err := in.Syscall(unix.SYS_PRCTL, unix.PR_GET_SPECULATION_CTRL, uint64(w), 0, 0, 0)
+		if err != nil {
+			return err
+		}
+		if int(int32(cur)) == want {
+			continue
+		}
+		mode := uint64(want) &^ unix.PR_SPEC_PRCTL
+		if want&unix.PR_SPEC_PRCTL == 0 || mode == 0 {
+			return fmt.Errorf("speculation control %d is %#x here, the image has %#x, which a prctl cannot set: %w", w, int32(cur), want, ErrIncompatible)
+		}
+		if _, err := in.Call(fmt.Sprintf("prctl(PR_SET_SPECULATION_CTRL %d %#x)", w, mode), unix.SYS_PRCTL, unix.PR_SET_SPECULATION_CTRL, uint64(w), mode, 0, 0); err != nil {
+			return err
+		}
+	}
+	if th.TSC == unix.PR_TSC_SIGSEGV {
+		if _, err := in.Call("prctl(PR_SET_TSC)", unix.SYS_PRCTL, unix.PR_SET_TSC, unix.PR_TSC_SIGSEGV); err != nil {
+			return err
+		}
+	}
+	{
+		cur, err := in.Call("prctl(PR_MCE_KILL_GET)", unix.SYS_PRCTL, unix.PR_MCE_KILL_GET, 0, 0, 0, 0)
+		if err != nil {
+			return err
+		}
+		if int(cur) != th.MCEKill {
+			how, policy := uint64(unix.PR_MCE_KILL_SET), uint64(th.MCEKill)
+			if th.MCEKill == unix.PR_MCE_KILL_DEFAULT {
+				how, policy = unix.PR_MCE_KILL_CLEAR, 0
+			}
+			if _, err := in.Call("prctl(PR_MCE_KILL)", unix.SYS_PRCTL, unix.PR_MCE_KILL, how, policy, 0, 0); err != nil {
+				return err
+			}
+		}
+	}
 	return nil
 }
 

@@ -45,13 +45,14 @@ type fcase struct {
 // testdata/fidelity and one row here.
 var cases = []fcase{
 	// Process attributes (pkg/inventory: the process, thread and creds rows).
-	{name: "threadcomm", src: "proc_threadcomm.c"},
-	{name: "sched", src: "proc_sched.c"},
-	{name: "prctl", src: "proc_prctl.c"},
-	{name: "creds", src: "proc_creds.c"},
-	{name: "seccomp", src: "proc_seccomp.c"},
-	{name: "sigtrap", src: "proc_sigtrap.c"},
-	{name: "rlimit", src: "proc_rlimit.c"},
+	{name: "proc_threadcomm", src: "proc_threadcomm.c"},
+	{name: "proc_sched", src: "proc_sched.c"},
+	{name: "proc_prctl", src: "proc_prctl.c"},
+	{name: "proc_creds", src: "proc_creds.c"},
+	{name: "proc_seccomp", src: "proc_seccomp.c"},
+	{name: "proc_sigtrap", src: "proc_sigtrap.c"},
+	{name: "proc_rlimit", src: "proc_rlimit.c"},
+	{name: "proc_threadctl", src: "proc_threadctl.c"},
 	// File descriptors (pkg/fdkind): status flags, FD_CLOEXEC, positions,
 	// owners, shared descriptions.
 	{name: "fd_flags", src: "fd_flags.c"},
@@ -106,8 +107,8 @@ var cases = []fcase{
 	{name: "fd_proc_gone", src: "fd_refused.c", args: []string{"proc_gone"}, refuse: "which has exited: cannot be restored"},
 	{name: "fd_sigio_owner", src: "fd_refused.c", args: []string{"sigio_owner"}, refuse: "fd 4: SIGIO goes to process"},
 	{name: "fd_inotify_pending", src: "fd_refused.c", args: []string{"inotify_pending"}, refuse: "fd 4 (anon_inode:inotify): inotify instance with"},
-	{name: "aio", src: "proc_aio.c", refuse: "AIO context"},
-	{name: "userfaultfd", src: "proc_uffd.c", refuse: "userfaultfd"},
+	{name: "proc_aio", src: "proc_aio.c", refuse: "AIO context"},
+	{name: "proc_userfaultfd", src: "proc_uffd.c", refuse: "userfaultfd"},
 	{name: "mem_shm_unreachable", src: "mem_refused.c", args: []string{"unreachable"}, refuse: "holds data at offset 0x1000 that no mapping of the tree covers: cannot be restored"},
 	{name: "mem_sysv_part", src: "mem_refused.c", args: []string{"sysv_part"}, refuse: "attached in part (offset 0x0, 4096 of 8192 bytes): cannot be restored"},
 	{name: "mem_mbind", src: "mem_refused.c", args: []string{"mbind"}, refuse: "NUMA memory policy bind:0 (mbind"},
@@ -115,11 +116,11 @@ var cases = []fcase{
 	{name: "mem_sysv_sem", src: "mem_refused.c", args: []string{"sem"}, refuse: "SysV semaphore set"},
 	{name: "mem_sysv_msg", src: "mem_refused.c", args: []string{"msg"}, refuse: "SysV message queue"},
 	{name: "mem_secret", src: "mem_refused.c", args: []string{"secret"}, refuse: "memfd_secret memory: no one but the process can read it: cannot be restored"},
-	{name: "rlimit_above_ckpt", src: "proc_rlimit.c", refuse: "RLIMIT_NOFILE: hard limit",
+	{name: "proc_rlimit_above_ckpt", src: "proc_rlimit.c", refuse: "RLIMIT_NOFILE: hard limit",
 		dumpWrap: []string{"prlimit", "--nofile=1024:1024", "--"}},
-	{name: "oom_score_adj_below_ckpt", src: "proc_prctl.c", refuse: "oom_score_adj: 500 is below ckpt's own 600",
+	{name: "proc_oom_score_adj_below_ckpt", src: "proc_prctl.c", refuse: "oom_score_adj: 500 is below ckpt's own 600",
 		dumpWrap: []string{"sh", "-c", `echo 600 > /proc/self/oom_score_adj && exec "$0" "$@"`}},
-	{name: "caps_outside_ckpt", src: "proc_creds.c", refuse: "capabilities 0x400000 are outside ckpt's own bounding set",
+	{name: "proc_caps_outside_ckpt", src: "proc_creds.c", refuse: "capabilities 0x400000 are outside ckpt's own bounding set",
 		dumpWrap: []string{"setpriv", "--bounding-set", "-sys_boot", "--"}},
 }
 
@@ -161,6 +162,18 @@ var modes = []struct {
 // untouched, must still pass its own check.
 func TestFidelity(t *testing.T) {
 	testenv.RequireRoot(t)
+	names := map[string]bool{}
+	restores := 0
+	for _, c := range cases {
+		if names[c.name] {
+			t.Fatalf("two cases are named %q", c.name)
+		}
+		names[c.name] = true
+		if c.refuse == "" {
+			restores++
+		}
+	}
+	t.Logf("%d cases: %d must restore exactly (each in %d ways), %d must be refused by name", len(cases), restores, len(modes), len(cases)-restores)
 	e := &env{bin: testenv.BuildBinaries(t), r: testenv.StartReaper(t)}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
