@@ -16,8 +16,9 @@ const setFlags = unix.O_APPEND | unix.O_ASYNC | unix.O_DIRECT | unix.O_NOATIME |
 // checkedFlags are the status flags a restored description must have
 // exactly as it had them (O_LARGEFILE is left out: every open on x86-64
 // sets it, pipe2 and socket never do, and nothing can observe the
-// difference on a 64-bit process).
-const checkedFlags = unix.O_ACCMODE | setFlags | unix.O_SYNC | unix.O_DSYNC | unix.O_PATH
+// difference on a 64-bit process). O_EXCL shows only on a pidfd of a
+// thread (PIDFD_THREAD).
+const checkedFlags = unix.O_ACCMODE | setFlags | unix.O_SYNC | unix.O_DSYNC | unix.O_PATH | unix.O_EXCL
 
 // describeCommon saves what every open file description has: its status
 // flags, position and OFD and flock locks (from fdinfo), and who gets

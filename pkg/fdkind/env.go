@@ -47,7 +47,7 @@ type RestoreEnv interface {
 	Once(key any, build func() (any, error)) (any, error)
 	// Keep hands f to the restore, which closes it at the end.
 	Keep(f *os.File)
-	// InDump tells whether pid is a process of the image.
+	// InDump tells whether pid is a process or a thread of the image.
 	InDump(pid int) bool
 	// ShellJob tells whether the user gave --shell-job.
 	ShellJob() bool

@@ -10,8 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// pidfd is a pidfd: of a process of the dump (opened by the restored
-// process itself once every process exists), of a process outside it
+// pidfd is a pidfd, of a process or (PIDFD_THREAD) of a thread: of one of
+// the dump (opened by the restored process itself once every process
+// exists), of a process outside it
 // (opened by PID), or of a process that has exited and been reaped
 // (a pidfd of a short-lived child of ckpt-redo that has exited too).
 func pidfd() Kind {
@@ -45,7 +46,8 @@ func describePidfd(env DumpEnv, s *Source, f *image.File) error {
 
 func openPidfd(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	pid := event(f).PID
-	flags := f.Flags & unix.O_NONBLOCK
+	// O_EXCL is PIDFD_THREAD: a pidfd of one thread.
+	flags := f.Flags & (unix.O_NONBLOCK | unix.O_EXCL)
 	switch {
 	case pid < 0:
 		of, err := exitedPidfd()

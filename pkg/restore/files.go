@@ -307,7 +307,19 @@ func (e fileEnv) Once(key any, build func() (any, error)) (any, error) {
 func (e fileEnv) Keep(f *os.File) { e.t.owned = append(e.t.owned, f) }
 
 // InDump implements fdkind.RestoreEnv.
-func (e fileEnv) InDump(pid int) bool { _, ok := e.t.byPID[pid]; return ok }
+func (e fileEnv) InDump(pid int) bool {
+	if _, ok := e.t.byPID[pid]; ok {
+		return true
+	}
+	for _, b := range e.t.procs {
+		for _, th := range b.p.Threads {
+			if th.TID == pid {
+				return true
+			}
+		}
+	}
+	return false
+}
 
 // ShellJob implements fdkind.RestoreEnv.
 func (e fileEnv) ShellJob() bool { return e.t.opts.ShellJob }

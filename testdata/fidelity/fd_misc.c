@@ -2,18 +2,31 @@
  * fd_misc DIR: O_PATH fds (of a file, and O_PATH|O_NOFOLLOW of a symbolic
  * link itself), a directory removed while open, a memfd with seals and a
  * mapping of it, a sealed memfd holding a program (run with execveat
- * after the restore), and pidfds: of
+ * after the restore), and pidfds: of a thread (PIDFD_THREAD), of
  * the process itself, of a live child in the tree, and of a child that
  * has exited and been reaped.
  */
 #include "fidelity.h"
 #include <poll.h>
+#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
 static int pidfd_open(pid_t pid, unsigned flags) { return syscall(SYS_pidfd_open, pid, flags); }
+
+#define PIDFD_THREAD_FLAG O_EXCL /* PIDFD_THREAD */
+
+static volatile pid_t thread_tid;
+
+static void *sleeper(void *arg)
+{
+	thread_tid = gettid();
+	for (;;)
+		pause();
+	return arg;
+}
 
 static void expect_link(int fd, const char *want)
 {
@@ -71,6 +84,15 @@ int main(int argc, char **argv)
 		FID_SETUP(write(exe, buf, n) == n, "copy /bin/true");
 	close(bin);
 	FID_SETUP(fcntl(exe, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_SHRINK | F_SEAL_GROW) == 0, "seal the program");
+
+	pthread_t th;
+	FID_SETUP(pthread_create(&th, NULL, sleeper, NULL) == 0, "thread");
+	while (!thread_tid)
+		usleep(1000);
+	int thfd = pidfd_open(thread_tid, PIDFD_THREAD_FLAG);
+	if (thfd < 0 && errno == EINVAL)
+		thfd = -2; /* no PIDFD_THREAD on this kernel */
+	FID_SETUP(thfd != -1, "pidfd of a thread");
 
 	int self = pidfd_open(getpid(), 0);
 	pid_t dead = fork();
@@ -132,6 +154,10 @@ int main(int argc, char **argv)
 	FID_EXPECT(runner > 0 && waitpid(runner, &rst, 0) == runner && WIFEXITED(rst) && WEXITSTATUS(rst) == 0,
 		   "execveat of the memfd program: status %#x (100+errno)", rst);
 
+	if (thfd >= 0) {
+		FID_EXPECT(fdinfo_pid(thfd) == thread_tid, "pidfd of the thread: Pid %d, want %d", fdinfo_pid(thfd), thread_tid);
+		FID_EXPECT(fcntl(thfd, F_GETFL) & PIDFD_THREAD_FLAG, "pidfd of the thread lost PIDFD_THREAD");
+	}
 	FID_EXPECT(fdinfo_pid(self) == getpid(), "pidfd of itself: Pid %d, want %d", fdinfo_pid(self), getpid());
 	FID_EXPECT(fdinfo_pid(livefd) == live, "pidfd of the child: Pid %d, want %d", fdinfo_pid(livefd), live);
 	FID_EXPECT(fdinfo_pid(deadfd) == -1, "pidfd of the exited child: Pid %d, want -1", fdinfo_pid(deadfd));
