@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -84,6 +85,11 @@ func StartReaper(t testing.TB) *Reaper {
 		t.Fatal(err)
 	}
 	r.cmd.Stderr = &r.stderr
+	// The reaper leads a session of its own: a process run with
+	// InheritSession is then in a session whose leader is alive and
+	// outside any dump, whatever the session the tests were started in
+	// (its leader may be gone, and its PID reused, on a CI machine).
+	r.cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := r.cmd.Start(); err != nil {
 		t.Fatalf("starting ckpt-reaper: %v", err)
 	}

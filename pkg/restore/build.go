@@ -85,7 +85,10 @@ func (b *builder) clone(c *builder) error {
 	}
 	if e := ptrace.Errno(ret); e != nil {
 		if e == unix.EEXIST {
-			return fmt.Errorf("clone3 with pid %d: %w (%v)", c.p.PID, ErrPIDInUse, checkPID(c.p.PID, c.p.Comm))
+			if err := checkPID(c.p.PID, c.p.Comm); err != nil {
+				return fmt.Errorf("clone3 with pid %d: %w", c.p.PID, err)
+			}
+			return fmt.Errorf("clone3 with pid %d: taken by a process that is gone again: %w", c.p.PID, ErrPIDInUse)
 		}
 		return fmt.Errorf("clone3 with pid %d: %w", c.p.PID, e)
 	}

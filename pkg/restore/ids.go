@@ -86,6 +86,21 @@ func childOf(s ptrace.Signal) int32 {
 // the dump.
 func (t *tree) external(id int) bool { return slices.Contains(t.img.hdr.ExternalIDs, id) }
 
+// goneLeaders lists the sessions and process groups of the tree whose
+// leader had gone at the dump: a helper takes each of their PIDs, which
+// must be free as the tree's own are.
+func (t *tree) goneLeaders() []int {
+	var ids []int
+	for _, b := range t.procs {
+		for _, id := range []int{b.p.SID, b.p.PGID} {
+			if _, in := t.byPID[id]; !in && !t.external(id) && !slices.Contains(ids, id) {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
 // rootParent returns the process to fork the root from: the restore
 // helper, or a helper holding the PID of the root's gone session leader,
 // which is made to lead a new session first.

@@ -242,6 +242,11 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 			}
 		}
 	}
+	for _, id := range t.goneLeaders() {
+		if err := checkPID(id, "(session or group leader)"); err != nil {
+			return nil, fmt.Errorf("the gone leader %d of a session or process group of the tree: %w", id, err)
+		}
+	}
 	opts.fault(PhaseChecked)
 	defer t.cleanup()
 	if err := t.takeLock(); err != nil {
