@@ -185,7 +185,7 @@ func (d *dumper) collectThread(t *task) (*image.Thread, error) {
 	if s, err := proc.ReadStat(d.pid, t.tid); err == nil {
 		th.State = string(s.State)
 	}
-	status, err := proc.ReadStatus(t.tid)
+	status, err := t.readStatus()
 	if err != nil {
 		return nil, fmt.Errorf("read status: %w", err)
 	}
@@ -193,6 +193,9 @@ func (d *dumper) collectThread(t *task) (*image.Thread, error) {
 		return nil, err
 	}
 	if err := collectSched(t.tid, th); err != nil {
+		return nil, err
+	}
+	if err := threadFlags(d.pid, t.tid, th); err != nil {
 		return nil, err
 	}
 	return th, nil

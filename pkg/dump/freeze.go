@@ -38,6 +38,9 @@ type task struct {
 	// every other signal is blocked then), to be re-delivered when the
 	// task is let go, or saved in the image.
 	signals []ptrace.Signal
+	// status caches /proc/TID/status once the task is frozen (see
+	// task.readStatus): reading it is the dearest part of a thread's dump.
+	status *proc.Status
 }
 
 // frozen is a process whose every thread is seized and stopped.
@@ -284,7 +287,7 @@ func (fz *frozen) waitDead(deadline time.Time) {
 // would kill it).
 func (d *dumper) strictSeccomp(p *image.Process) error {
 	for i, t := range d.fz.tasks {
-		st, err := proc.ReadStatus(t.tid)
+		st, err := t.readStatus()
 		if err != nil {
 			return fmt.Errorf("thread %d: read status: %w", t.tid, err)
 		}

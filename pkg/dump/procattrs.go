@@ -29,6 +29,8 @@ const (
 	seccompFilterFlagsSaved = unix.SECCOMP_FILTER_FLAG_LOG | unix.SECCOMP_FILTER_FLAG_SPEC_ALLOW
 	ptraceGetSUDConfig      = 0x4210     // PTRACE_GET_SYSCALL_USER_DISPATCH_CONFIG
 	pfMemallocNoIO          = 0x00080000 // PF_MEMALLOC_NOIO, set by PR_SET_IO_FLUSHER
+	pfMCEProcess            = 0x00000080 // PF_MCE_PROCESS: a PR_MCE_KILL policy of its own
+	pfMCEEarly              = 0x08000000 // PF_MCE_EARLY: that policy is early kill
 )
 
 // readCreds reads the credentials of task tid of process pid from its
@@ -100,23 +102,32 @@ func collectSched(tid int, th *image.Thread) error {
 		return fmt.Errorf("ioprio_get: %w", e)
 	}
 	th.IOPrio = int(io)
-	return refuseThreadFlags(tid)
+	return nil
 }
 
-// refuseThreadFlags refuses syscall user dispatch and the I/O flusher
-// flag, which ckpt does not restore.
-func refuseThreadFlags(tid int) error {
+// threadFlags reads the machine-check policy of thread tid of process
+// pid from its task flags (what PR_MCE_KILL_GET answers), and refuses
+// syscall user dispatch and the I/O flusher flag, which ckpt does not
+// restore.
+func threadFlags(pid, tid int, th *image.Thread) error {
 	sud := struct{ Mode, Selector, Offset, Len uint64 }{}
 	_, _, e := unix.Syscall6(unix.SYS_PTRACE, ptraceGetSUDConfig, uintptr(tid), unsafe.Sizeof(sud), uintptr(unsafe.Pointer(&sud)), 0, 0)
 	if e == 0 && sud.Mode != 0 {
-		return refuse(tgidOf(tid), fmt.Sprintf("thread %d", tid), "syscall user dispatch (PR_SET_SYSCALL_USER_DISPATCH) is not restored")
+		return refuse(pid, fmt.Sprintf("thread %d", tid), "syscall user dispatch (PR_SET_SYSCALL_USER_DISPATCH) is not restored")
 	}
-	st, err := proc.ReadStat(tgidOf(tid), tid)
+	st, err := proc.ReadStat(pid, tid)
 	if err != nil {
 		return fmt.Errorf("read stat: %w", err)
 	}
 	if st.Flags&pfMemallocNoIO != 0 {
-		return refuse(tgidOf(tid), fmt.Sprintf("thread %d", tid), "I/O flusher (PR_SET_IO_FLUSHER) or no-I/O allocation flag is not restored")
+		return refuse(pid, fmt.Sprintf("thread %d", tid), "I/O flusher (PR_SET_IO_FLUSHER) or no-I/O allocation flag is not restored")
+	}
+	th.MCEKill = unix.PR_MCE_KILL_DEFAULT
+	if st.Flags&pfMCEProcess != 0 {
+		th.MCEKill = unix.PR_MCE_KILL_LATE
+		if st.Flags&pfMCEEarly != 0 {
+			th.MCEKill = unix.PR_MCE_KILL_EARLY
+		}
 	}
 	return nil
 }
@@ -148,39 +159,28 @@ func collectProcAttrs(pid int, p *image.Process) error {
 }
 
 // injectThreadAttrs asks a thread what only it can tell: its timer slack,
-// securebits, speculation controls, TSC and machine-check policies; and
-// refuses a core-scheduling cookie.
+// securebits, speculation controls and TSC policy; and refuses a
+// core-scheduling cookie.
 func injectThreadAttrs(r *remote, th *image.Thread) error {
+	// Speculation controls a prctl cannot change here are the same in
+	// every process (-1: nothing to restore); only the others are asked.
 	for w := uint64(0); w < 3; w++ {
+		own, err := unix.PrctlRetInt(unix.PR_GET_SPECULATION_CTRL, uintptr(w), 0, 0, 0)
+		if err != nil || own&unix.PR_SPEC_PRCTL == 0 {
+			th.SpecCtrl = append(th.SpecCtrl, -1)
+			continue
+		}
 		v, err := r.in.Syscall(unix.SYS_PRCTL, unix.PR_GET_SPECULATION_CTRL, w, 0, 0, 0)
 		if err != nil {
 			return err
 		}
 		if ptrace.Errno(v) != nil {
-			v = ^uint64(0) // this control does not exist here: -1
+			v = ^uint64(0)
 		}
 		th.SpecCtrl = append(th.SpecCtrl, int(int32(v)))
 	}
 	if _, b, err := r.call("prctl(PR_GET_TSC)", 4, unix.SYS_PRCTL, unix.PR_GET_TSC, r.scratch); err == nil {
 		th.TSC = int(int32(binary.LittleEndian.Uint32(b)))
-	}
-	mce, err := r.in.Syscall(unix.SYS_PRCTL, unix.PR_MCE_KILL_GET, 0, 0, 0, 0)
-	if err != nil {
-		return err
-	}
-	th.MCEKill = unix.PR_MCE_KILL_DEFAULT
-	if ptrace.Errno(mce) == nil {
-		th.MCEKill = int(mce)
-	}
-	// Without core scheduling in the kernel the call fails: no cookie.
-	if _, _, err := r.call("prctl(PR_SCHED_CORE_GET)", 0, unix.SYS_PRCTL, unix.PR_SCHED_CORE, unix.PR_SCHED_CORE_GET, 0, 0, r.scratch); err == nil {
-		var c [8]byte
-		if err := readMem(r.pid, r.scratch, c[:]); err != nil {
-			return err
-		}
-		if cookie := binary.LittleEndian.Uint64(c[:]); cookie != 0 {
-			return refuse(r.pid, fmt.Sprintf("thread %d", th.TID), "core-scheduling cookie %#x (PR_SCHED_CORE) is not restored", cookie)
-		}
 	}
 	slack, _, err := r.call("prctl(PR_GET_TIMERSLACK)", 0, unix.SYS_PRCTL, unix.PR_GET_TIMERSLACK)
 	if err != nil {
@@ -193,6 +193,26 @@ func injectThreadAttrs(r *remote, th *image.Thread) error {
 	}
 	if th.Creds != nil {
 		th.Creds.Securebits = int(bits)
+	}
+	return refuseCoreCookie(r, th)
+}
+
+// refuseCoreCookie refuses a thread with a core-scheduling cookie.
+func refuseCoreCookie(r *remote, th *image.Thread) error {
+	// Without core scheduling in the kernel (ckpt's own call fails) no
+	// thread has a cookie.
+	var own uint64
+	if _, _, e := unix.Syscall6(unix.SYS_PRCTL, unix.PR_SCHED_CORE, unix.PR_SCHED_CORE_GET, 0, 0, uintptr(unsafe.Pointer(&own)), 0); e != 0 {
+		return nil
+	}
+	if _, _, err := r.call("prctl(PR_SCHED_CORE_GET)", 0, unix.SYS_PRCTL, unix.PR_SCHED_CORE, unix.PR_SCHED_CORE_GET, 0, 0, r.scratch); err == nil {
+		var c [8]byte
+		if err := readMem(r.pid, r.scratch, c[:]); err != nil {
+			return err
+		}
+		if cookie := binary.LittleEndian.Uint64(c[:]); cookie != 0 {
+			return refuse(r.pid, fmt.Sprintf("thread %d", th.TID), "core-scheduling cookie %#x (PR_SCHED_CORE) is not restored", cookie)
+		}
 	}
 	return nil
 }

@@ -82,12 +82,11 @@ func readOOMAdj(pid int) (int, error) {
 
 // refuseChecks are the checks refuse runs on every frozen process. Each
 // reads only /proc: nothing runs in the process yet.
-var refuseChecks = []func(pid int, own *limits) error{
-	refuseMappings,
-	refuseLimits,
-	refuseOOMAdj,
-	refuseThreadFeatures,
-	refuseCaps,
+var refuseChecks = []func(m *member, own *limits) error{
+	func(m *member, own *limits) error { return refuseMappings(m.pid, own) },
+	func(m *member, own *limits) error { return refuseLimits(m.pid, own) },
+	func(m *member, own *limits) error { return refuseOOMAdj(m.pid, own) },
+	refuseThreads,
 }
 
 // refuse runs every check on every frozen process of the tree (zombies
@@ -103,7 +102,7 @@ func (t *tree) refuse() error {
 			continue
 		}
 		for _, check := range refuseChecks {
-			if err := check(m.pid, own); err != nil {
+			if err := check(m, own); err != nil {
 				return err
 			}
 		}
@@ -199,23 +198,29 @@ func refuseOOMAdj(pid int, own *limits) error {
 	return nil
 }
 
-// refuseThreadFeatures refuses x86 linear address masking and user
-// shadow stacks, which ckpt does not restore.
-func refuseThreadFeatures(pid int, _ *limits) error {
-	tids, err := proc.Tasks(pid)
-	if err != nil {
-		return fmt.Errorf("list threads: %w", err)
-	}
-	for _, tid := range tids {
-		st, err := proc.ReadStatus(tid)
+// refuseThreads refuses, in each thread, x86 linear address masking and
+// user shadow stacks, which ckpt does not restore, and capabilities
+// outside ckpt's own bounding set: the restored threads start with
+// ckpt-redo's, and can only drop from there.
+func refuseThreads(m *member, own *limits) error {
+	for _, t := range m.fz.tasks {
+		st, err := t.readStatus()
 		if err != nil {
-			continue // exited meanwhile: cannot be, it is frozen; freeze decides
+			return fmt.Errorf("thread %d: read status: %w", t.tid, err)
 		}
-		if m := st.UntagMask; m != ^uint64(0) {
-			return refuse(pid, fmt.Sprintf("thread %d", tid), "x86 linear address masking (untag_mask %#x) is not restored", m)
+		if mask := st.UntagMask; mask != ^uint64(0) {
+			return refuse(m.pid, fmt.Sprintf("thread %d", t.tid), "x86 linear address masking (untag_mask %#x) is not restored", mask)
 		}
 		if feat := st.X86ThreadFeatures; feat != "" {
-			return refuse(pid, fmt.Sprintf("thread %d", tid), "x86 thread features %q (shadow stack) are not restored", feat)
+			return refuse(m.pid, fmt.Sprintf("thread %d", t.tid), "x86 thread features %q (shadow stack) are not restored", feat)
+		}
+		for _, c := range []struct {
+			name string
+			set  uint64
+		}{{"CapPrm", st.CapPrm}, {"CapEff", st.CapEff}, {"CapInh", st.CapInh}, {"CapBnd", st.CapBnd}, {"CapAmb", st.CapAmb}} {
+			if extra := c.set &^ own.bnd; extra != 0 {
+				return refuse(m.pid, fmt.Sprintf("thread %d %s", t.tid, c.name), "capabilities %#x are outside ckpt's own bounding set %#x: no restore can give them", extra, own.bnd)
+			}
 		}
 	}
 	return nil
@@ -235,28 +240,4 @@ func limitString(v uint64) string {
 		return "unlimited"
 	}
 	return strconv.FormatUint(v, 10)
-}
-
-// refuseCaps refuses capabilities outside ckpt's own bounding set: the
-// restored threads start with ckpt-redo's, and can only drop from there.
-func refuseCaps(pid int, own *limits) error {
-	tids, err := proc.Tasks(pid)
-	if err != nil {
-		return fmt.Errorf("list threads: %w", err)
-	}
-	for _, tid := range tids {
-		st, err := proc.ReadStatus(tid)
-		if err != nil {
-			continue
-		}
-		for _, c := range []struct {
-			name string
-			set  uint64
-		}{{"CapPrm", st.CapPrm}, {"CapEff", st.CapEff}, {"CapInh", st.CapInh}, {"CapBnd", st.CapBnd}, {"CapAmb", st.CapAmb}} {
-			if extra := c.set &^ own.bnd; extra != 0 {
-				return refuse(pid, fmt.Sprintf("thread %d %s", tid, c.name), "capabilities %#x are outside ckpt's own bounding set %#x: no restore can give them", extra, own.bnd)
-			}
-		}
-	}
-	return nil
 }
