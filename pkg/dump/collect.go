@@ -162,6 +162,9 @@ func (d *dumper) collectThread(t *task) (*image.Thread, error) {
 	if int64(regs.Orig_rax) >= 0 {
 		th.InSyscall = int64(regs.Orig_rax)
 	}
+	if regs.Orig_rax == sysRestart && int64(regs.Rax) == -restartBlock {
+		th.Restart = restartedCall(t.wchan, regs.Rdi, regs.Rsi)
+	}
 	if th.XState, err = ptrace.GetXState(t.tid); err != nil {
 		return nil, err
 	}

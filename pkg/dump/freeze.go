@@ -30,6 +30,7 @@ type task struct {
 	tid     int
 	stopped bool        // in group-stop when seized
 	stopSig unix.Signal // the signal of that group-stop
+	wchan   string      // where it slept in restart_syscall, before the freeze
 	mask    uint64      // the blocked signal mask, as the process had it
 	// suspended tells that its seccomp protections are suspended while
 	// traced (PTRACE_O_SUSPEND_SECCOMP, which needs CAP_SYS_ADMIN).
@@ -134,11 +135,13 @@ func seizeTask(tid int) (*task, error) {
 			return nil, err2
 		}
 	}
+	// Where a thread sleeps in the kernel is seen only while it sleeps.
+	wchan := restartWchan(tid)
 	if err := ptrace.Interrupt(tid); err != nil {
 		ptrace.Detach(tid, 0)
 		return nil, err
 	}
-	t := &task{tid: tid, suspended: suspended}
+	t := &task{tid: tid, suspended: suspended, wchan: wchan}
 	deadline := time.Now().Add(stopTimeout)
 	for {
 		st, err := waitStop(tid, deadline)

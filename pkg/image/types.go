@@ -432,6 +432,10 @@ type Thread struct {
 	ClearTID uint64 `json:"clear_tid"`
 	// InSyscall is the syscall the thread was blocked in, -1 for none.
 	InSyscall int64 `json:"in_syscall"`
+	// Restart is, for a thread stopped in restart_syscall (a sleep, poll
+	// or futex wait the kernel resumed after an earlier stop), the call
+	// it resumes, found at the dump; 0 if none or unknown.
+	Restart int64 `json:"restart,omitempty"`
 	// SeccompStrict is set for a thread in SECCOMP_MODE_STRICT (only
 	// read, write, exit and sigreturn); set again last at restore.
 	SeccompStrict bool `json:"seccomp_strict,omitempty"`

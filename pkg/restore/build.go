@@ -875,7 +875,7 @@ func (b *builder) finish() error {
 			return fmt.Errorf("unexpected signal during restore: %v", sig.Sig)
 		}
 		th := &b.p.Threads[i]
-		regs := resumeRegs(th.Regs)
+		regs := resumeRegs(th.Regs, th.Restart)
 		if err := ptrace.SetRegs(th.TID, (*unix.PtraceRegs)(unsafe.Pointer(&regs))); err != nil {
 			return err
 		}
@@ -891,8 +891,14 @@ func (b *builder) finish() error {
 
 // resumeRegs adjusts the registers of a thread that was stopped inside a
 // system call, as the kernel does on the way back from a signal with no
-// handler (see the package doc).
-func resumeRegs(r image.Regs) image.Regs {
+// handler (see the package doc). A sleep, poll or futex wait with a
+// timeout that the kernel would finish through restart_syscall (whose
+// record of the time left stays in the dumped kernel) is made again from
+// the start, with its arguments: it waits its whole timeout once more, as
+// a call may (at least the time asked); restart is that call when the
+// thread was in restart_syscall itself (Thread.Restart). Only a call it
+// cannot name gets EINTR, as after a signal handler.
+func resumeRegs(r image.Regs, restart int64) image.Regs {
 	if int64(r.OrigRax) < 0 {
 		return r
 	}
@@ -901,7 +907,17 @@ func resumeRegs(r image.Regs) image.Regs {
 		r.Rax = r.OrigRax
 		r.Rip -= 2
 	case restartBlock:
-		r.Rax = uint64(^uint64(unix.EINTR) + 1)
+		nr := int64(r.OrigRax)
+		if nr == unix.SYS_RESTART_SYSCALL {
+			nr = restart
+		}
+		switch nr {
+		case unix.SYS_POLL, unix.SYS_NANOSLEEP, unix.SYS_CLOCK_NANOSLEEP, unix.SYS_FUTEX:
+			r.Rax = uint64(nr)
+			r.Rip -= 2
+		default:
+			r.Rax = uint64(^uint64(unix.EINTR) + 1)
+		}
 	}
 	r.OrigRax = ^uint64(0)
 	return r

@@ -46,6 +46,7 @@ type fcase struct {
 var cases = []fcase{
 	// Process attributes (pkg/inventory: the process, thread and creds rows).
 	{name: "proc_threadcomm", src: "proc_threadcomm.c"},
+	{name: "proc_restart", src: "proc_restart.c"},
 	{name: "proc_sched", src: "proc_sched.c"},
 	{name: "proc_prctl", src: "proc_prctl.c"},
 	{name: "proc_creds", src: "proc_creds.c"},
