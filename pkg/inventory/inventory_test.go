@@ -164,3 +164,46 @@ func TestDoc(t *testing.T) {
 		t.Errorf("%s is not the table's rendering: run go test ./pkg/inventory -update", path)
 	}
 }
+
+// TestProofs checks that every fidelity case and e2e test a row names as
+// its proof exists.
+func TestProofs(t *testing.T) {
+	fid, err := os.ReadFile(filepath.Join("..", "..", "test", "fidelity", "fidelity_test.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cases := map[string]bool{}
+	for _, m := range regexp.MustCompile(`name: "([^"]+)"`).FindAllStringSubmatch(string(fid), -1) {
+		cases[m[1]] = true
+	}
+	var e2e strings.Builder
+	files, _ := filepath.Glob(filepath.Join("..", "..", "test", "e2e", "*_test.go"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		e2e.Write(b)
+	}
+	word := regexp.MustCompile(`^[a-z0-9_]+$`)
+	for _, a := range All() {
+		for _, part := range strings.Split(a.Case, ",") {
+			part = strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(part), "e2e "))
+			f := strings.Fields(part)
+			if len(f) == 0 {
+				continue
+			}
+			name := f[0]
+			switch {
+			case strings.HasPrefix(name, "Test"):
+				if !strings.Contains(e2e.String(), "func "+strings.TrimSuffix(name, "*")) {
+					t.Errorf("row %q: proof %s: no such e2e test", a.Name, name)
+				}
+			case word.MatchString(name) && name != "every":
+				if !cases[name] {
+					t.Errorf("row %q: proof %s: no such fidelity case", a.Name, name)
+				}
+			}
+		}
+	}
+}

@@ -120,7 +120,7 @@ func threadAttrs() []Attr {
 			Save: "/proc/PID/task/TID/comm", Restore: "PR_SET_NAME in each thread", CRIU: "same", Case: "proc_threadcomm"},
 		{Name: "registers, FPU/SSE/AVX state", Family: f, Status: Restored,
 			Seen: Seen{Other: "PTRACE_GETREGS, PTRACE_GETREGSET NT_X86_XSTATE"},
-			Save: "ptrace", Restore: "ptrace", CRIU: "same", Case: "e2e TestVector"},
+			Save: "ptrace", Restore: "ptrace", CRIU: "same", Case: "e2e TestDumpRestoreCycles (victim vector: AVX2 state)"},
 		{Name: "scheduling policy, priority, nice", Family: f, Status: Restored,
 			Seen: Seen{Other: "sched_getattr(2), getpriority(2), /proc/PID/stat"},
 			Save: "sched_getattr of each thread from outside", Restore: "injected sched_setattr in each thread", CRIU: "same (no per-thread nice)", Case: "proc_sched"},
