@@ -63,6 +63,9 @@ type SocketRestoreEnv interface {
 	Rules() *rewrite.Rules
 	// Peer finds the UNIX socket of the image with inode ino.
 	Peer(ino uint32) *image.File
+	// Named lists the UNIX sockets of the image bound to name (a path or
+	// "@abstract"; accepted connections bear their listener's).
+	Named(name string) []*image.File
 	// Repairing hands over a TCP connection built in repair mode: it is
 	// taken out once every process is built.
 	Repairing(f *os.File, s *image.Socket, sendQ []byte)

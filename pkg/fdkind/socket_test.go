@@ -32,9 +32,18 @@ type pairEnv struct {
 	files map[uint32]*image.File
 }
 
-func (p pairEnv) Sockets() SocketRestoreEnv                           { return p }
-func (p pairEnv) Rules() *rewrite.Rules                               { return nil }
-func (p pairEnv) Peer(ino uint32) *image.File                         { return p.files[ino] }
+func (p pairEnv) Sockets() SocketRestoreEnv   { return p }
+func (p pairEnv) Rules() *rewrite.Rules       { return nil }
+func (p pairEnv) Peer(ino uint32) *image.File { return p.files[ino] }
+func (p pairEnv) Named(name string) []*image.File {
+	var out []*image.File
+	for _, f := range p.files {
+		if f.Socket.Local == name {
+			out = append(out, f)
+		}
+	}
+	return out
+}
 func (p pairEnv) Repairing(f *os.File, s *image.Socket, sendQ []byte) {}
 
 // TestUnixPairRestore: both ends of a connected UNIX stream pair are

@@ -95,6 +95,36 @@ func openUnix(env RestoreEnv, f *image.File) (Desc, error) {
 		d, err := dupFile(v.(map[uint32]*os.File)[s.Ino])
 		return Desc{File: d}, err
 	}
+	if s.Peer == 0 && !s.PeerClosed {
+		// Unconnected: made and bound first, its queue filled after,
+		// each message sent from its sender's own rebuilt socket when
+		// that is one of the tree's (it holds the name: a temporary
+		// socket could not bind it).
+		f, err := boundUnix(env, s)
+		if err != nil {
+			return Desc{}, err
+		}
+		q, err := msgs(s)
+		if err != nil {
+			return Desc{}, err
+		}
+		sender := func(name string) (int, bool) {
+			o := namedDgram(env, name, s.Type)
+			if o == nil {
+				return -1, false
+			}
+			of, err := boundUnix(env, o)
+			if err != nil {
+				return -1, false
+			}
+			return int(of.Fd()), true
+		}
+		if err := sockets.FillUnix(int(f.Fd()), s, q, sender); err != nil {
+			return Desc{}, fmt.Errorf("UNIX socket %s: %w", s.Local, err)
+		}
+		d, err := dupFile(f)
+		return Desc{File: d}, err
+	}
 	if s.Peer == 0 {
 		q, err := msgs(s)
 		if err != nil {
@@ -135,6 +165,40 @@ func openUnix(env RestoreEnv, f *image.File) (Desc, error) {
 	}
 	d, err := dupFile(v.(map[uint32]*os.File)[s.Ino])
 	return Desc{File: d}, err
+}
+
+// unixBoundKey names an unconnected UNIX socket made and bound (its queue
+// not filled yet), by its inode.
+type unixBoundKey uint32
+
+// boundUnix makes the unconnected socket s and binds it, once.
+func boundUnix(env RestoreEnv, s *image.Socket) (*os.File, error) {
+	v, err := env.Once(unixBoundKey(s.Ino), func() (any, error) {
+		fd, err := sockets.OpenUnixBound(s)
+		if err != nil {
+			return nil, fmt.Errorf("UNIX socket %s: %w", s.Local, err)
+		}
+		f := os.NewFile(uintptr(fd), "unix")
+		env.Keep(f)
+		return f, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return v.(*os.File), nil
+}
+
+// namedDgram finds the unconnected socket of the image bound to name, of
+// type typ, that a queued message came from; nil if none.
+func namedDgram(env RestoreEnv, name string, typ int) *image.Socket {
+	for _, o := range env.Sockets().Named(name) {
+		s := o.Socket
+		if s.Type == typ && s.Peer == 0 && !s.PeerClosed && s.State != sockets.StateListen &&
+			s.ConnectedTo == 0 && len(s.ConnectedFrom) == 0 && s.AcceptOf == 0 && s.AcceptedFrom == 0 {
+			return s
+		}
+	}
+	return nil
 }
 
 // unixListenerKey names a rebuilt UNIX listener with connections waiting

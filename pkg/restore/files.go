@@ -349,6 +349,17 @@ func (e fileEnv) Peer(ino uint32) *image.File {
 	return nil
 }
 
+// Named implements fdkind.SocketRestoreEnv.
+func (e fileEnv) Named(name string) []*image.File {
+	var out []*image.File
+	for _, f := range e.t.files {
+		if f.Socket != nil && f.Socket.Family == unix.AF_UNIX && f.Socket.Local == name {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
 // Repairing implements fdkind.SocketRestoreEnv.
 func (e fileEnv) Repairing(f *os.File, s *image.Socket, sendQ []byte) {
 	e.t.repairs = append(e.t.repairs, repairing{f: f, s: s, sendQ: sendQ})

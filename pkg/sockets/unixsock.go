@@ -364,6 +364,29 @@ func OpenUnix(s *image.Socket, queue []UnixMsg) (int, error) {
 }
 
 func openUnix(fd int, s *image.Socket, queue []UnixMsg) error {
+	if err := bindUnconnected(fd, s); err != nil {
+		return err
+	}
+	return FillUnix(fd, s, queue, nil)
+}
+
+// OpenUnixBound makes an unconnected UNIX socket with its early options,
+// bound to its name and listening if it was: its queue is filled later
+// by FillUnix, once every socket whose name a queued message bears is
+// there too.
+func OpenUnixBound(s *image.Socket) (int, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return -1, fmt.Errorf("socket: %w", err)
+	}
+	if err := bindUnconnected(fd, s); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
+}
+
+func bindUnconnected(fd int, s *image.Socket) error {
 	if err := setOptions(fd, s.Options, early, nil); err != nil {
 		return err
 	}
@@ -377,12 +400,29 @@ func openUnix(fd int, s *image.Socket, queue []UnixMsg) error {
 			return fmt.Errorf("listen: %w", err)
 		}
 	}
+	return nil
+}
+
+// FillUnix refills the receive queue of the unconnected socket fd made by
+// OpenUnixBound, then sets its late options and shutdown state. A message
+// whose sender's name sender finds among the rebuilt sockets (its fd) is
+// sent from that socket, which holds the name; any other from a temporary
+// socket bound to the name.
+func FillUnix(fd int, s *image.Socket, queue []UnixMsg, sender func(name string) (int, bool)) error {
 	if len(queue) > 0 {
 		if s.Local == "" || s.Type == unix.SOCK_STREAM {
 			return fmt.Errorf("queued data on an unconnected socket: %w", ErrState)
 		}
 		to := unixAddr(s.Local)
-		if err := fillUnix(-1, fd, queue, func(m UnixMsg) error { return sendFrom(s.Type, m, to) }); err != nil {
+		send := func(m UnixMsg) error {
+			if sender != nil && m.From != "" {
+				if from, ok := sender(m.From); ok {
+					return sendNow(from, m.Data, to)
+				}
+			}
+			return sendFrom(s.Type, m, to)
+		}
+		if err := fillUnix(-1, fd, queue, send); err != nil {
 			return err
 		}
 	}

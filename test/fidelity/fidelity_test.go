@@ -88,6 +88,7 @@ var cases = []fcase{
 	{name: "sock_udp4", src: "sock_inet.c", args: []string{"udp4"}},
 	{name: "sock_udp6", src: "sock_inet.c", args: []string{"udp6"}},
 	{name: "sock_unix", src: "sock_unix.c", args: []string{"DIR/"}},
+	{name: "sock_dgram_cross", src: "sock_dgram_cross.c"},
 	{name: "sock_bigqueue", src: "sock_bigqueue.c", args: []string{"32"}},
 	{name: "sock_scm_rights", src: "sock_refused.c", args: []string{"scm_rights"}, refuse: "file descriptors in flight in the queue (SCM_RIGHTS)"},
 	{name: "sock_ebpf_filter", src: "sock_refused.c", args: []string{"ebpf_filter"}, refuse: "an eBPF socket filter (SO_ATTACH_BPF) cannot be read back"},
