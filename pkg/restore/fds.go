@@ -1,0 +1,79 @@
+package restore
+
+// The file descriptor table of a process being built: every fd through
+// its kind (pkg/fdkind), the kinds' steps inside the process, and POSIX
+// locks last. The dump side is pkg/dump/files.go.
+
+import (
+	"fmt"
+
+	"github.com/ckpt/ckpt/pkg/fdkind"
+	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
+)
+
+// fds puts every file at its fd number (dup3 of the helper's copy, or
+// opened by the process itself), runs the kinds' in-process steps (epoll
+// items) once every fd is in place, closes the helper's copies, and then
+// has the process take its POSIX locks again.
+func (b *builder) fds() error {
+	tg := target{b}
+	for _, e := range b.p.FDs {
+		flags := uint64(0)
+		if e.CloExec {
+			flags = unix.O_CLOEXEC
+		}
+		if open := b.t.inTarget[e.File]; open != nil {
+			if err := open(tg, e.FD, e.CloExec); err != nil {
+				return fmt.Errorf("fd %d: %w", e.FD, err)
+			}
+			continue
+		}
+		src, ok := b.t.fileFD[e.File]
+		if !ok {
+			return fmt.Errorf("fd %d: file %d was not opened: %w", e.FD, e.File, image.ErrCorrupt)
+		}
+		if _, err := b.call(fmt.Sprintf("dup3 fd %d", e.FD), unix.SYS_DUP3, uint64(src), uint64(e.FD), flags); err != nil {
+			return err
+		}
+	}
+	for i := range b.p.Files {
+		f := &b.p.Files[i]
+		k, err := fdkind.Lookup(f.Kind)
+		if err != nil {
+			return err
+		}
+		if k.Steps == nil {
+			continue
+		}
+		if err := k.Steps(tg, b.p, f); err != nil {
+			return fmt.Errorf("%s: %w", fdkind.Show(f), err)
+		}
+	}
+	if _, err := b.call("close_range", unix.SYS_CLOSE_RANGE, uint64(b.t.passBase), ^uint64(0), 0); err != nil {
+		return err
+	}
+	// POSIX locks last: closing any fd of a file drops them.
+	return fdkind.TakePOSIXLocks(tg, b.p, b.t.files)
+}
+
+// target is a process being built, as the fd kinds see it.
+type target struct{ b *builder }
+
+func (t target) PID() int { return t.b.p.PID }
+
+func (t target) Call(name string, nr uint64, args ...uint64) (uint64, error) {
+	return t.b.call(name, nr, args...)
+}
+
+func (t target) Scratch(data []byte) (uint64, error) {
+	if err := t.b.write(scratchPathOff, data); err != nil {
+		return 0, err
+	}
+	return t.b.gadget + scratchPathOff, nil
+}
+
+func (t target) Passed(fileID int) (int, bool) {
+	fd, ok := t.b.t.fileFD[fileID]
+	return fd, ok
+}
