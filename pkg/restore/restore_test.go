@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -152,12 +153,23 @@ func TestRestore(t *testing.T) {
 			if err := rs.Release(); err != nil {
 				t.Fatalf("release: %v", err)
 			}
+			// A failing check must not leave the restored tree running:
+			// it is this binary's child, and nobody else would end it.
+			ended := false
+			t.Cleanup(func() {
+				if !ended {
+					killSession(v.PID)
+					reapWait(t, v.PID)
+				}
+			})
 			v.WaitTicks(t, 2)
 			v.Check(t)
 			if err := unix.Kill(v.PID, unix.SIGUSR2); err != nil {
 				t.Fatal(err)
 			}
-			if ws := reapWait(t, v.PID); !ws.Exited() || ws.ExitStatus() != 0 {
+			ws := reapWait(t, v.PID)
+			ended = true
+			if !ws.Exited() || ws.ExitStatus() != 0 {
 				t.Errorf("restored %s: wait status %v, want exit 0", tc.name, ws)
 			}
 			testenv.CheckTicks(t, testenv.ReadLines(v.Log))
@@ -281,5 +293,20 @@ func reapIfCreated(t *testing.T, pid int) {
 			t.Fatalf("pid %d left by a failed restore is still there after 10s", pid)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// killSession SIGKILLs every process of session sid (a victim and its
+// children: the reaper starts each victim in a session of its own).
+func killSession(sid int) {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if s, err := unix.Getsid(pid); err == nil && s == sid {
+			unix.Kill(pid, unix.SIGKILL)
+		}
 	}
 }
