@@ -9,6 +9,7 @@ import (
 	"strings"
 	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
@@ -21,7 +22,6 @@ import (
 // thread); the prctl getters that only the process can call are injected.
 
 const (
-	ioprioWhoProcess        = 1
 	ptraceSeccompGetMeta    = 0x420d
 	membarrierGetRegs       = 1 << 9 // MEMBARRIER_CMD_GET_REGISTRATIONS
 	prGetMemoryMerge        = 0x44
@@ -97,11 +97,17 @@ func collectSched(tid int, th *image.Thread) error {
 		n--
 	}
 	th.Affinity = append([]uint64(nil), words[:n]...)
-	io, _, e := unix.Syscall(unix.SYS_IOPRIO_GET, ioprioWhoProcess, uintptr(tid), 0)
-	if e != 0 {
-		return fmt.Errorf("ioprio_get: %w", e)
+	if th.IOPrio, err = sys.IoprioGet(sys.TID(tid)); err != nil {
+		return err
 	}
-	th.IOPrio = int(io)
+	// The timer slack too is read from outside: no injected call.
+	slack, err := os.ReadFile(fmt.Sprintf("/proc/%d/timerslack_ns", tid))
+	if err != nil {
+		return fmt.Errorf("timer slack: %w", err)
+	}
+	if th.TimerSlack, err = strconv.ParseUint(strings.TrimSpace(string(slack)), 10, 64); err != nil {
+		return fmt.Errorf("timer slack: %w", err)
+	}
 	return nil
 }
 
@@ -158,7 +164,7 @@ func collectProcAttrs(pid int, p *image.Process) error {
 	return nil
 }
 
-// injectThreadAttrs asks a thread what only it can tell: its timer slack,
+// injectThreadAttrs asks a thread what only it can tell: its
 // securebits, speculation controls and TSC policy; and refuses a
 // core-scheduling cookie.
 func injectThreadAttrs(r *remote, th *image.Thread) error {
@@ -182,11 +188,6 @@ func injectThreadAttrs(r *remote, th *image.Thread) error {
 	if _, b, err := r.call("prctl(PR_GET_TSC)", 4, unix.SYS_PRCTL, unix.PR_GET_TSC, r.scratch); err == nil {
 		th.TSC = int(int32(binary.LittleEndian.Uint32(b)))
 	}
-	slack, _, err := r.call("prctl(PR_GET_TIMERSLACK)", 0, unix.SYS_PRCTL, unix.PR_GET_TIMERSLACK)
-	if err != nil {
-		return err
-	}
-	th.TimerSlack = slack
 	bits, _, err := r.call("prctl(PR_GET_SECUREBITS)", 0, unix.SYS_PRCTL, unix.PR_GET_SECUREBITS)
 	if err != nil {
 		return err

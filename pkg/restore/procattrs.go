@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
@@ -17,14 +18,13 @@ import (
 // the counterpart of pkg/dump/procattrs.go.
 
 const (
-	ioprioWhoProcess = 1
-	prSetMDWE        = 0x41
-	capVersion3      = 0x20080522
-	secbitKeepCaps   = 1 << 4
-	secbitNoFixup    = 1 << 2
-	sizeofSchedAttr  = 56
-	schedFlagUclamp  = 0x20 | 0x40 // SCHED_FLAG_UTIL_CLAMP_MIN | _MAX
-	schedFlagKeep    = 0x08 | 0x10 // SCHED_FLAG_KEEP_POLICY | _PARAMS
+	prSetMDWE       = 0x41
+	capVersion3     = 0x20080522
+	secbitKeepCaps  = 1 << 4
+	secbitNoFixup   = 1 << 2
+	sizeofSchedAttr = 56
+	schedFlagUclamp = 0x20 | 0x40 // SCHED_FLAG_UTIL_CLAMP_MIN | _MAX
+	schedFlagKeep   = 0x08 | 0x10 // SCHED_FLAG_KEEP_POLICY | _PARAMS
 )
 
 // procAttrs sets the process-wide attributes: oom_score_adj and
@@ -94,45 +94,40 @@ func (b *builder) loginUID() error {
 }
 
 // threadSched sets thread i's timer slack, scheduling policy and
-// parameters, CPU affinity and I/O priority. The slack goes first: a
-// real-time policy makes the kernel ignore it.
+// parameters, CPU affinity and I/O priority. ckpt-redo sets them from
+// outside, by TID (root may), which costs no injected call. The slack
+// goes first: a real-time policy makes the kernel ignore it.
 func (b *builder) threadSched(i int) error {
-	th, in := &b.p.Threads[i], b.ins[i]
+	th := &b.p.Threads[i]
 	s := th.Sched
 	if s == nil {
 		return nil
 	}
-	if _, err := in.Call("prctl(PR_SET_TIMERSLACK)", unix.SYS_PRCTL, unix.PR_SET_TIMERSLACK, th.TimerSlack); err != nil {
-		return err
+	slack := strconv.FormatUint(th.TimerSlack, 10)
+	if err := os.WriteFile(fmt.Sprintf("/proc/%d/timerslack_ns", th.TID), []byte(slack), 0); err != nil {
+		return fmt.Errorf("timer slack: %w", err)
 	}
-	var attr [sizeofSchedAttr]byte
-	le := binary.LittleEndian
 	flags := s.Flags &^ (schedFlagUclamp | schedFlagKeep)
 	if s.UtilMin != 0 || (s.UtilMax != 0 && s.UtilMax != 1024) {
 		flags |= schedFlagUclamp
 	}
-	le.PutUint32(attr[0:], sizeofSchedAttr)
-	le.PutUint32(attr[4:], s.Policy)
-	le.PutUint64(attr[8:], flags)
-	le.PutUint32(attr[16:], uint32(s.Nice))
-	le.PutUint32(attr[20:], s.Priority)
-	le.PutUint64(attr[24:], s.Runtime)
-	le.PutUint64(attr[32:], s.Deadline)
-	le.PutUint64(attr[40:], s.Period)
-	le.PutUint32(attr[48:], s.UtilMin)
-	le.PutUint32(attr[52:], s.UtilMax)
+	attr := unix.SchedAttr{
+		Size: unix.SizeofSchedAttr, Policy: s.Policy, Flags: flags, Nice: int32(s.Nice), Priority: s.Priority,
+		Runtime: s.Runtime, Deadline: s.Deadline, Period: s.Period, Util_min: s.UtilMin, Util_max: s.UtilMax,
+	}
 	if len(th.Affinity) > 0 {
 		// Real-time (and deadline) policies come after the affinity:
 		// SCHED_DEADLINE refuses an affinity narrower than its root domain.
-		mask := make([]byte, 8*len(th.Affinity))
+		var set unix.CPUSet
 		for k, w := range th.Affinity {
-			le.PutUint64(mask[8*k:], w)
+			for bit := 0; bit < 64; bit++ {
+				if w&(1<<bit) != 0 {
+					set.Set(64*k + bit)
+				}
+			}
 		}
-		if err := b.write(scratchOff+sizeofSchedAttr, mask); err != nil {
-			return err
-		}
-		if _, err := in.Call("sched_setaffinity", unix.SYS_SCHED_SETAFFINITY, 0, uint64(len(mask)), b.gadget+scratchOff+sizeofSchedAttr); err != nil {
-			return err
+		if err := unix.SchedSetaffinity(th.TID, &set); err != nil {
+			return fmt.Errorf("sched_setaffinity: %w", err)
 		}
 		var got unix.CPUSet
 		if err := unix.SchedGetaffinity(th.TID, &got); err != nil {
@@ -148,13 +143,10 @@ func (b *builder) threadSched(i int) error {
 			}
 		}
 	}
-	if err := b.write(scratchOff, attr[:]); err != nil {
-		return err
+	if err := unix.SchedSetAttr(th.TID, &attr, 0); err != nil {
+		return fmt.Errorf("sched_setattr(policy %d): %w", s.Policy, err)
 	}
-	if _, err := in.Call(fmt.Sprintf("sched_setattr(policy %d)", s.Policy), unix.SYS_SCHED_SETATTR, 0, b.gadget+scratchOff, 0); err != nil {
-		return err
-	}
-	if _, err := in.Call("ioprio_set", unix.SYS_IOPRIO_SET, ioprioWhoProcess, 0, uint64(th.IOPrio)); err != nil {
+	if err := sys.IoprioSet(sys.TID(th.TID), th.IOPrio); err != nil {
 		return err
 	}
 	return b.threadCtl(i)
