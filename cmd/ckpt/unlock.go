@@ -11,9 +11,19 @@ func unlockCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "unlock",
 		Usage:     "lift the network lock an image holds on its TCP connections (their peers may then be reset)",
-		ArgsUsage: "DIR | --list",
-		Flags:     []cli.Flag{&cli.BoolFlag{Name: "list", Usage: "list the ckpt lock tables present in this network namespace, one per line"}},
+		ArgsUsage: "DIR | --table NAME | --list",
+		Flags: []cli.Flag{
+			&cli.BoolFlag{Name: "list", Usage: "list the ckpt lock tables present in this network namespace, one per line"},
+			&cli.StringFlag{Name: "table", Usage: "lift the lock table `NAME` (from --list) when its image is gone"},
+		},
 		Action: func(c *cli.Context) error {
+			if name := c.String("table"); name != "" {
+				if err := netlock.Release(name, -1); err != nil {
+					return err
+				}
+				fmt.Printf("lifted network lock %s\n", name)
+				return nil
+			}
 			if c.Bool("list") {
 				ts, err := netlock.Tables()
 				if err != nil {

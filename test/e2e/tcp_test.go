@@ -162,8 +162,14 @@ func TestUnlock(t *testing.T) {
 	pid := j.server.pid
 	img := filepath.Join(t.TempDir(), "img")
 	e.dumpKill(t, j.server, img)
-	if ts := lockTables(t, pid); len(ts) != 1 {
+	ts := lockTables(t, pid)
+	if len(ts) != 1 {
 		t.Fatalf("after the dump: lock tables %v, want one", ts)
+	}
+	// A lock is lifted by its image, or by its table's name (--table,
+	// once the image is gone); a name that is no lock table is an error.
+	if res := e.runCkpt(t, nil, "unlock", "--table", "no-such-table"); res.code == 0 || !strings.Contains(res.stderr, "not a ckpt lock table") {
+		t.Fatalf("ckpt unlock --table of a table that does not exist: %v", res)
 	}
 	if res := e.runCkpt(t, nil, "unlock", img); res.code != 0 || !strings.Contains(res.stdout, "lifted") {
 		t.Fatalf("ckpt unlock: %v", res)
