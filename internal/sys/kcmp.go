@@ -49,8 +49,14 @@ func EpollWatches(pid PID, epfd, tfd, candidate TargetFD) (bool, error) {
 // again). Items are counted in the set's order, which is fdinfo's.
 func EpollWatchesAt(pid PID, epfd, tfd TargetFD, toff int, candidate TargetFD) (bool, error) {
 	slot := epollSlot{efd: uint32(epfd), tfd: uint32(tfd), toff: uint32(toff)}
-	r, err := kcmp(pid, pid, KcmpEpollTFD, uintptr(candidate), uintptr(unsafe.Pointer(&slot)))
-	return err == nil && r == 0, err
+	// The pointer is converted in the call expression (see ptrace's
+	// ptracePtr): a uintptr passed through kcmp would not follow a stack
+	// that moves.
+	r, _, e := unix.Syscall6(unix.SYS_KCMP, uintptr(pid), uintptr(pid), uintptr(KcmpEpollTFD), uintptr(candidate), uintptr(unsafe.Pointer(&slot)), 0)
+	if e != 0 {
+		return false, os.NewSyscallError("kcmp", e)
+	}
+	return r == 0, nil
 }
 
 // KcmpVM is KCMP_VM: two processes with one address space.

@@ -2,6 +2,7 @@ package sys
 
 import (
 	"os"
+	"runtime"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -72,5 +73,6 @@ func UffdioCopy(fd *FD, dst uint64, src []byte, mode uint64) (int64, error) {
 	}
 	c := uffdioCopyArg{dst: dst, src: uint64(uintptr(unsafe.Pointer(&src[0]))), len: uint64(len(src)), mode: mode}
 	err := uffdIoctl(fd, "UFFDIO_COPY", uffdioCopy, unsafe.Pointer(&c))
+	runtime.KeepAlive(src) // its address went in as a number
 	return max(c.copy, 0), err
 }

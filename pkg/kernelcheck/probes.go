@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime"
 	"unsafe"
 
 	"github.com/ckpt/ckpt/internal/sys"
@@ -79,11 +80,13 @@ func Kcmp() error {
 
 // ProcessVMReadv probes process_vm_readv on ckpt's own memory.
 func ProcessVMReadv() error {
-	var src, dst [8]byte
+	var dst [8]byte
+	src := new([8]byte) // on the heap, which does not move: its address goes as a number
 	src[0] = 42
 	l := []unix.Iovec{{Base: &dst[0], Len: 8}}
 	r := []unix.RemoteIovec{{Base: uintptr(unsafe.Pointer(&src[0])), Len: 8}}
 	_, err := unix.ProcessVMReadv(os.Getpid(), l, r, 0)
+	runtime.KeepAlive(src)
 	if err == nil && dst[0] != 42 {
 		err = errors.New("read the wrong bytes")
 	}
@@ -126,10 +129,13 @@ func Clone3SetTID() error {
 // PRSetMMMap probes prctl(PR_SET_MM, PR_SET_MM_MAP_SIZE): the struct
 // prctl_mm_map must be the size ckpt knows.
 func PRSetMMMap() error {
-	var size uint32
-	err := unix.Prctl(unix.PR_SET_MM, unix.PR_SET_MM_MAP_SIZE, uintptr(unsafe.Pointer(&size)), 0, 0)
-	if err == nil && size != 104 {
-		err = fmt.Errorf("prctl_mm_map is %d bytes, ckpt knows 104", size)
+	// On the heap (which does not move), kept alive over the call: the
+	// pointer reaches prctl as a uintptr.
+	size := new(uint32)
+	err := unix.Prctl(unix.PR_SET_MM, unix.PR_SET_MM_MAP_SIZE, uintptr(unsafe.Pointer(size)), 0, 0)
+	runtime.KeepAlive(size)
+	if err == nil && *size != 104 {
+		err = fmt.Errorf("prctl_mm_map is %d bytes, ckpt knows 104", *size)
 	}
 	return notSupported(FeaturePRSetMMMap, err)
 }

@@ -29,8 +29,22 @@ func ptrace(req int, pid int, addr, data uintptr) error {
 	return nil
 }
 
-func ptraceRet(req int, pid int, addr, data uintptr) (uintptr, error) {
-	r, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(pid), addr, data, 0, 0)
+// ptracePtr is ptrace with a pointer as data. A pointer goes to the system
+// call as an unsafe.Pointer, converted in the call expression itself: a
+// uintptr made by the caller would not keep its object alive, nor follow a
+// stack that moves meanwhile (the kernel then read a stale iovec, and an
+// xstate came back 65536 bytes long).
+func ptracePtr(req int, pid int, addr uintptr, data unsafe.Pointer) (uintptr, error) {
+	r, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(pid), addr, uintptr(data), 0, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return r, nil
+}
+
+// ptracePtrs is ptrace with pointers as addr and data.
+func ptracePtrs(req int, pid int, addr, data unsafe.Pointer) (uintptr, error) {
+	r, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(pid), uintptr(addr), uintptr(data), 0, 0)
 	if e != 0 {
 		return 0, e
 	}
@@ -163,7 +177,7 @@ func GetXState(tid int) ([]byte, error) {
 	buf := make([]byte, XStateMax)
 	iov := unix.Iovec{Base: &buf[0]}
 	iov.SetLen(len(buf))
-	if err := ptrace(unix.PTRACE_GETREGSET, tid, unix.NT_X86_XSTATE, uintptr(unsafe.Pointer(&iov))); err != nil {
+	if _, err := ptracePtr(unix.PTRACE_GETREGSET, tid, unix.NT_X86_XSTATE, unsafe.Pointer(&iov)); err != nil {
 		return nil, fmt.Errorf("ptrace getregset xstate %d: %w", tid, err)
 	}
 	return buf[:iov.Len], nil
@@ -176,7 +190,7 @@ func SetXState(tid int, xs []byte) error {
 	}
 	iov := unix.Iovec{Base: &xs[0]}
 	iov.SetLen(len(xs))
-	if err := ptrace(unix.PTRACE_SETREGSET, tid, unix.NT_X86_XSTATE, uintptr(unsafe.Pointer(&iov))); err != nil {
+	if _, err := ptracePtr(unix.PTRACE_SETREGSET, tid, unix.NT_X86_XSTATE, unsafe.Pointer(&iov)); err != nil {
 		return fmt.Errorf("ptrace setregset xstate %d: %w", tid, err)
 	}
 	return nil
@@ -194,7 +208,7 @@ func XCR0(xs []byte) uint64 {
 // GetSigMask reads the blocked signal mask.
 func GetSigMask(tid int) (uint64, error) {
 	var m uint64
-	if err := ptrace(unix.PTRACE_GETSIGMASK, tid, 8, uintptr(unsafe.Pointer(&m))); err != nil {
+	if _, err := ptracePtr(unix.PTRACE_GETSIGMASK, tid, 8, unsafe.Pointer(&m)); err != nil {
 		return 0, fmt.Errorf("ptrace getsigmask %d: %w", tid, err)
 	}
 	return m, nil
@@ -202,7 +216,7 @@ func GetSigMask(tid int) (uint64, error) {
 
 // SetSigMask writes the blocked signal mask.
 func SetSigMask(tid int, m uint64) error {
-	if err := ptrace(unix.PTRACE_SETSIGMASK, tid, 8, uintptr(unsafe.Pointer(&m))); err != nil {
+	if _, err := ptracePtr(unix.PTRACE_SETSIGMASK, tid, 8, unsafe.Pointer(&m)); err != nil {
 		return fmt.Errorf("ptrace setsigmask %d: %w", tid, err)
 	}
 	return nil
@@ -225,7 +239,7 @@ func PeekSigInfo(tid int, shared bool) ([][]byte, error) {
 		if shared {
 			args.Flags = unix.PTRACE_PEEKSIGINFO_SHARED
 		}
-		n, err := ptraceRet(unix.PTRACE_PEEKSIGINFO, tid, uintptr(unsafe.Pointer(&args)), uintptr(unsafe.Pointer(&buf[0])))
+		n, err := ptracePtrs(unix.PTRACE_PEEKSIGINFO, tid, unsafe.Pointer(&args), unsafe.Pointer(&buf[0]))
 		if err != nil {
 			return nil, fmt.Errorf("ptrace peeksiginfo %d: %w", tid, err)
 		}
@@ -242,7 +256,7 @@ func PeekSigInfo(tid int, shared bool) ([][]byte, error) {
 // GetSigInfo reads the siginfo of the signal a task is stopped by.
 func GetSigInfo(tid int) ([]byte, error) {
 	buf := make([]byte, SigInfoSize)
-	if err := ptrace(unix.PTRACE_GETSIGINFO, tid, 0, uintptr(unsafe.Pointer(&buf[0]))); err != nil {
+	if _, err := ptracePtr(unix.PTRACE_GETSIGINFO, tid, 0, unsafe.Pointer(&buf[0])); err != nil {
 		return nil, fmt.Errorf("ptrace getsiginfo %d: %w", tid, err)
 	}
 	return buf, nil
@@ -260,7 +274,7 @@ type RseqConfig struct {
 // GetRseq reads a thread's rseq registration.
 func GetRseq(tid int) (RseqConfig, error) {
 	var c RseqConfig
-	if err := ptrace(unix.PTRACE_GET_RSEQ_CONFIGURATION, tid, unsafe.Sizeof(c), uintptr(unsafe.Pointer(&c))); err != nil {
+	if _, err := ptracePtr(unix.PTRACE_GET_RSEQ_CONFIGURATION, tid, unsafe.Sizeof(c), unsafe.Pointer(&c)); err != nil {
 		return c, fmt.Errorf("ptrace get rseq %d: %w", tid, err)
 	}
 	return c, nil
@@ -271,7 +285,7 @@ func GetRseq(tid int) (RseqConfig, error) {
 func GetSeccompFilters(tid int) ([][]byte, error) {
 	var out [][]byte
 	for i := 0; ; i++ {
-		n, err := ptraceRet(unix.PTRACE_SECCOMP_GET_FILTER, tid, uintptr(i), 0)
+		n, err := ptracePtr(unix.PTRACE_SECCOMP_GET_FILTER, tid, uintptr(i), nil)
 		if err == unix.ENOENT {
 			return out, nil
 		}
@@ -282,7 +296,7 @@ func GetSeccompFilters(tid int) ([][]byte, error) {
 			return nil, fmt.Errorf("ptrace seccomp get filter %d of %d: %w", i, tid, err)
 		}
 		buf := make([]byte, 8*n)
-		if _, err := ptraceRet(unix.PTRACE_SECCOMP_GET_FILTER, tid, uintptr(i), uintptr(unsafe.Pointer(&buf[0]))); err != nil {
+		if _, err := ptracePtr(unix.PTRACE_SECCOMP_GET_FILTER, tid, uintptr(i), unsafe.Pointer(&buf[0])); err != nil {
 			return nil, fmt.Errorf("ptrace seccomp get filter %d of %d: %w", i, tid, err)
 		}
 		out = append(out, buf)
@@ -293,7 +307,7 @@ func GetSeccompFilters(tid int) ([][]byte, error) {
 // of a new child).
 func GetEventMsg(tid int) (uint64, error) {
 	var m uint64
-	if err := ptrace(unix.PTRACE_GETEVENTMSG, tid, 0, uintptr(unsafe.Pointer(&m))); err != nil {
+	if _, err := ptracePtr(unix.PTRACE_GETEVENTMSG, tid, 0, unsafe.Pointer(&m)); err != nil {
 		return 0, fmt.Errorf("ptrace geteventmsg %d: %w", tid, err)
 	}
 	return m, nil
