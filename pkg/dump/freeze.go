@@ -180,6 +180,11 @@ func seizeTask(tid int) (*task, error) {
 		if err := ptrace.Cont(tid, st.Sig()); err != nil {
 			return nil, err
 		}
+		// A trap clears a pending interrupt (ptrace_stop): ask again,
+		// or a thread that gets no further signal would run on.
+		if err := ptrace.Interrupt(tid); err != nil {
+			return nil, err
+		}
 	}
 }
 
