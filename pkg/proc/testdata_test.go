@@ -57,18 +57,7 @@ func TestParseStatTail(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := parseStatTail([]byte(tt.line))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(tt.want, got); d != "" {
-				t.Errorf("(-want +got):\n%s", d)
-			}
+			checkParse(t, got, err, tt.want, tt.wantErr)
 		})
 	}
 }
@@ -114,18 +103,7 @@ func TestParseStatus(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := parseStatus([]byte(tt.text))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(tt.want, got); d != "" {
-				t.Errorf("(-want +got):\n%s", d)
-			}
+			checkParse(t, got, err, tt.want, tt.wantErr)
 		})
 	}
 }
@@ -371,18 +349,7 @@ func TestParseSmaps(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := parseSmaps(strings.NewReader(tt.text))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(tt.want, got); d != "" {
-				t.Errorf("(-want +got):\n%s", d)
-			}
+			checkParse(t, got, err, tt.want, tt.wantErr)
 		})
 	}
 }
@@ -447,18 +414,25 @@ func TestParseTimers(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			got, err := parseTimers([]byte(tt.text))
-			if tt.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-					t.Fatalf("error %v, want %q", err, tt.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if d := cmp.Diff(tt.want, got); d != "" {
-				t.Errorf("(-want +got):\n%s", d)
-			}
+			checkParse(t, got, err, tt.want, tt.wantErr)
 		})
+	}
+}
+
+// checkParse checks what a parser returned against a table row: an error
+// containing wantErr when it is set, else no error and want.
+func checkParse[T any](t *testing.T, got T, err error, want T, wantErr string) {
+	t.Helper()
+	if wantErr != "" {
+		if err == nil || !strings.Contains(err.Error(), wantErr) {
+			t.Fatalf("error %v, want %q", err, wantErr)
+		}
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
 	}
 }
