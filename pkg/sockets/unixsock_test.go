@@ -233,25 +233,11 @@ func TestUnixRefused(t *testing.T) {
 			return fds[0], false
 		}, "outside the dump"},
 		{"accept queue", func(t *testing.T) (int, bool) {
-			l, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
-			must(t, err)
-			name := fmt.Sprintf("@ckpt-test-l-%d", time.Now().UnixNano())
-			must(t, unix.Bind(l, unixAddr(name)))
-			must(t, unix.Listen(l, 4))
-			c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
-			must(t, err)
-			must(t, unix.Connect(c, unixAddr(name)))
+			l, _ := waitingConn(t)
 			return l, false
 		}, "outside the dump not accepted yet"},
 		{"data sent before accept", func(t *testing.T) (int, bool) {
-			l, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
-			must(t, err)
-			name := fmt.Sprintf("@ckpt-test-l-%d", time.Now().UnixNano())
-			must(t, unix.Bind(l, unixAddr(name)))
-			must(t, unix.Listen(l, 4))
-			c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
-			must(t, err)
-			must(t, unix.Connect(c, unixAddr(name)))
+			_, c := waitingConn(t)
 			must(t, sendNow(c, []byte("early"), nil))
 			return c, true
 		}, "data sent on a connection"},
@@ -321,4 +307,19 @@ func TestUnixAcceptQueue(t *testing.T) {
 			t.Errorf("connection %d: read %d, %v", i, n, err)
 		}
 	}
+}
+
+// waitingConn makes a UNIX stream listener with one client connected to it
+// and not accepted yet.
+func waitingConn(t *testing.T) (l, c int) {
+	t.Helper()
+	l, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	must(t, err)
+	name := fmt.Sprintf("@ckpt-test-l-%d", time.Now().UnixNano())
+	must(t, unix.Bind(l, unixAddr(name)))
+	must(t, unix.Listen(l, 4))
+	c, err = unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	must(t, err)
+	must(t, unix.Connect(c, unixAddr(name)))
+	return l, c
 }
