@@ -101,7 +101,7 @@ func collectSched(tid int, th *image.Thread) error {
 		return err
 	}
 	// The timer slack too is read from outside: no injected call.
-	slack, err := os.ReadFile(fmt.Sprintf("/proc/%d/timerslack_ns", tid))
+	slack, err := os.ReadFile(proc.Path(tid, "timerslack_ns"))
 	if err != nil {
 		return fmt.Errorf("timer slack: %w", err)
 	}

@@ -28,14 +28,10 @@ func sigqueue(pid int, sig unix.Signal, v int32) error {
 	*(*int32)(unsafe.Pointer(&info[24])) = v
 	for {
 		err := sys.RtSigqueueinfo(sys.PID(pid), sig, &info)
-		switch {
-		case err == nil:
-			return nil
-		case errors.Is(err, unix.EAGAIN):
-			time.Sleep(100 * time.Microsecond) // the queue is full: let it drain
-		default:
+		if !errors.Is(err, unix.EAGAIN) {
 			return err
 		}
+		time.Sleep(100 * time.Microsecond) // the queue is full: let it drain
 	}
 }
 

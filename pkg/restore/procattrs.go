@@ -104,7 +104,7 @@ func (b *builder) threadSched(i int) error {
 		return nil
 	}
 	slack := strconv.FormatUint(th.TimerSlack, 10)
-	if err := os.WriteFile(fmt.Sprintf("/proc/%d/timerslack_ns", th.TID), []byte(slack), 0); err != nil {
+	if err := os.WriteFile(proc.Path(th.TID, "timerslack_ns"), []byte(slack), 0); err != nil {
 		return fmt.Errorf("timer slack: %w", err)
 	}
 	flags := s.Flags &^ (schedFlagUclamp | schedFlagKeep)
