@@ -20,6 +20,7 @@
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "victim.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <sys/wait.h>
 
@@ -55,6 +56,41 @@ static void child(int i)
 		_exit(3);
 	for (;;)
 		pause();
+}
+
+/*
+ * settled reports whether every thread of pid is off the run queue (its
+ * wchan reads other than "0"). The last thread of a group stop sets the
+ * stopped state, then sends the parent its SIGCHLD, then schedules away:
+ * waitid() can see the stop before that SIGCHLD is sent, so it may come
+ * after the handler is installed. Once every thread has scheduled away, it
+ * has been sent.
+ */
+static int settled(pid_t pid)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/task", pid);
+	DIR *d = opendir(path);
+	if (!d)
+		return 0;
+	int ok = 1;
+	struct dirent *e;
+	while (ok && (e = readdir(d)) != NULL) {
+		if (e->d_name[0] == '.')
+			continue;
+		char wpath[320], buf[64];
+		snprintf(wpath, sizeof wpath, "/proc/%d/task/%s/wchan", pid, e->d_name);
+		int fd = open(wpath, O_RDONLY);
+		if (fd < 0) {
+			ok = 0;
+			break;
+		}
+		ssize_t n = read(fd, buf, sizeof buf - 1);
+		close(fd);
+		ok = n > 0 && !(n == 1 && buf[0] == '0');
+	}
+	closedir(d);
+	return ok;
 }
 
 static int state_of(pid_t pid)
@@ -137,6 +173,14 @@ int main(int argc, char **argv)
 	sa.sa_flags = SA_RESTART;
 	if (sigaction(SIGCHLD, &sa, NULL) < 0)
 		die("sigaction");
+	for (int i = 0; i < N; i++)
+		for (int tries = 0; !settled(kid[i]); tries++) {
+			if (tries > 10000)
+				die("child did not settle");
+			usleep(1000);
+		}
+	getpid(); /* a SIGCHLD sent before now is delivered on this return */
+	chld = 0;
 	char extra[128];
 	snprintf(extra, sizeof extra, "s1=%d s2=%d s3=%d s4=%d", kid[0], kid[1], kid[2], kid[3]);
 	victim_start(2, argv, 1, "LOG", O_WRONLY | O_CREAT | O_APPEND, extra);
