@@ -52,6 +52,13 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 				v.Advice = append(v.Advice, a.advice)
 			}
 		}
+		if m.VmFlags["ht"] {
+			if err := hugetlb(&v, m); err != nil {
+				return fmt.Errorf("mapping %#x-%#x %s: %w", m.Start, m.End, m.Path, err)
+			}
+			p.VMAs = append(p.VMAs, v)
+			continue
+		}
 		switch {
 		case m.Path == "[vdso]":
 			v.Kind = image.VMAVDSO
@@ -202,5 +209,23 @@ func vmaAttributes(v *image.VMA, m proc.Mapping) error {
 			return fmt.Errorf("%s: cannot be restored: %w", r.what, ErrUnsupported)
 		}
 	}
+	return nil
+}
+
+// hugetlb describes a hugetlb mapping (VmFlags ht). A private anonymous
+// one (MAP_PRIVATE|MAP_ANONYMOUS|MAP_HUGETLB, which smaps shows as the
+// deleted file /anon_hugepage) is restored as one again, with the same huge
+// page size; its pages are read and written like any anonymous memory.
+// Shared hugetlb memory (MAP_SHARED anonymous, SHM_HUGETLB segments, files
+// of hugetlbfs or MFD_HUGETLB memfds) is refused: it is an object in a
+// hugetlbfs that the restore does not rebuild.
+func hugetlb(v *image.VMA, m proc.Mapping) error {
+	if v.Shared || m.Path != "/anon_hugepage (deleted)" {
+		return fmt.Errorf("shared hugetlb memory (a hugetlbfs file, MFD_HUGETLB memfd, SHM_HUGETLB segment or MAP_SHARED|MAP_HUGETLB mapping): cannot be restored: %w", ErrUnsupported)
+	}
+	if m.KernelPageSize <= image.PageSize || m.KernelPageSize&(m.KernelPageSize-1) != 0 {
+		return fmt.Errorf("hugetlb mapping with page size %d: %w", m.KernelPageSize, ErrUnsupported)
+	}
+	v.Kind, v.Name, v.HugePageSize = image.VMAAnon, "", m.KernelPageSize
 	return nil
 }

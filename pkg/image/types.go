@@ -138,6 +138,9 @@ type VMA struct {
 	Sealed      bool `json:"sealed,omitempty"`
 	// SysV describes the segment a VMASysVShm mapping attaches.
 	SysV *SysVShm `json:"sysv,omitempty"`
+	// HugePageSize is the huge page size in bytes of a private anonymous
+	// hugetlb mapping (MAP_HUGETLB), 0 for ordinary memory.
+	HugePageSize uint64 `json:"huge_page_size,omitempty"`
 }
 
 // SysVShm is a System V shared memory segment as /proc/sysvipc/shm shows

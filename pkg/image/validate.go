@@ -63,6 +63,9 @@ func checkProcess(p *Process) error {
 		if v.Start%PageSize != 0 || v.End%PageSize != 0 || v.End <= v.Start || v.Start < prevEnd {
 			return bad("vma %d %#x-%#x malformed", i, v.Start, v.End)
 		}
+		if h := v.HugePageSize; h != 0 && (v.Kind != VMAAnon || h&(h-1) != 0 || h < PageSize || v.Start%h != 0 || v.End%h != 0) {
+			return bad("vma %d %#x-%#x: huge page size %d malformed", i, v.Start, v.End, h)
+		}
 		if v.Kind == VMAFile && (v.File < 0 || v.File >= len(p.Mapped)) {
 			return bad("vma %d %#x-%#x names mapped file %d of %d", i, v.Start, v.End, v.File, len(p.Mapped))
 		}

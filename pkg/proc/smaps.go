@@ -27,6 +27,9 @@ type Mapping struct {
 	// ProtectionKey is the memory protection key of the mapping (0, the
 	// default, where the CPU has none).
 	ProtectionKey int
+	// KernelPageSize is the size of the pages backing the mapping, in
+	// bytes: the base page size, or a huge page size for hugetlb memory.
+	KernelPageSize uint64
 }
 
 // ReadSmaps parses /proc/PID/smaps.
@@ -72,6 +75,15 @@ func parseSmaps(r io.Reader) ([]Mapping, error) {
 				return nil, fmt.Errorf("ProtectionKey %q: %w", rest, err)
 			}
 			out[len(out)-1].ProtectionKey = k
+			continue
+		}
+		if rest, ok := strings.CutPrefix(line, "KernelPageSize:"); ok && len(out) > 0 {
+			kb, ok := strings.CutSuffix(strings.TrimSpace(rest), " kB")
+			n, err := strconv.ParseUint(kb, 10, 64)
+			if !ok || err != nil {
+				return nil, fmt.Errorf("KernelPageSize %q: not a size in kB", rest)
+			}
+			out[len(out)-1].KernelPageSize = n << 10
 			continue
 		}
 		if m, ok := parseMapLine(line); ok {

@@ -318,6 +318,9 @@ func TestReadSmapsTestdata(t *testing.T) {
 	}
 	dontfork := 0
 	for _, m := range maps {
+		if m.KernelPageSize != 4096 {
+			t.Errorf("%#x-%#x: KernelPageSize %d, want 4096", m.Start, m.End, m.KernelPageSize)
+		}
 		if m.VmFlags["dc"] {
 			dontfork++
 		}
@@ -342,6 +345,10 @@ func TestParseSmaps(t *testing.T) {
 				{Start: 0x7f00, End: 0x8000, Perms: "rw-s", Minor: 5, Inode: 7, Path: "/dev/zero (deleted)",
 					VmFlags: map[string]bool{"rd": true, "wr": true, "sh": true}},
 			}, ""},
+		{"huge page size", "7f00000-7f400000 rw-p 0 00:11 9 /anon_hugepage (deleted)\nKernelPageSize:     2048 kB\nVmFlags: rd wr ht\n",
+			[]Mapping{{Start: 0x7f00000, End: 0x7f400000, Perms: "rw-p", Minor: 0x11, Inode: 9, Path: "/anon_hugepage (deleted)",
+				KernelPageSize: 2 << 20, VmFlags: map[string]bool{"rd": true, "wr": true, "ht": true}}}, ""},
+		{"bad page size", "1-2 rw-p 0 0:0 0\nKernelPageSize: 4 MB\n", nil, `KernelPageSize " 4 MB": not a size in kB`},
 		{"flags first", "VmFlags: rd\n", nil, "VmFlags before a mapping"},
 		{"junk lines skipped", "hello\n1-2 rw-p 0 0:0 0\nVmFlags:\n", []Mapping{{Start: 1, End: 2, Perms: "rw-p", VmFlags: map[string]bool{}}}, ""},
 		{"bad lines skipped", "1-x rw-p 0 0:0 0\n2-1 rw-p 0 0:0 0\n1-2 rwp 0 0:0 0\n1-2 rw-p z 0:0 0\n1-2 rw-p 0 00 0\n1-2 rw-p 0 0:0 q\n1-2 rw-p 0 g:0 0\n", nil, ""},

@@ -8,6 +8,8 @@ package restore
 import (
 	"encoding/binary"
 	"fmt"
+	"math/bits"
+	"os"
 	"strings"
 	"unsafe"
 
@@ -118,6 +120,9 @@ func (b *builder) mapVMAs() error {
 			fd, off = uint64(b.mapFD[v.File]), v.Offset
 		default:
 			flags |= unix.MAP_ANONYMOUS
+			if h := v.HugePageSize; h != 0 {
+				flags |= unix.MAP_HUGETLB | bits.TrailingZeros64(h)<<unix.MAP_HUGE_SHIFT
+			}
 		}
 		if v.GrowsDown {
 			flags |= unix.MAP_GROWSDOWN
@@ -136,6 +141,10 @@ func (b *builder) mapVMAs() error {
 func (b *builder) mapAt(v *image.VMA, flags int, fd, off uint64) error {
 	ret, err := b.call(fmt.Sprintf("mmap %#x-%#x %s", v.Start, v.End, v.Name), unix.SYS_MMAP,
 		v.Start, v.Len(), uint64(mapProt(v)), uint64(flags), fd, off)
+	if err != nil && v.HugePageSize != 0 {
+		return fmt.Errorf("hugetlb mapping of %d pages of %d kB: %w (free huge pages of that size: %s)",
+			v.Len()/v.HugePageSize, v.HugePageSize>>10, err, freeHugePages(v.HugePageSize))
+	}
 	if err != nil {
 		return err
 	}
@@ -264,4 +273,14 @@ func anonName(v *image.VMA) (string, bool) {
 	}
 	name, ok := strings.CutPrefix(v.Name, prefix)
 	return strings.TrimSuffix(name, "]"), ok
+}
+
+// freeHugePages says how many huge pages of size bytes the kernel has free,
+// for the message of a hugetlb mapping that could not be made.
+func freeHugePages(size uint64) string {
+	b, err := os.ReadFile(fmt.Sprintf("/sys/kernel/mm/hugepages/hugepages-%dkB/free_hugepages", size>>10))
+	if err != nil {
+		return "unknown: " + err.Error()
+	}
+	return strings.TrimSpace(string(b))
 }

@@ -56,7 +56,9 @@ func (b *builder) openFiller() *pageFiller {
 		default:
 			continue
 		}
-		if v.Shared || v.Pages == 0 {
+		if v.Shared || v.Pages == 0 || v.HugePageSize != 0 {
+			// hugetlb memory takes UFFDIO_COPY only in whole huge
+			// pages: it is written with process_vm_writev.
 			continue
 		}
 		if _, err := sys.UffdioRegister(f.fd, v.Start, v.Len(), sys.UffdioRegisterModeMissing); err == nil {

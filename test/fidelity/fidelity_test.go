@@ -75,6 +75,7 @@ var cases = []fcase{
 	// mapped again and moved, a deleted sparse file mapped shared,
 	// PROT_NONE memory with data.
 	{name: "mem_contents", src: "mem_contents.c", args: []string{"DIR/"}},
+	{name: "mem_hugetlb", src: "mem_hugetlb.c"},
 	// The process tree and the freeze (sessions, stops, injection).
 	{name: "novdso", src: "tree_novdso.c"},
 	{name: "seccomp_strict", src: "tree_seccomp_strict.c"},
@@ -118,6 +119,7 @@ var cases = []fcase{
 	{name: "mem_sysv_sem", src: "mem_refused.c", args: []string{"sem"}, refuse: "SysV semaphore set"},
 	{name: "mem_sysv_msg", src: "mem_refused.c", args: []string{"msg"}, refuse: "SysV message queue"},
 	{name: "mem_secret", src: "mem_refused.c", args: []string{"secret"}, refuse: "memfd_secret memory: no one but the process can read it: cannot be restored"},
+	{name: "mem_hugetlb_shared", src: "mem_refused.c", args: []string{"hugetlb_shared"}, refuse: "shared hugetlb memory"},
 	{name: "proc_rlimit_above_ckpt", src: "proc_rlimit.c", refuse: "RLIMIT_NOFILE: hard limit",
 		dumpWrap: []string{"prlimit", "--nofile=1024:1024", "--"}},
 	{name: "proc_oom_score_adj_below_ckpt", src: "proc_prctl.c", refuse: "oom_score_adj: 500 is below ckpt's own 600",

@@ -13,6 +13,8 @@
  *   sem          a System V semaphore set the program operated on (semop).
  *   msg          a System V message queue the program sent a message to.
  *   secret       a memfd_secret page, mapped (its fd closed).
+ *   hugetlb_shared  a MAP_SHARED|MAP_ANONYMOUS|MAP_HUGETLB huge page (skipped
+ *                where no huge page is free and none can be reserved).
  */
 #include "fidelity.h"
 
@@ -64,6 +66,25 @@ int main(int argc, char **argv)
 		fid_ready();
 		fid_wait();
 		FID_EXPECT(p[100] == 0x5a, "secret memory changed");
+		return fid_done();
+	}
+	if (strcmp(argv[2], "hugetlb_shared") == 0) {
+		p = mmap(NULL, 2 << 20, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+		if (p == MAP_FAILED) {
+			/* No free huge page: reserve two more. */
+			char num[32] = "";
+			int fd = open("/proc/sys/vm/nr_hugepages", O_RDWR);
+			FID_SETUP(fd >= 0 && read(fd, num, sizeof num - 1) > 0, "read nr_hugepages");
+			int n = snprintf(num, sizeof num, "%ld", strtol(num, NULL, 10) + 2);
+			FID_SETUP(pwrite(fd, num, n, 0) == n, "reserve huge pages");
+			close(fd);
+			p = mmap(NULL, 2 << 20, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+		}
+		FID_SETUP(p != MAP_FAILED, "mmap MAP_SHARED|MAP_HUGETLB: %s", strerror(errno));
+		memset(p, 0x5a, 4096);
+		fid_ready();
+		fid_wait();
+		FID_EXPECT(p[100] == 0x5a, "hugetlb memory changed");
 		return fid_done();
 	}
 	if (strcmp(argv[2], "mbind") == 0 || strcmp(argv[2], "mempolicy") == 0) {
