@@ -2,6 +2,7 @@ package dump
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -86,6 +87,7 @@ var refuseChecks = []func(m *member, own *limits) error{
 	func(m *member, own *limits) error { return refuseMappings(m.pid, own) },
 	func(m *member, own *limits) error { return refuseLimits(m.pid, own) },
 	func(m *member, own *limits) error { return refuseOOMAdj(m.pid, own) },
+	func(m *member, _ *limits) error { return refuseAutogroupNice(m.pid) },
 	refuseThreads,
 }
 
@@ -194,6 +196,31 @@ func refuseOOMAdj(pid int, own *limits) error {
 	}
 	if adj < own.oomAdj {
 		return refuse(pid, "oom_score_adj", "%d is below ckpt's own %d, and ckpt has no CAP_SYS_RESOURCE to lower it at restore", adj, own.oomAdj)
+	}
+	return nil
+}
+
+// refuseAutogroupNice refuses a scheduling autogroup whose nice value was
+// changed (/proc/PID/autogroup). The restored processes join ckpt-redo's
+// autogroup, or a new one where they call setsid: writing the nice value
+// there would change it for every process of ckpt-redo's session, and an
+// autogroup has no identity a restore can take back. With nice 0 (the
+// default) the group's only visible trace is its number, which the kernel
+// hands out from a counter. A process in ckpt's own autogroup is not
+// refused: restored from the same session, it is in that group again.
+// Without autogroup support the file is absent.
+func refuseAutogroupNice(pid int) error {
+	b, err := os.ReadFile(proc.Path(pid, "autogroup"))
+	if err != nil {
+		return nil
+	}
+	name, nice, ok := strings.Cut(strings.TrimSpace(string(b)), " nice ")
+	if !ok {
+		return fmt.Errorf("/proc/%d/autogroup: %q: unknown format", pid, b)
+	}
+	own, _ := os.ReadFile(proc.Path(os.Getpid(), "autogroup"))
+	if nice != "0" && !bytes.Equal(b, own) {
+		return refuse(pid, "scheduling autogroup "+name, "its nice value was set to %s: the restore cannot give the process an autogroup of its own with it", nice)
 	}
 	return nil
 }

@@ -122,6 +122,7 @@ var cases = []fcase{
 	{name: "mem_hugetlb_shared", src: "mem_refused.c", args: []string{"hugetlb_shared"}, refuse: "shared hugetlb memory"},
 	{name: "proc_rlimit_above_ckpt", src: "proc_rlimit.c", refuse: "RLIMIT_NOFILE: hard limit",
 		dumpWrap: []string{"prlimit", "--nofile=1024:1024", "--"}},
+	{name: "proc_autogroup", src: "proc_autogroup.c", refuse: "scheduling autogroup /autogroup-"},
 	{name: "proc_oom_score_adj_below_ckpt", src: "proc_prctl.c", refuse: "oom_score_adj: 500 is below ckpt's own 600",
 		dumpWrap: []string{"sh", "-c", `echo 600 > /proc/self/oom_score_adj && exec "$0" "$@"`}},
 	{name: "proc_caps_outside_ckpt", src: "proc_creds.c", refuse: "capabilities 0x400000 are outside ckpt's own bounding set",
