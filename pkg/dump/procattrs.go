@@ -161,7 +161,29 @@ func collectProcAttrs(pid int, p *image.Process) error {
 		u := uint32(v)
 		p.Misc.LoginUID = &u
 	}
+	if s, ok, err := auditSession(pid); err != nil {
+		return err
+	} else if ok {
+		p.Misc.AuditSession = &s
+	}
 	return nil
+}
+
+// noAuditSession is the sessionid of a process outside any audit session.
+const noAuditSession = 4294967295
+
+// auditSession reads /proc/PID/sessionid; ok is false where the kernel has
+// no audit support.
+func auditSession(pid int) (id uint32, ok bool, err error) {
+	b, err := os.ReadFile(proc.Path(pid, "sessionid"))
+	if err != nil {
+		return 0, false, nil
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
+	if err != nil {
+		return 0, false, fmt.Errorf("sessionid %q: %w", b, err)
+	}
+	return uint32(v), true, nil
 }
 
 // injectThreadAttrs asks a thread what only it can tell: its

@@ -88,6 +88,7 @@ var refuseChecks = []func(m *member, own *limits) error{
 	func(m *member, own *limits) error { return refuseLimits(m.pid, own) },
 	func(m *member, own *limits) error { return refuseOOMAdj(m.pid, own) },
 	func(m *member, _ *limits) error { return refuseAutogroupNice(m.pid) },
+	func(m *member, _ *limits) error { return refuseAuditSession(m.pid) },
 	refuseThreads,
 }
 
@@ -221,6 +222,25 @@ func refuseAutogroupNice(pid int) error {
 	own, _ := os.ReadFile(proc.Path(os.Getpid(), "autogroup"))
 	if nice != "0" && !bytes.Equal(b, own) {
 		return refuse(pid, "scheduling autogroup "+name, "its nice value was set to %s: the restore cannot give the process an autogroup of its own with it", nice)
+	}
+	return nil
+}
+
+// refuseAuditSession refuses an audit session (/proc/PID/sessionid) other
+// than ckpt's own. The kernel numbers sessions from a counter: a restored
+// process can only inherit ckpt-redo's session, get a new one by writing
+// its loginuid, or have none (loginuid unset).
+func refuseAuditSession(pid int) error {
+	id, ok, err := auditSession(pid)
+	if err != nil || !ok || id == noAuditSession {
+		return err
+	}
+	own, _, err := auditSession(os.Getpid())
+	if err != nil {
+		return err
+	}
+	if id != own {
+		return refuse(pid, fmt.Sprintf("audit session %d", id), "not ckpt's own (%d): a restore can give only ckpt-redo's audit session, a new one or none; run ckpt from the same login session", own)
 	}
 	return nil
 }

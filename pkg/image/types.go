@@ -610,6 +610,9 @@ type ProcMisc struct {
 	// LoginUID is /proc/PID/loginuid (4294967295: not set); nil in older
 	// images.
 	LoginUID *uint32 `json:"loginuid,omitempty"`
+	// AuditSession is /proc/PID/sessionid (4294967295: none); nil in
+	// older images and where the kernel has no audit.
+	AuditSession *uint32 `json:"audit_session,omitempty"`
 	// Membarrier are the membarrier(2) registrations
 	// (MEMBARRIER_CMD_GET_REGISTRATIONS: MEMBARRIER_CMD_REGISTER_* bits).
 	Membarrier int `json:"membarrier,omitempty"`

@@ -2,6 +2,7 @@ package restore
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -44,6 +45,9 @@ func (b *builder) procAttrs() error {
 	if err := b.loginUID(); err != nil {
 		return err
 	}
+	if err := b.auditSession(); err != nil {
+		return err
+	}
 	if m.ChildSubreaper {
 		if _, err := b.call("prctl(PR_SET_CHILD_SUBREAPER)", unix.SYS_PRCTL, unix.PR_SET_CHILD_SUBREAPER, 1); err != nil {
 			return err
@@ -63,6 +67,29 @@ func (b *builder) procAttrs() error {
 	}
 	return nil
 }
+
+// auditSession checks that the process is in the audit session it was in
+// (/proc/PID/sessionid): that of ckpt-redo, inherited, when the dump was
+// made in the same login session, or none when its loginuid is unset.
+// The kernel numbers sessions from a counter that nothing sets.
+func (b *builder) auditSession() error {
+	want := b.p.Misc.AuditSession
+	if want == nil {
+		return nil
+	}
+	cur, err := os.ReadFile(proc.Path(b.target, "sessionid"))
+	if err != nil {
+		return fmt.Errorf("audit session %d: %w", *want, err)
+	}
+	if got := strings.TrimSpace(string(cur)); got != strconv.FormatUint(uint64(*want), 10) {
+		return fmt.Errorf("audit session %d came back as %s: ckpt-redo must run in the login session of the dump: %w", *want, got, ErrAuditSession)
+	}
+	return nil
+}
+
+// ErrAuditSession says the restored process would not be in its audit
+// session.
+var ErrAuditSession = errors.New("audit session cannot be had again")
 
 // loginUID writes the audit login uid: only the process itself may write
 // its /proc/self/loginuid.

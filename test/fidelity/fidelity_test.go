@@ -123,6 +123,7 @@ var cases = []fcase{
 	{name: "proc_rlimit_above_ckpt", src: "proc_rlimit.c", refuse: "RLIMIT_NOFILE: hard limit",
 		dumpWrap: []string{"prlimit", "--nofile=1024:1024", "--"}},
 	{name: "proc_autogroup", src: "proc_autogroup.c", refuse: "scheduling autogroup /autogroup-"},
+	{name: "proc_audit_session", src: "proc_prctl.c", args: []string{"loginuid"}, refuse: "audit session"},
 	{name: "proc_oom_score_adj_below_ckpt", src: "proc_prctl.c", refuse: "oom_score_adj: 500 is below ckpt's own 600",
 		dumpWrap: []string{"sh", "-c", `echo 600 > /proc/self/oom_score_adj && exec "$0" "$@"`}},
 	{name: "proc_caps_outside_ckpt", src: "proc_creds.c", refuse: "capabilities 0x400000 are outside ckpt's own bounding set",

@@ -2,7 +2,9 @@
  * proc_prctl: process-wide attributes set with prctl and /proc/self:
  * personality (ADDR_NO_RANDOMIZE added), not dumpable, child subreaper,
  * THP disabled, memory-deny-write-execute, oom_score_adj 500,
- * coredump_filter 0x7f, loginuid 4321 and membarrier registrations
+ * coredump_filter 0x7f, the audit loginuid and session id as they were
+ * (with the argument "loginuid" it sets loginuid 4321, which starts a new
+ * audit session: the dump must refuse that), and membarrier registrations
  * (private expedited, and its sync-core and rseq flavours). Each must be
  * the same after the restore, and membarrier(PRIVATE_EXPEDITED) must work.
  */
@@ -42,7 +44,11 @@ int main(int argc, char **argv)
 	FID_SETUP(prctl(PR_SET_MDWE, PR_MDWE_REFUSE_EXEC_GAIN, 0, 0, 0) == 0, "PR_SET_MDWE");
 	FID_SETUP(write_file("/proc/self/oom_score_adj", "500") == 0, "oom_score_adj");
 	FID_SETUP(write_file("/proc/self/coredump_filter", "0x7f") == 0, "coredump_filter");
-	FID_SETUP(write_file("/proc/self/loginuid", "4321") == 0, "loginuid");
+	if (argc > 2 && strcmp(argv[2], "loginuid") == 0)
+		FID_SETUP(write_file("/proc/self/loginuid", "4321") == 0, "loginuid");
+	char loginuid[64] = "", sessionid[64] = "";
+	fid_read_file("/proc/self/loginuid", loginuid, sizeof loginuid);
+	fid_read_file("/proc/self/sessionid", sessionid, sizeof sessionid);
 	int regs = MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED | MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE |
 		   MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_RSEQ;
 	for (int bit = 1; bit <= regs; bit <<= 1)
@@ -64,7 +70,8 @@ int main(int argc, char **argv)
 	FID_EXPECT(fid_read_file("/proc/self/oom_score_adj", v, sizeof v) == 0 && strcmp(v, "500") == 0, "oom_score_adj %s, want 500", v);
 	FID_EXPECT(fid_read_file("/proc/self/coredump_filter", v, sizeof v) == 0 && strcmp(v, "0000007f") == 0,
 		   "coredump_filter %s, want 0000007f", v);
-	FID_EXPECT(fid_read_file("/proc/self/loginuid", v, sizeof v) == 0 && strcmp(v, "4321") == 0, "loginuid %s, want 4321", v);
+	FID_EXPECT(fid_read_file("/proc/self/loginuid", v, sizeof v) == 0 && strcmp(v, loginuid) == 0, "loginuid %s, want %s", v, loginuid);
+	FID_EXPECT(fid_read_file("/proc/self/sessionid", v, sizeof v) == 0 && strcmp(v, sessionid) == 0, "audit session %s, want %s", v, sessionid);
 	FID_EXPECT(membarrier(MB_GET_REGISTRATIONS) == got_regs, "membarrier registrations %#x, want %#x",
 		   membarrier(MB_GET_REGISTRATIONS), got_regs);
 	FID_EXPECT(membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0, "membarrier(PRIVATE_EXPEDITED): %s", strerror(errno));
