@@ -32,12 +32,13 @@ func dumpCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return cli.Exit("dump: want exactly one PID", 2)
+			arg, err := oneArg(c, "dump", "PID")
+			if err != nil {
+				return err
 			}
-			pid, err := strconv.Atoi(c.Args().First())
+			pid, err := strconv.Atoi(arg)
 			if err != nil || pid <= 0 {
-				return cli.Exit(fmt.Sprintf("dump: %q is not a PID", c.Args().First()), 2)
+				return cli.Exit(fmt.Sprintf("dump: %q is not a PID", arg), 2)
 			}
 			dir, to := c.String("dir"), c.String("to")
 			switch {

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"os"
 	"runtime/pprof"
+	"strings"
 
 	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/urfave/cli/v2"
@@ -71,4 +72,19 @@ func printJSON(v any) error {
 
 func warn(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "ckpt: "+format+"\n", args...)
+}
+
+// oneArg returns the one argument of command cmd (ARG names it in
+// messages). Flags given after it are not parsed (the flag package stops
+// at the first argument): that is said, rather than "want one ARG".
+func oneArg(c *cli.Context, cmd, arg string) (string, error) {
+	if c.NArg() == 1 {
+		return c.Args().First(), nil
+	}
+	for i, a := range c.Args().Slice() {
+		if i > 0 && strings.HasPrefix(a, "-") {
+			return "", cli.Exit(fmt.Sprintf("%s: %s comes after the %s: options go before it (ckpt %s [options] %s)", cmd, a, arg, cmd, arg), 2)
+		}
+	}
+	return "", cli.Exit(fmt.Sprintf("%s: want exactly one %s", cmd, arg), 2)
 }

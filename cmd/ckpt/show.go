@@ -82,10 +82,11 @@ func showCommand() *cli.Command {
 			&cli.BoolFlag{Name: "json", Usage: "print everything as JSON"},
 		},
 		Action: func(c *cli.Context) error {
-			if c.NArg() != 1 {
-				return cli.Exit("show: want one image directory", 2)
+			dir, err := oneArg(c, "show", "DIR")
+			if err != nil {
+				return err
 			}
-			s, err := readSummary(c.Args().First())
+			s, err := readSummary(dir)
 			if err != nil {
 				return err
 			}

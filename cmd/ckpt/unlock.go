@@ -34,10 +34,11 @@ func unlockCommand() *cli.Command {
 				}
 				return nil
 			}
-			if c.NArg() != 1 {
-				return cli.Exit("unlock: want one image directory", 2)
+			dir, err := oneArg(c, "unlock", "DIR")
+			if err != nil {
+				return err
 			}
-			s, err := readSummary(c.Args().First())
+			s, err := readSummary(dir)
 			if err != nil {
 				return err
 			}

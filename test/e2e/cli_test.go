@@ -18,7 +18,8 @@ import (
 
 // TestCLIDumpWhere: `ckpt dump --help` says that one of --dir and --to is
 // required, and a dump given neither or both refuses with a usage error
-// that says what to give.
+// that says what to give; options after the PID (which the flag parser
+// does not read) are named.
 func TestCLIDumpWhere(t *testing.T) {
 	e := setup(t)
 	pid := strconv.Itoa(os.Getpid())
@@ -31,6 +32,9 @@ func TestCLIDumpWhere(t *testing.T) {
 		{"help", []string{"dump", "--help"}, 0, "Exactly one of --dir and --to is required"},
 		{"neither", []string{"dump", pid}, 2, "--dir DIR (a directory) or --to HOST:PORT (a receiver)"},
 		{"both", []string{"dump", "--dir", filepath.Join(t.TempDir(), "img"), "--to", "127.0.0.1:1", pid}, 2, "--dir and --to exclude each other"},
+		{"option after the PID", []string{"dump", pid, "--dir", filepath.Join(t.TempDir(), "img")}, 2, "dump: --dir comes after the PID: options go before it"},
+		{"two PIDs", []string{"dump", "--dir", filepath.Join(t.TempDir(), "img"), pid, pid}, 2, "dump: want exactly one PID"},
+		{"show: option after the directory", []string{"show", t.TempDir(), "--json"}, 2, "show: --json comes after the DIR"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
