@@ -177,6 +177,9 @@ func (e fileEnv) Socket(pid, fd int) (int, bool) {
 // Sockets implements fdkind.DumpEnv.
 func (e fileEnv) Sockets() fdkind.SocketDumpEnv { return e.t }
 
+// InDump implements fdkind.DumpEnv.
+func (e fileEnv) InDump(pid int) bool { return e.t.ownerInDump(fdkind.OwnerPID, pid) }
+
 // UnixSockets is sock_diag's view of the tree's UNIX sockets, read on
 // first need.
 func (t *tree) UnixSockets() (map[uint32]sockets.UnixInfo, error) {

@@ -21,6 +21,8 @@ type DumpEnv interface {
 	Socket(pid, fd int) (int, bool)
 	// Sockets is the tree's socket state the socket kinds use.
 	Sockets() SocketDumpEnv
+	// InDump tells whether pid is a live process of the dump.
+	InDump(pid int) bool
 }
 
 // SocketDumpEnv is the dump's view of the tree's sockets.

@@ -47,7 +47,8 @@ func TestRefused(t *testing.T) {
 			t.Errorf("%s: %v, want %q (unsupported)", tc.link, err, tc.want)
 		}
 	}
-	// A pty master is a character device, refused by its device number.
+	// A pty master is described through ckpt's copy of it: without one it
+	// is refused.
 	s := &Source{Link: "/dev/ptmx", Stat: unix.Stat_t{Mode: unix.S_IFCHR | 0o666, Rdev: unix.Mkdev(5, 2)}}
 	if _, err := Describe(nil, s, -1); !errors.Is(err, ErrUnsupported) {
 		t.Errorf("ptmx: %v", err)

@@ -8,28 +8,23 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// tty is a terminal from outside the dump (a pty slave, the console, a
-// virtual terminal): the restore attaches the terminal ckpt-redo runs on
-// (--shell-job) or a file (--stdio).
+// tty is a terminal: the slave of a pseudo-terminal whose master is in
+// the dump (File.Pty, set by the master's Finish: reopened at /dev/pts/N
+// once the pair is rebuilt), or a terminal from outside the dump (a pty
+// slave, the console, a virtual terminal): the restore attaches the
+// terminal ckpt-redo runs on (--shell-job) or a file (--stdio).
 func tty() Kind {
 	return Kind{
 		Name:     image.FileTTY,
 		Match:    func(s *Source) bool { return s.Type() == unix.S_IFCHR && isTTY(s.Stat.Rdev) },
 		Describe: describeCharDev,
 		Open:     openTTY,
-		Show:     showDevice,
-	}
-}
-
-// ptmx is the master side of a pseudo-terminal: reopening /dev/ptmx would
-// make a new terminal, so it is refused until ptys are rebuilt.
-func ptmx() Kind {
-	return Kind{
-		Name: "ptmx",
-		Match: func(s *Source) bool {
-			return s.Type() == unix.S_IFCHR && unix.Major(s.Stat.Rdev) == 5 && unix.Minor(s.Stat.Rdev) == 2
+		Show: func(f *image.File) string {
+			if f.Pty != nil {
+				return showPty(f)
+			}
+			return showDevice(f)
 		},
-		Describe: refuse("pseudo-terminal master (/dev/ptmx)"),
 	}
 }
 
@@ -41,6 +36,9 @@ func isTTY(rdev uint64) bool {
 }
 
 func openTTY(env RestoreEnv, f *image.File, at Where) (Desc, error) {
+	if f.Pty != nil {
+		return openPts(env, f)
+	}
 	if env.ShellJob() {
 		for _, our := range []*os.File{os.Stdin, os.Stdout, os.Stderr} {
 			if _, err := unix.IoctlGetTermios(int(our.Fd()), unix.TCGETS); err == nil {

@@ -199,6 +199,7 @@ const (
 	FileDir     FileKind = "dir"
 	FileChar    FileKind = "chr" // /dev/null, /dev/zero, /dev/urandom, ...
 	FileTTY     FileKind = "tty"
+	FilePtmx    FileKind = "ptmx" // the master side of a pseudo-terminal
 	FilePipe    FileKind = "pipe"
 	FileFIFO    FileKind = "fifo"
 	FileEventfd FileKind = "eventfd"
@@ -347,10 +348,55 @@ type File struct {
 	Event *EventFile `json:"event,omitempty"`
 	// Socket is set for sockets.
 	Socket *Socket `json:"socket,omitempty"`
+	// Pty is set for a pseudo-terminal master (FilePtmx) and for the
+	// slaves (FileTTY) of a master in the dump: the whole pair's state,
+	// on each of them.
+	Pty *Pty `json:"pty,omitempty"`
 	// Owner is who gets SIGIO for the file (F_SETOWN_EX, F_SETSIG).
 	Owner *FileOwner `json:"owner,omitempty"`
 	// Locks are the OFD and flock locks on the description.
 	Locks []Lock `json:"locks,omitempty"`
+}
+
+// Pty is a pseudo-terminal pair whose master is in the dump.
+type Pty struct {
+	Index  int  `json:"index"`            // N of /dev/pts/N
+	Master bool `json:"master,omitempty"` // this description is the master
+	// Termios are the terminal's settings (TCGETS2), Winsize its window
+	// size (rows, columns, x and y pixels: TIOCGWINSZ).
+	Termios Termios   `json:"termios"`
+	Winsize [4]uint16 `json:"winsize"`
+	// Packet is the master's packet mode (TIOCPKT), Locked its lock
+	// (TIOCSPTLCK: the slave cannot be opened), Exclusive the slave's
+	// TIOCEXCL.
+	Packet    bool `json:"packet,omitempty"`
+	Locked    bool `json:"locked,omitempty"`
+	Exclusive bool `json:"exclusive,omitempty"`
+	// SlaveClosed: the slave had been opened and every fd of it closed
+	// (the master reads EIO, polls POLLHUP).
+	SlaveClosed bool `json:"slave_closed,omitempty"`
+	// InputID names the FileData record of the bytes written to the
+	// master and not read from the slave yet, OutputID of those written
+	// to the slave and not read from the master; 0 if none.
+	InputID  int `json:"input_id,omitempty"`
+	OutputID int `json:"output_id,omitempty"`
+	// Session is the session whose controlling terminal it is (its leader
+	// is in the dump), 0 if none; Foreground its foreground process group.
+	Session    int `json:"session,omitempty"`
+	Foreground int `json:"foreground,omitempty"`
+}
+
+// Termios is struct termios2: a terminal's modes, control characters
+// and speeds.
+type Termios struct {
+	Iflag  uint32   `json:"iflag"`
+	Oflag  uint32   `json:"oflag"`
+	Cflag  uint32   `json:"cflag"`
+	Lflag  uint32   `json:"lflag"`
+	Line   uint8    `json:"line"`
+	CC     [19]byte `json:"cc"`
+	Ispeed uint32   `json:"ispeed"`
+	Ospeed uint32   `json:"ospeed"`
 }
 
 // FileOwner is the F_SETOWN_EX owner of an open file description and its

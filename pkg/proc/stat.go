@@ -17,6 +17,7 @@ type Stat struct {
 	PPID    int
 	PGRP    int
 	Session int
+	TTY     int // tty_nr: the controlling terminal's device number, 0 if none
 	Flags   uint64
 	Threads int
 	// mm fields
@@ -50,7 +51,7 @@ func readStat(root string, pid, tid int) (*Stat, error) {
 	}
 	s := &Stat{
 		PID: ps.PID, Comm: ps.Comm, State: ps.State[0],
-		PPID: ps.PPID, PGRP: ps.PGRP, Session: ps.Session,
+		PPID: ps.PPID, PGRP: ps.PGRP, Session: ps.Session, TTY: ps.TTY,
 		Flags: uint64(ps.Flags), Threads: ps.NumThreads,
 		StartCode: ps.StartCode, EndCode: ps.EndCode, StartStack: ps.StartStack,
 	}

@@ -82,7 +82,7 @@ func (t *tree) prepareFiles() error {
 			return fmt.Errorf("process %d: %w", b.p.PID, err)
 		}
 	}
-	return nil
+	return t.prepareCtty()
 }
 
 // openFile rebuilds one open file description with its kind's handler

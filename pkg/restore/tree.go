@@ -40,6 +40,8 @@ type tree struct {
 	// (fdkind.RestoreEnv.Once).
 	once   map[any]any
 	gadget uint64
+	// ctty are the controlling terminals to restore, by session (ctty.go).
+	ctty map[int]ctty
 
 	repairs []repairing // restored connections still in repair mode
 	// lock is the network lock covering the restored connections, and
@@ -196,8 +198,14 @@ func (t *tree) create() error {
 		if _, err := b.call("setsid", unix.SYS_SETSID); err != nil {
 			return err
 		}
+		if err := t.takeCtty(b); err != nil {
+			return err
+		}
 	}
 	if helpers, err = t.groups(helpers); err != nil {
+		return err
+	}
+	if err := t.foregrounds(); err != nil {
 		return err
 	}
 	for i := len(helpers) - 1; i >= 0; i-- {

@@ -64,6 +64,8 @@ var cases = []fcase{
 	{name: "fd_epoll", src: "fd_epoll.c"},
 	{name: "fd_inotify", src: "fd_inotify.c", args: []string{"DIR/"}},
 	{name: "fd_misc", src: "fd_misc.c", args: []string{"DIR/"}},
+	// Pseudo-terminals (pkg/fdkind/pty.go, pkg/restore/ctty.go).
+	{name: "pty_pair", src: "pty_pair.c"},
 	{name: "fd_sqlite", src: "fd_sqlite.c", args: []string{"DIR/"}, cflags: []string{"-Wl,--no-as-needed", "-lsqlite3"}},
 	// Memory (pkg/dump memory.go, vmas.go, shmobj.go, sysvipc.go): attributes
 	// of mappings.

@@ -1,0 +1,452 @@
+package fdkind
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/ckpt/ckpt/internal/sys"
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"golang.org/x/sys/unix"
+)
+
+// ptmx is the master side of a pseudo-terminal (an fd of /dev/ptmx). The
+// pair is rebuilt with the same index (/dev/pts/N), settings (termios,
+// window size, packet mode, lock, exclusive mode), the bytes queued in
+// both directions, and the session whose controlling terminal it is
+// (pkg/restore makes it so). The slaves of a master in the dump are tty
+// files carrying the pair's state too (File.Pty), reopened at
+// /dev/pts/N; a slave whose master is outside is a terminal from outside
+// (--shell-job).
+func ptmx() Kind {
+	return Kind{
+		Name:     image.FilePtmx,
+		Match:    func(s *Source) bool { return s.Type() == unix.S_IFCHR && isPtmx(s.Stat.Rdev) },
+		Describe: describePtmx,
+		Finish:   linkPtys,
+		Open:     openPtmx,
+		Steps:    lockPtmx,
+		Show:     showPty,
+	}
+}
+
+func isPtmx(rdev uint64) bool { return unix.Major(rdev) == 5 && unix.Minor(rdev) == 2 }
+
+// ptsIndex returns N of a /dev/pts/N path, or -1.
+func ptsIndex(path string) int {
+	s, ok := strings.CutPrefix(path, "/dev/pts/")
+	if !ok {
+		return -1
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return -1
+	}
+	return n
+}
+
+// isPts reports a pseudo-terminal slave device.
+func isPts(rdev uint64) bool { maj := unix.Major(rdev); return maj >= 136 && maj <= 143 }
+
+func describePtmx(env DumpEnv, s *Source, f *image.File) error {
+	f.Ref = StatRef(s.Link, &s.Stat)
+	f.Rdev = s.Stat.Rdev
+	if s.Copy < 0 {
+		return fmt.Errorf("pseudo-terminal master: no copy of it to ask: %w", ErrUnsupported)
+	}
+	fd := s.Copy
+	idx, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+	if err != nil {
+		return fmt.Errorf("pseudo-terminal master: TIOCGPTN: %w", err)
+	}
+	p := &image.Pty{Index: idx, Master: true}
+	what := fmt.Sprintf("pseudo-terminal master of /dev/pts/%d", idx)
+	t, err := unix.IoctlGetTermios(fd, unix.TCGETS2)
+	if err != nil {
+		return fmt.Errorf("%s: TCGETS2: %w", what, err)
+	}
+	p.Termios = termiosToImage(t)
+	ws, err := unix.IoctlGetWinsize(fd, unix.TIOCGWINSZ)
+	if err != nil {
+		return fmt.Errorf("%s: TIOCGWINSZ: %w", what, err)
+	}
+	p.Winsize = [4]uint16{ws.Row, ws.Col, ws.Xpixel, ws.Ypixel}
+	pkt, err := unix.IoctlGetInt(fd, unix.TIOCGPKT)
+	if err != nil {
+		return fmt.Errorf("%s: TIOCGPKT: %w", what, err)
+	}
+	p.Packet = pkt != 0
+	lck, err := unix.IoctlGetInt(fd, unix.TIOCGPTLCK)
+	if err != nil {
+		return fmt.Errorf("%s: TIOCGPTLCK: %w", what, err)
+	}
+	p.Locked = lck != 0
+	// poll on the master: POLLHUP once every fd of the slave is closed;
+	// POLLPRI in packet mode while a status event waits to be read.
+	pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI}}
+	if _, err := unix.Poll(pfd, 0); err != nil {
+		return fmt.Errorf("%s: poll: %w", what, err)
+	}
+	if p.Packet && pfd[0].Revents&unix.POLLPRI != 0 {
+		return fmt.Errorf("%s: a packet-mode status event waits to be read: cannot be restored: %w", what, ErrUnsupported)
+	}
+	p.SlaveClosed = pfd[0].Revents&unix.POLLHUP != 0
+	if sid, err := unix.IoctlGetInt(fd, unix.TIOCGSID); err == nil && sid > 0 {
+		p.Session = sid
+		if pg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil && pg > 0 {
+			p.Foreground = pg
+		}
+	}
+	f.Pty = p
+	return nil
+}
+
+func termiosToImage(t *unix.Termios) image.Termios {
+	return image.Termios{Iflag: t.Iflag, Oflag: t.Oflag, Cflag: t.Cflag, Lflag: t.Lflag, Line: t.Line, CC: t.Cc, Ispeed: t.Ispeed, Ospeed: t.Ospeed}
+}
+
+func termiosFromImage(t image.Termios) *unix.Termios {
+	return &unix.Termios{Iflag: t.Iflag, Oflag: t.Oflag, Cflag: t.Cflag, Lflag: t.Lflag, Line: t.Line, Cc: t.CC, Ispeed: t.Ispeed, Ospeed: t.Ospeed}
+}
+
+// ptyHeld is a master of the dump and the slave fds of the dump that
+// belong to it.
+type ptyHeld struct {
+	master Held
+	slaves []Held
+}
+
+// linkPtys gives every slave of the dump whose master is in the dump the
+// pair's state, checks what the restore needs (no slave open outside the
+// dump; the session whose controlling terminal it is led from inside;
+// every process of that session has it), and reads the bytes queued in
+// both directions, putting them back at once (a tty cannot be read
+// without consuming: see ptyQueues).
+func linkPtys(env DumpEnv, fds []Held) error {
+	pairs := map[int]*ptyHeld{}
+	var order []int
+	for _, h := range fds {
+		if h.File.Kind == image.FilePtmx && h.File.Pty != nil {
+			if _, ok := pairs[h.File.Pty.Index]; !ok {
+				pairs[h.File.Pty.Index] = &ptyHeld{master: h}
+				order = append(order, h.File.Pty.Index)
+			}
+		}
+	}
+	if len(pairs) == 0 {
+		return nil
+	}
+	for _, h := range fds {
+		if h.File.Kind != image.FileTTY || !isPts(h.File.Rdev) {
+			continue
+		}
+		if pp := pairs[ptsIndex(h.File.Ref.Path)]; pp != nil {
+			pp.slaves = append(pp.slaves, h)
+		}
+	}
+	inDump := map[int]bool{}
+	for _, h := range fds {
+		inDump[h.PID] = true
+	}
+	for _, idx := range order {
+		pp := pairs[idx]
+		p := pp.master.File.Pty
+		name := fmt.Sprintf("process %d fd %d: pseudo-terminal master of /dev/pts/%d", pp.master.PID, pp.master.FD, idx)
+		if len(pp.slaves) > 0 {
+			p.SlaveClosed = false
+		}
+		if holder := ptsOpenElsewhere(idx, pp.master.File.Rdev, inDump); holder != "" {
+			return fmt.Errorf("%s: its slave is open in %s, outside the dump: cannot be restored: %w", name, holder, ErrUnsupported)
+		}
+		if p.Session != 0 && !env.InDump(p.Session) {
+			return fmt.Errorf("%s: it is the controlling terminal of session %d, whose leader is outside the dump: cannot be restored: %w",
+				name, p.Session, ErrUnsupported)
+		}
+		if err := checkCtty(p, fds); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if err := ptyQueues(env, pp, p); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		for _, s := range pp.slaves {
+			c := *p
+			c.Master = false
+			s.File.Pty = &c
+		}
+	}
+	return nil
+}
+
+// checkCtty refuses a session in which some processes have the pty as
+// their controlling terminal and others none (they were forked before
+// their leader took it): the restore gives it to every process of the
+// session.
+func checkCtty(p *image.Pty, fds []Held) error {
+	if p.Session == 0 {
+		return nil
+	}
+	seen := map[int]bool{}
+	for _, h := range fds {
+		if seen[h.PID] {
+			continue
+		}
+		seen[h.PID] = true
+		st, err := proc.ReadStat(h.PID, 0)
+		if err != nil {
+			return err
+		}
+		if st.Session == p.Session && st.TTY == 0 {
+			return fmt.Errorf("process %d is in session %d but has no controlling terminal, while the session's is this one: cannot be restored: %w",
+				h.PID, p.Session, ErrUnsupported)
+		}
+	}
+	return nil
+}
+
+// ptsOpenElsewhere names a process outside the dump (not ckpt itself)
+// that has /dev/pts/idx open, or "".
+func ptsOpenElsewhere(idx int, _ uint64, inDump map[int]bool) string {
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return ""
+	}
+	want := fmt.Sprintf("/dev/pts/%d", idx)
+	self := os.Getpid()
+	for _, e := range procs {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || inDump[pid] || pid == self {
+			continue
+		}
+		fds, err := os.ReadDir(proc.Path(pid, "fd"))
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			if l, err := os.Readlink(proc.Path(pid, "fd", fd.Name())); err == nil && l == want {
+				comm, _ := os.ReadFile(proc.Path(pid, "comm"))
+				return fmt.Sprintf("process %d (%s) fd %s", pid, strings.TrimSpace(string(comm)), fd.Name())
+			}
+		}
+	}
+	return ""
+}
+
+func showPty(f *image.File) string {
+	p := f.Pty
+	if p == nil {
+		return f.Ref.Path
+	}
+	if !p.Master {
+		return fmt.Sprintf("pty slave /dev/pts/%d (master in the dump)", p.Index)
+	}
+	d := fmt.Sprintf("pty master of /dev/pts/%d", p.Index)
+	var attrs []string
+	attrs = append(attrs, fmt.Sprintf("%dx%d", p.Winsize[1], p.Winsize[0]))
+	if p.Session != 0 {
+		attrs = append(attrs, fmt.Sprintf("terminal of session %d, foreground group %d", p.Session, p.Foreground))
+	}
+	if p.Packet {
+		attrs = append(attrs, "packet mode")
+	}
+	if p.Locked {
+		attrs = append(attrs, "locked")
+	}
+	if p.Exclusive {
+		attrs = append(attrs, "exclusive")
+	}
+	if p.SlaveClosed {
+		attrs = append(attrs, "slave closed")
+	}
+	if p.InputID != 0 {
+		attrs = append(attrs, "input queued")
+	}
+	if p.OutputID != 0 {
+		attrs = append(attrs, "output queued")
+	}
+	return d + " (" + strings.Join(attrs, ", ") + ")"
+}
+
+// ErrPtyTaken means the index of a pty of the image is in use at restore.
+var ErrPtyTaken = errors.New("pty index taken")
+
+// ptyKey names the rebuilt pair of an index.
+type ptyKey int
+
+// ptyPair is a rebuilt pseudo-terminal: ckpt-redo's master.
+type ptyPair struct{ master *os.File }
+
+func openPtmx(env RestoreEnv, f *image.File, at Where) (Desc, error) {
+	pp, err := restorePair(env, f)
+	if err != nil {
+		return Desc{}, err
+	}
+	d, err := dupFile(pp.master)
+	return Desc{File: d}, err
+}
+
+// openPts opens a slave whose master is in the dump, once the pair is
+// rebuilt.
+func openPts(env RestoreEnv, f *image.File) (Desc, error) {
+	if _, err := restorePair(env, f); err != nil {
+		return Desc{}, err
+	}
+	path := fmt.Sprintf("/dev/pts/%d", f.Pty.Index)
+	fd, err := unix.Open(path, f.Flags&unix.O_ACCMODE|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return Desc{}, fmt.Errorf("open %s: %w", path, err)
+	}
+	return Desc{File: os.NewFile(uintptr(fd), path)}, nil
+}
+
+func restorePair(env RestoreEnv, f *image.File) (*ptyPair, error) {
+	if f.Pty == nil {
+		return nil, fmt.Errorf("pty without its state: %w", image.ErrCorrupt)
+	}
+	v, err := env.Once(ptyKey(f.Pty.Index), func() (any, error) { return makePair(env, f.Pty) })
+	if err != nil {
+		return nil, fmt.Errorf("pty /dev/pts/%d: %w", f.Pty.Index, err)
+	}
+	return v.(*ptyPair), nil
+}
+
+// makePair opens /dev/ptmx until the kernel hands out the wanted index
+// (it gives the lowest free one: the ones below are held meanwhile and
+// closed after), then gives the pair its settings and queued bytes. The
+// lock comes last, in the process (lockPtmx), once every slave is open.
+func makePair(env RestoreEnv, p *image.Pty) (*ptyPair, error) {
+	path := fmt.Sprintf("/dev/pts/%d", p.Index)
+	if _, err := os.Lstat(path); err == nil {
+		return nil, fmt.Errorf("%s exists already%s: %w", path, ptsHolder(p.Index), ErrPtyTaken)
+	}
+	var held []int
+	defer func() {
+		for _, fd := range held {
+			unix.Close(fd)
+		}
+	}()
+	master := -1
+	for len(held) <= p.Index {
+		fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, fmt.Errorf("open /dev/ptmx: %w", err)
+		}
+		n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+		if err != nil {
+			unix.Close(fd)
+			return nil, fmt.Errorf("TIOCGPTN: %w", err)
+		}
+		if n == p.Index {
+			master = fd
+			break
+		}
+		held = append(held, fd)
+		if n > p.Index {
+			return nil, fmt.Errorf("the kernel handed out /dev/pts/%d instead: %s is taken%s: %w", n, path, ptsHolder(p.Index), ErrPtyTaken)
+		}
+	}
+	if master < 0 {
+		return nil, fmt.Errorf("%s never came: %w", path, ErrPtyTaken)
+	}
+	mf := os.NewFile(uintptr(master), "/dev/ptmx")
+	env.Keep(mf)
+	if err := settlePair(env, master, p); err != nil {
+		return nil, err
+	}
+	return &ptyPair{master: mf}, nil
+}
+
+// settlePair gives a new, unlocked pair the dumped settings and data.
+func settlePair(env RestoreEnv, master int, p *image.Pty) error {
+	if err := unix.IoctlSetPointerInt(master, unix.TIOCSPTLCK, 0); err != nil {
+		return fmt.Errorf("unlock: %w", err)
+	}
+	t := termiosFromImage(p.Termios)
+	if err := unix.IoctlSetTermios(master, unix.TCSETS2, t); err != nil {
+		return fmt.Errorf("TCSETS2: %w", err)
+	}
+	ws := &unix.Winsize{Row: p.Winsize[0], Col: p.Winsize[1], Xpixel: p.Winsize[2], Ypixel: p.Winsize[3]}
+	if err := unix.IoctlSetWinsize(master, unix.TIOCSWINSZ, ws); err != nil {
+		return fmt.Errorf("TIOCSWINSZ: %w", err)
+	}
+	// A slave of ours, for what only a slave fd does; closing it leaves
+	// the master as after a closed slave, which is what SlaveClosed says
+	// (the slaves of the dump are opened after).
+	if p.InputID != 0 || p.Exclusive || p.SlaveClosed {
+		path := fmt.Sprintf("/dev/pts/%d", p.Index)
+		slave, err := unix.Open(path, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		if err != nil {
+			return fmt.Errorf("open %s: %w", path, err)
+		}
+		defer unix.Close(slave)
+		if p.InputID != 0 {
+			in, err := env.Data(p.InputID)
+			if err != nil {
+				return fmt.Errorf("queued input: %w", err)
+			}
+			if err := putInput(master, slave, t, in); err != nil {
+				return err
+			}
+		}
+		if p.Exclusive {
+			if err := unix.IoctlSetInt(slave, unix.TIOCEXCL, 0); err != nil {
+				return fmt.Errorf("TIOCEXCL: %w", err)
+			}
+		}
+	}
+	if p.OutputID != 0 {
+		out, err := env.Data(p.OutputID)
+		if err != nil {
+			return fmt.Errorf("queued output: %w", err)
+		}
+		if err := stuff(master, out); err != nil {
+			return fmt.Errorf("queued output: %w", err)
+		}
+	}
+	if p.Packet {
+		if err := unix.IoctlSetPointerInt(master, unix.TIOCPKT, 1); err != nil {
+			return fmt.Errorf("TIOCPKT: %w", err)
+		}
+	}
+	return nil
+}
+
+// ptsHolder names who holds /dev/pts/N, for the message of a taken index.
+func ptsHolder(idx int) string {
+	if h := ptsOpenElsewhere(idx, 0, nil); h != "" {
+		return " (open in " + h + ")"
+	}
+	return ""
+}
+
+// lockPtmx locks a restored master that was locked (TIOCSPTLCK), in the
+// process holding it, once every slave of the dump is open.
+func lockPtmx(t Target, p *image.Process, f *image.File) error {
+	if f.Pty == nil || !f.Pty.Locked {
+		return nil
+	}
+	i := slices.IndexFunc(p.FDs, func(e image.FD) bool { return e.File == f.ID })
+	if i < 0 {
+		return nil
+	}
+	one := []byte{1, 0, 0, 0}
+	addr, err := t.Scratch(one)
+	if err != nil {
+		return err
+	}
+	_, err = t.Call("ioctl TIOCSPTLCK", unix.SYS_IOCTL, uint64(p.FDs[i].FD), unix.TIOCSPTLCK, addr)
+	return err
+}
+
+// pidfdCopy returns ckpt's own fd of fd of process pid.
+func pidfdCopy(pid, fd int) (*sys.FD, error) {
+	pidfd, err := sys.PidfdOpen(sys.PID(pid), 0)
+	if err != nil {
+		return nil, err
+	}
+	defer pidfd.Close()
+	return sys.PidfdGetfd(pidfd, sys.TargetFD(fd))
+}
