@@ -383,6 +383,7 @@ func header(pid int, p *image.Process) (*image.Header, error) {
 		Hostname:  unix.ByteSliceToString(uts.Nodename[:]),
 		Root:      pid,
 		Processes: 1,
+		BootID:    machine.BootID(),
 	}
 	cpu, err := machine.ReadCPU()
 	if err != nil {

@@ -120,6 +120,29 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 		}
 		p.VMAs = append(p.VMAs, v)
 	}
+	return identifyMapped(d.pid, p)
+}
+
+// identifyMapped records the content identity (ELF build-id or hash) of
+// every file the process maps privately and that still has its name:
+// the restore reads their clean pages back from them, and refuses one
+// whose content is not the same (fdkind.IdentifyContent).
+func identifyMapped(pid int, p *image.Process) error {
+	done := map[int]bool{}
+	for _, v := range p.VMAs {
+		if v.Kind != image.VMAFile || v.Shared || done[v.File] {
+			continue
+		}
+		done[v.File] = true
+		ref := &p.Mapped[v.File]
+		if ref.Deleted || ref.Mode&unix.S_IFMT != unix.S_IFREG {
+			continue
+		}
+		mf := proc.Path(pid, "map_files", fmt.Sprintf("%x-%x", v.Start, v.End))
+		if err := fdkind.IdentifyContent(mf, ref); err != nil {
+			return fmt.Errorf("mapping %#x-%#x: %w", v.Start, v.End, err)
+		}
+	}
 	return nil
 }
 
@@ -163,7 +186,7 @@ func statRef(path string, st *syscall.Stat_t) image.FileRef {
 	return image.FileRef{
 		Path: path, Dev: st.Dev, Ino: st.Ino, Size: st.Size,
 		MtimeNs: st.Mtim.Sec*1e9 + st.Mtim.Nsec, Mode: st.Mode,
-		UID: int(st.Uid), GID: int(st.Gid),
+		UID: int(st.Uid), GID: int(st.Gid), CtimeNs: st.Ctim.Sec*1e9 + st.Ctim.Nsec,
 	}
 }
 

@@ -60,6 +60,9 @@ func openDir(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		}
 		holder := os.NewFile(uintptr(fd), ref.Path)
 		env.Keep(holder)
+		if err := setMtime(holder, ref.MtimeNs); err != nil {
+			return nil, fmt.Errorf("deleted directory %s: %w", ref.Path, err)
+		}
 		return settleGhost(holder, ref, ref.Mode&0o7777)
 	})
 	if err != nil {

@@ -51,6 +51,10 @@ type RestoreEnv interface {
 	Keep(f *os.File)
 	// InDump tells whether pid is a process or a thread of the image.
 	InDump(pid int) bool
+	// SameBoot tells whether the restore runs on the machine of the dump,
+	// not rebooted since: device and inode numbers and change times of
+	// files can be compared.
+	SameBoot() bool
 	// ShellJob tells whether the user gave --shell-job.
 	ShellJob() bool
 	// Stdio opens the --stdio replacement; ok is false without it.

@@ -206,8 +206,24 @@ func makeFIFO(env RestoreEnv, f *image.File) (*os.File, error) {
 		if err != nil {
 			return nil, fmt.Errorf("FIFO %s: buffered data: %w", ref.Path, err)
 		}
+		// Writing stamps the FIFO's times: it gets back those it had.
+		var st unix.Stat_t
+		if err := unix.Fstat(int(holder.Fd()), &st); err != nil {
+			return nil, fmt.Errorf("FIFO %s: fstat: %w", ref.Path, err)
+		}
 		if _, err := holder.Write(data); err != nil {
 			return nil, fmt.Errorf("FIFO %s: refill %d bytes: %w", ref.Path, len(data), err)
+		}
+		mtime := st.Mtim.Sec*1e9 + st.Mtim.Nsec
+		if ref.Deleted {
+			mtime = ref.MtimeNs
+		}
+		if err := setMtime(holder, mtime); err != nil {
+			return nil, fmt.Errorf("FIFO %s: %w", ref.Path, err)
+		}
+	} else if ref.Deleted {
+		if err := setMtime(holder, ref.MtimeNs); err != nil {
+			return nil, fmt.Errorf("FIFO %s: %w", ref.Path, err)
 		}
 	}
 	return holder, nil

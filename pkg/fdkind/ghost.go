@@ -136,6 +136,9 @@ func makeGhost(env RestoreEnv, ref *image.FileRef) (*os.File, error) {
 	if err := fillGhost(f, ref, data); err != nil {
 		return nil, fmt.Errorf("%s: %w", ref.Path, err)
 	}
+	if err := setMtime(f, ref.MtimeNs); err != nil {
+		return nil, fmt.Errorf("%s: %w", ref.Path, err)
+	}
 	if ref.Seals != 0 {
 		if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, ref.Seals); err != nil {
 			return nil, fmt.Errorf("%s: F_ADD_SEALS %#x: %w", ref.Path, ref.Seals, err)
@@ -231,4 +234,14 @@ func keepParentTimes(path string) func() {
 		ts := []unix.Timespec{st.Atim, st.Mtim}
 		unix.UtimesNanoAt(unix.AT_FDCWD, dir, ts, 0)
 	}
+}
+
+// setMtime gives a file made again by the restore the modification time
+// the dump saw (its access time is left as it is).
+func setMtime(f *os.File, ns int64) error {
+	ts := []unix.Timespec{{Nsec: unix.UTIME_OMIT}, unix.NsecToTimespec(ns)}
+	if err := unix.UtimesNanoAt(unix.AT_FDCWD, fmt.Sprintf("/proc/self/fd/%d", f.Fd()), ts, 0); err != nil {
+		return fmt.Errorf("set modification time: %w", err)
+	}
+	return nil
 }

@@ -16,6 +16,8 @@ type testEnv struct {
 	data map[int][]byte
 	once map[any]any
 	kept []*os.File
+	// otherBoot makes the restore side act as on another machine.
+	otherBoot bool
 }
 
 func newTestEnv(t *testing.T) *testEnv {
@@ -43,6 +45,7 @@ func (e *testEnv) Socket(pid, fd int) (int, bool) { return 0, false }
 func (e *testEnv) Sockets() SocketDumpEnv         { return nil }
 func (e *testEnv) InDump(pid int) bool            { return false }
 func (e *testEnv) ShellJob() bool                 { return false }
+func (e *testEnv) SameBoot() bool                 { return !e.otherBoot }
 func (e *testEnv) Stdio() (*os.File, bool, error) { return nil, false, nil }
 func (e *testEnv) Keep(f *os.File)                { e.kept = append(e.kept, f) }
 

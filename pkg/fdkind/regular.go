@@ -51,7 +51,7 @@ func StatRef(path string, st *unix.Stat_t) image.FileRef {
 	return image.FileRef{
 		Path: path, Dev: st.Dev, Ino: st.Ino, Size: st.Size,
 		MtimeNs: st.Mtim.Sec*1e9 + st.Mtim.Nsec, Mode: st.Mode,
-		UID: int(st.Uid), GID: int(st.Gid),
+		UID: int(st.Uid), GID: int(st.Gid), CtimeNs: st.Ctim.Sec*1e9 + st.Ctim.Nsec,
 	}
 }
 
@@ -126,9 +126,10 @@ const openFlags = unix.O_ACCMODE | unix.O_APPEND | unix.O_NONBLOCK | unix.O_DSYN
 
 // OpenRef opens a file as the image describes it, with flags. Files
 // whose content is in the image (deleted at dump time) are recreated as
-// unnamed files. strict (for mapped files) refuses a file that changed
-// since the dump.
-func OpenRef(env RestoreEnv, ref *image.FileRef, flags int, strict bool) (*os.File, error) {
+// unnamed files. A regular file that is not as the dump saw it is refused
+// (checkUnchanged); mapped is set for the file behind mappings, whose
+// content is compared too.
+func OpenRef(env RestoreEnv, ref *image.FileRef, flags int, mapped bool) (*os.File, error) {
 	fl := flags & openFlags
 	if ref.Deleted {
 		return openGhost(env, ref, fl)
@@ -140,14 +141,17 @@ func OpenRef(env RestoreEnv, ref *image.FileRef, flags int, strict bool) (*os.Fi
 	if st.Mode&unix.S_IFMT != ref.Mode&unix.S_IFMT {
 		return nil, fmt.Errorf("%s: was mode %#o, now %#o: %w", ref.Path, ref.Mode, st.Mode, ErrFileChanged)
 	}
-	if strict && st.Mode&unix.S_IFMT == unix.S_IFREG {
-		mtime := st.Mtim.Sec*1e9 + st.Mtim.Nsec
-		if st.Size != ref.Size || mtime != ref.MtimeNs {
-			return nil, fmt.Errorf("%s: was %d bytes modified at %d, now %d bytes modified at %d (replaced or rewritten): %w",
-				ref.Path, ref.Size, ref.MtimeNs, st.Size, mtime, ErrFileChanged)
+	f, err := os.OpenFile(ref.Path, fl|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	if err != nil {
+		return nil, err
+	}
+	if ref.Mode&unix.S_IFMT == unix.S_IFREG {
+		if err := checkUnchanged(env, ref, f, fl, mapped); err != nil {
+			f.Close()
+			return nil, err
 		}
 	}
-	return os.OpenFile(ref.Path, fl|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
+	return f, nil
 }
 
 // procFileGone refuses a file of the /proc directory of a process that

@@ -24,6 +24,10 @@ type Header struct {
 	// other session or group whose leader is not in the image had no
 	// leader left: a helper process takes its PID at restore.
 	ExternalIDs []int `json:"external_ids,omitempty"`
+	// BootID is the kernel's boot_id at the dump: a restore under the
+	// same one is on the same machine, where device and inode numbers
+	// and change times of files still mean the same.
+	BootID string `json:"boot_id,omitempty"`
 }
 
 // CPU describes the processor features the dumped processes could use.
@@ -174,6 +178,15 @@ type FileRef struct {
 	Mode    uint32 `json:"mode"`
 	UID     int    `json:"uid,omitempty"`
 	GID     int    `json:"gid,omitempty"`
+	// CtimeNs is the inode's change time, compared only on the machine
+	// of the dump (Header.BootID).
+	CtimeNs int64 `json:"ctime_ns,omitempty"`
+	// BuildID (hex) or SHA256 (hex, of the whole content) identify the
+	// content of a file mapped privately, whose clean pages the restore
+	// reads back from the file: an ELF file's GNU build-id, any other
+	// file's hash.
+	BuildID string `json:"build_id,omitempty"`
+	SHA256  string `json:"sha256,omitempty"`
 	// Deleted files (unlinked while open or mapped) have their content in a
 	// FileData record with this ID: the bytes of Extents back to back
 	// (holes are not stored), or the whole file when Extents is empty.

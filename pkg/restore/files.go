@@ -10,6 +10,7 @@ import (
 
 	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/machine"
 	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/ckpt/ckpt/pkg/rewrite"
 	"github.com/ckpt/ckpt/pkg/sockets"
@@ -320,6 +321,9 @@ func (e fileEnv) InDump(pid int) bool {
 	}
 	return false
 }
+
+// SameBoot implements fdkind.RestoreEnv.
+func (e fileEnv) SameBoot() bool { return machine.SameBoot(e.t.img.hdr.BootID) }
 
 // ShellJob implements fdkind.RestoreEnv.
 func (e fileEnv) ShellJob() bool { return e.t.opts.ShellJob }
