@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/ckpt/ckpt/internal/sys"
+	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
@@ -126,11 +127,8 @@ func (d *dumper) collectMisc(p *image.Process, status *proc.Status) error {
 		return err
 	}
 	p.Misc.Umask = status.Umask
-	if p.Misc.Cwd, err = os.Readlink(proc.Path(pid, "cwd")); err != nil {
-		return fmt.Errorf("read cwd: %w", err)
-	}
-	if p.Misc.Root, err = os.Readlink(proc.Path(pid, "root")); err != nil {
-		return fmt.Errorf("read root: %w", err)
+	if p.Misc.Cwd, p.Misc.DeletedCwd, p.Misc.Root, err = fdkind.DescribeDirs(pid); err != nil {
+		return err
 	}
 	if b, err := os.ReadFile(proc.Path(pid, "personality")); err == nil {
 		p.Misc.Personality, _ = strconv.ParseUint(strings.TrimSpace(string(b)), 16, 64)

@@ -29,12 +29,29 @@ func describeDir(env DumpEnv, s *Source, f *image.File) error {
 	if err != nil {
 		return err
 	}
-	f.Ref = StatRef(lf.Path, &s.Stat)
-	f.Ref.Deleted = lf.Unlinked
-	if err := procFileGone(lf.Path); err != nil {
+	f.Ref, err = DirRef(lf)
+	if err != nil {
 		return err
 	}
-	return nil
+	return procFileGone(lf.Path)
+}
+
+// DirRef describes a directory reached through a /proc link (an fd, the
+// working directory): a deleted one (necessarily empty) is made again at
+// restore; one still linked somewhere else than its old path (moved, or
+// out of ckpt's sight) is refused.
+func DirRef(lf proc.LinkedFile) (image.FileRef, error) {
+	if lf.Unlinked && lf.Stat.Nlink > 0 {
+		return image.FileRef{}, fmt.Errorf("directory %s is not at that path any more (moved, or outside ckpt's view of the file system): cannot be restored: %w",
+			lf.Path, ErrUnsupported)
+	}
+	st := &lf.Stat
+	ref := image.FileRef{
+		Path: lf.Path, Dev: st.Dev, Ino: st.Ino, Size: st.Size, Mode: st.Mode, UID: int(st.Uid), GID: int(st.Gid),
+		MtimeNs: st.Mtim.Sec*1e9 + st.Mtim.Nsec, CtimeNs: st.Ctim.Sec*1e9 + st.Ctim.Nsec,
+	}
+	ref.Deleted = lf.Unlinked
+	return ref, nil
 }
 
 // deletedDirKey names the directory made again for a deleted one.
@@ -44,7 +61,17 @@ func openDir(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	if !f.Ref.Deleted {
 		return openByPath(env, f, at)
 	}
-	ref := &f.Ref
+	of, err := OpenDeletedDir(env, &f.Ref, f.Flags)
+	if err != nil {
+		return Desc{}, err
+	}
+	return Desc{File: of}, nil
+}
+
+// OpenDeletedDir opens, with flags, the directory made again for a
+// deleted one (once per directory: every fd of it, and every process
+// working in it, share it).
+func OpenDeletedDir(env RestoreEnv, ref *image.FileRef, flags int) (*os.File, error) {
 	v, err := env.Once(deletedDirKey{ref.Dev, ref.Ino}, func() (any, error) {
 		defer keepParentTimes(ref.Path)()
 		if err := unix.Mkdir(ref.Path, ref.Mode&0o7777); err != nil {
@@ -66,12 +93,12 @@ func openDir(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		return settleGhost(holder, ref, ref.Mode&0o7777)
 	})
 	if err != nil {
-		return Desc{}, err
+		return nil, err
 	}
 	holder := v.(*os.File)
-	of, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", holder.Fd()), f.Flags&openFlags&^unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	of, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", holder.Fd()), flags&openFlags&^unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return Desc{}, fmt.Errorf("deleted directory %s: reopen: %w", ref.Path, err)
+		return nil, fmt.Errorf("deleted directory %s: reopen: %w", ref.Path, err)
 	}
-	return Desc{File: of}, nil
+	return of, nil
 }

@@ -165,6 +165,7 @@ func createGhost(ref *image.FileRef) (*os.File, error) {
 		return settleGhost(os.NewFile(uintptr(fd), ref.Path), ref, mode)
 	}
 	defer keepParentTimes(ref.Path)()
+	defer makeParents(filepath.Dir(ref.Path))()
 	if fd, err := unix.Open(ref.Path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, mode); err == nil {
 		f := os.NewFile(uintptr(fd), ref.Path)
 		if err := unix.Unlink(ref.Path); err != nil {
@@ -244,4 +245,35 @@ func setMtime(f *os.File, ns int64) error {
 		return fmt.Errorf("set modification time: %w", err)
 	}
 	return nil
+}
+
+// makeParents makes the missing directories above a deleted file (it was
+// opened in a directory removed since), so that the file can be made and
+// unlinked again at its old path; the function it returns removes them
+// again, deepest first, and gives the first directory that existed its
+// times back.
+func makeParents(dir string) func() {
+	var made []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || d == "/" || d == "." {
+			break
+		}
+		made = append(made, d)
+	}
+	if len(made) == 0 {
+		return func() {}
+	}
+	restore := keepParentTimes(made[len(made)-1])
+	for i := len(made) - 1; i >= 0; i-- {
+		if unix.Mkdir(made[i], 0o700) != nil {
+			made = made[i+1:]
+			break
+		}
+	}
+	return func() {
+		for _, d := range made {
+			unix.Rmdir(d)
+		}
+		restore()
+	}
 }

@@ -641,7 +641,12 @@ type Creds struct {
 type ProcMisc struct {
 	Umask       int    `json:"umask"`
 	Cwd         string `json:"cwd"`
-	Root        string `json:"root"`
+	// DeletedCwd is set when the working directory had been removed: it
+	// is made again, entered and removed again (like a deleted directory
+	// held open).
+	DeletedCwd *FileRef `json:"deleted_cwd,omitempty"`
+	// Root is the root directory (chroot), as ckpt sees it.
+	Root string `json:"root"`
 	Personality uint64 `json:"personality"`
 	PdeathSig   int    `json:"pdeath_sig"`
 	Dumpable    int    `json:"dumpable"`

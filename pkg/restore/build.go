@@ -43,6 +43,7 @@ type builder struct {
 
 	mapFD map[int]int // index of Process.Mapped -> fd
 	exeFD int
+	cwdFD int // the deleted working directory made again (Misc.DeletedCwd)
 
 	target int // pid of the process being built, 0 once handed over
 	tasks  []int
@@ -173,11 +174,13 @@ func (b *builder) misc() error {
 	if _, err := b.call("umask", unix.SYS_UMASK, uint64(p.Misc.Umask)); err != nil {
 		return err
 	}
-	if err := b.writeString(scratchPathOff, p.Misc.Cwd); err != nil {
-		return err
-	}
-	if _, err := b.call("chdir "+p.Misc.Cwd, unix.SYS_CHDIR, b.gadget+scratchPathOff); err != nil {
-		return err
+	if p.Misc.DeletedCwd == nil { // a deleted one was entered with the fds (fds.go)
+		if err := b.writeString(scratchPathOff, p.Misc.Cwd); err != nil {
+			return err
+		}
+		if _, err := b.call("chdir "+p.Misc.Cwd, unix.SYS_CHDIR, b.gadget+scratchPathOff); err != nil {
+			return err
+		}
 	}
 	if _, err := b.call("personality", unix.SYS_PERSONALITY, p.Misc.Personality); err != nil {
 		return err
@@ -190,7 +193,7 @@ func (b *builder) misc() error {
 			return fmt.Errorf("thread %d: %w", p.Threads[i].TID, err)
 		}
 	}
-	return nil
+	return b.chroot() // last: the calls above name files from ckpt's root
 }
 
 // finish removes the gadget area and gives the thread its registers back.

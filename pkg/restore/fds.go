@@ -50,6 +50,11 @@ func (b *builder) fds() error {
 			return fmt.Errorf("%s: %w", fdkind.Show(f), err)
 		}
 	}
+	if b.p.Misc.DeletedCwd != nil {
+		if _, err := b.call("fchdir to the deleted "+b.p.Misc.Cwd, unix.SYS_FCHDIR, uint64(b.cwdFD)); err != nil {
+			return err
+		}
+	}
 	if _, err := b.call("close_range", unix.SYS_CLOSE_RANGE, uint64(b.t.passBase), ^uint64(0), 0); err != nil {
 		return err
 	}
@@ -76,4 +81,33 @@ func (t target) Scratch(data []byte) (uint64, error) {
 func (t target) Passed(fileID int) (int, bool) {
 	fd, ok := t.b.t.fileFD[fileID]
 	return fd, ok
+}
+
+// chroot gives the process its root directory back (chroot(2) to the
+// path ckpt saw at the dump), once nothing is opened by path any more.
+func (b *builder) chroot() error {
+	root := b.p.Misc.Root
+	if root == "" || root == "/" {
+		return nil
+	}
+	if err := b.writeString(scratchPathOff, root); err != nil {
+		return err
+	}
+	_, err := b.call("chroot "+root, unix.SYS_CHROOT, b.gadget+scratchPathOff)
+	return err
+}
+
+// prepareCwd makes again the working directory of a process that had
+// been removed, and passes it to the process (entered in fds).
+func (b *builder) prepareCwd(env fdkind.RestoreEnv) error {
+	ref := b.p.Misc.DeletedCwd
+	if ref == nil {
+		return nil
+	}
+	f, err := fdkind.OpenDeletedDir(env, ref, unix.O_RDONLY|unix.O_DIRECTORY)
+	if err != nil {
+		return fmt.Errorf("working directory: %w", err)
+	}
+	b.cwdFD = b.t.pass(f, true)
+	return nil
 }

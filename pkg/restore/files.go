@@ -82,6 +82,9 @@ func (t *tree) prepareFiles() error {
 		if err := b.prepareMapped(); err != nil {
 			return fmt.Errorf("process %d: %w", b.p.PID, err)
 		}
+		if err := b.prepareCwd(env); err != nil {
+			return fmt.Errorf("process %d: %w", b.p.PID, err)
+		}
 	}
 	return t.prepareCtty()
 }

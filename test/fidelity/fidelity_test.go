@@ -64,6 +64,9 @@ var cases = []fcase{
 	{name: "fd_epoll", src: "fd_epoll.c"},
 	{name: "fd_inotify", src: "fd_inotify.c", args: []string{"DIR/"}},
 	{name: "fd_misc", src: "fd_misc.c", args: []string{"DIR/"}},
+	{name: "fd_mtime", src: "fd_mtime.c", args: []string{"DIR/"}},
+	{name: "fd_deldirs", src: "fd_deldirs.c", args: []string{"DIR/"}},
+	{name: "fd_chroot", src: "fd_chroot.c", args: []string{"DIR/"}},
 	// Pseudo-terminals (pkg/fdkind/pty.go, pkg/restore/ctty.go).
 	{name: "pty_pair", src: "pty_pair.c"},
 	{name: "fd_sqlite", src: "fd_sqlite.c", args: []string{"DIR/"}, cflags: []string{"-Wl,--no-as-needed", "-lsqlite3"}},
@@ -112,6 +115,7 @@ var cases = []fcase{
 	{name: "fd_proc_gone", src: "fd_refused.c", args: []string{"proc_gone"}, refuse: "which has exited: cannot be restored"},
 	{name: "fd_sigio_owner", src: "fd_refused.c", args: []string{"sigio_owner"}, refuse: "fd 4: SIGIO goes to process"},
 	{name: "fd_inotify_pending", src: "fd_refused.c", args: []string{"inotify_pending"}, refuse: "fd 4 (anon_inode:inotify): inotify instance with"},
+	{name: "fd_chroot_deleted", src: "fd_chroot.c", args: []string{"DIR/", "deleted"}, refuse: "root directory (chroot) "},
 	{name: "proc_aio", src: "proc_aio.c", refuse: "AIO context"},
 	{name: "proc_userfaultfd", src: "proc_uffd.c", refuse: "userfaultfd"},
 	{name: "mem_shm_unreachable", src: "mem_refused.c", args: []string{"unreachable"}, refuse: "holds data at offset 0x1000 that no mapping of the tree covers: cannot be restored"},
