@@ -22,8 +22,8 @@ const checkedFlags = unix.O_ACCMODE | setFlags | unix.O_SYNC | unix.O_DSYNC | un
 
 // describeCommon saves what every open file description has: its status
 // flags, position and OFD and flock locks (from fdinfo), and who gets
-// SIGIO for it
-// (F_GETOWN_EX, F_GETSIG on ckpt's copy of it, cp).
+// SIGIO for it and with which user IDs it was set (F_GETOWN_EX,
+// F_GETOWNER_UIDS, F_GETSIG on ckpt's copy of it, cp).
 func describeCommon(s *Source, cp int, f *image.File) error {
 	f.Flags = s.Info.Flags &^ unix.O_CLOEXEC
 	f.Pos = s.Info.Pos
@@ -45,6 +45,11 @@ func describeCommon(s *Source, cp int, f *image.File) error {
 	}
 	if ow.PID != 0 || sig != 0 {
 		f.Owner = &image.FileOwner{Type: int(ow.Type), PID: int(ow.PID), Sig: sig}
+	}
+	if ow.PID != 0 {
+		if f.Owner.UID, f.Owner.EUID, err = sys.GetOwnerUIDs(cp); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -117,8 +122,8 @@ func SetOwner(f *image.File, of *os.File) error {
 	if o == nil || o.PID == 0 {
 		return nil
 	}
-	if err := sys.SetOwner(int(of.Fd()), sys.FOwner{Type: int32(o.Type), PID: int32(o.PID)}); err != nil {
-		return fmt.Errorf("owner type %d pid %d: %w", o.Type, o.PID, err)
+	if err := sys.SetOwnerAs(int(of.Fd()), sys.FOwner{Type: int32(o.Type), PID: int32(o.PID)}, o.UID, o.EUID); err != nil {
+		return fmt.Errorf("owner type %d pid %d (set by user %d, effective %d): %w", o.Type, o.PID, o.UID, o.EUID, err)
 	}
 	return nil
 }

@@ -418,6 +418,10 @@ type FileOwner struct {
 	Type int `json:"type"` // F_OWNER_TID, F_OWNER_PID, F_OWNER_PGRP
 	PID  int `json:"pid"`
 	Sig  int `json:"sig,omitempty"`
+	// UID and EUID are the real and effective user IDs recorded with
+	// the owner (F_GETOWNER_UIDS): of the process that set it.
+	UID  uint32 `json:"uid,omitempty"`
+	EUID uint32 `json:"euid,omitempty"`
 }
 
 // Pipe describes one end of a pipe.
@@ -639,14 +643,14 @@ type Creds struct {
 
 // ProcMisc holds the small things.
 type ProcMisc struct {
-	Umask       int    `json:"umask"`
-	Cwd         string `json:"cwd"`
+	Umask int    `json:"umask"`
+	Cwd   string `json:"cwd"`
 	// DeletedCwd is set when the working directory had been removed: it
 	// is made again, entered and removed again (like a deleted directory
 	// held open).
 	DeletedCwd *FileRef `json:"deleted_cwd,omitempty"`
 	// Root is the root directory (chroot), as ckpt sees it.
-	Root string `json:"root"`
+	Root        string `json:"root"`
 	Personality uint64 `json:"personality"`
 	PdeathSig   int    `json:"pdeath_sig"`
 	Dumpable    int    `json:"dumpable"`

@@ -67,6 +67,7 @@ var cases = []fcase{
 	{name: "fd_mtime", src: "fd_mtime.c", args: []string{"DIR/"}},
 	{name: "fd_deldirs", src: "fd_deldirs.c", args: []string{"DIR/"}},
 	{name: "fd_chroot", src: "fd_chroot.c", args: []string{"DIR/"}},
+	{name: "fd_owner", src: "fd_owner.c"},
 	// Pseudo-terminals (pkg/fdkind/pty.go, pkg/restore/ctty.go).
 	{name: "pty_pair", src: "pty_pair.c"},
 	{name: "fd_sqlite", src: "fd_sqlite.c", args: []string{"DIR/"}, cflags: []string{"-Wl,--no-as-needed", "-lsqlite3"}},
