@@ -47,7 +47,7 @@ int main(int argc, char **argv)
 			FID_SETUP(mkfifo(p[i], 0640) == 0, "mkfifo");
 		else {
 			int w = open(p[i], O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0640);
-			FID_SETUP(w >= 0 && write(w, content, sizeof content) == (ssize_t)sizeof content, "write %s", p[i]);
+			FID_SETUP(w >= 0 && write(w, content, sizeof content) == (ssize_t)sizeof content, "write %s", names[i]);
 			close(w);
 		}
 	}
@@ -60,14 +60,14 @@ int main(int argc, char **argv)
 	fd[5] = open(p[5], O_RDWR | O_CLOEXEC);
 	fd[6] = open(p[6], O_RDWR | O_NONBLOCK | O_CLOEXEC);
 	for (int i = 0; i < NFILES; i++)
-		FID_SETUP(fd[i] >= 0, "open %s", p[i]);
+		FID_SETUP(fd[i] >= 0, "open %s", names[i]);
 	FID_SETUP(write(fd[4], "fifo data", 9) == 9 && write(fd[6], "more data", 9) == 9, "fill the FIFOs");
 	char *m = mmap(NULL, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd[2], 0);
 	FID_SETUP(m != MAP_FAILED, "mmap");
 	m[page + 1] = '!'; /* one page copied on write, the others clean */
 	FID_SETUP(lseek(fd[0], 100, SEEK_SET) == 100, "seek");
 	for (int i = 0; i < NFILES; i++)
-		FID_SETUP(old(p[i], i) == 0, "utimensat %s", p[i]);
+		FID_SETUP(old(p[i], i) == 0, "utimensat %s", names[i]);
 	FID_SETUP(unlink(p[5]) == 0 && unlink(p[6]) == 0, "unlink");
 	long long want[NFILES];
 	for (int i = 0; i < NFILES; i++)
