@@ -272,7 +272,8 @@ func runOnce(pid int, sink Sink, opts Options) (res *Result, err error) {
 	if err := shm.unreachable(); err != nil {
 		return nil, err
 	}
-	if err := checkSysV(t.members); err != nil {
+	msgQueues, err := checkSysV(t.members)
+	if err != nil {
 		return nil, err
 	}
 	opts.fault(PhaseCollected)
@@ -283,6 +284,7 @@ func runOnce(pid int, sink Sink, opts Options) (res *Result, err error) {
 	}
 	hdr.LeaveRunning = opts.LeaveRunning
 	hdr.ExternalIDs = external
+	hdr.SysVMsg = msgQueues
 	hdr.Processes = len(t.members)
 	if t.socks.lock != nil && !opts.LeaveRunning {
 		hdr.NetLock = t.socks.lock.Table

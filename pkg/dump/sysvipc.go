@@ -2,11 +2,13 @@ package dump
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -76,11 +78,12 @@ func sysvShm(id uint64) (*image.SysVShm, uint64, error) {
 }
 
 // checkSysV refuses what the tree uses of System V IPC that cannot be
-// restored: a shared memory segment also attached outside the tree,
-// message queues the tree sent to or received from last, and semaphores
-// it operated on last (semctl GETPID). Queues and semaphore sets are not
-// in the image: they stay in the IPC namespace when the processes die.
-func checkSysV(members []*member) error {
+// restored: a shared memory segment also attached outside the tree, and
+// semaphores it operated on last (semctl GETPID): a semop with SEM_UNDO
+// leaves adjustments in the process that no interface reads, and that the
+// kernel applies when it exits. It returns the message queues the tree sent
+// to or received from last, with their messages, for the image.
+func checkSysV(members []*member) ([]image.SysVMsgQueue, error) {
 	inTree := map[string]int{}
 	attached := map[uint64]int{}
 	where := map[uint64]string{}
@@ -103,33 +106,27 @@ func checkSysV(members []*member) error {
 	for id, n := range attached {
 		_, nat, err := sysvShm(id)
 		if err != nil {
-			return fmt.Errorf("%s: SysV shared memory segment %d: %w", where[id], id, err)
+			return nil, fmt.Errorf("%s: SysV shared memory segment %d: %w", where[id], id, err)
 		}
 		nattch[id] = nat
 		if nat > uint64(n) {
-			return fmt.Errorf("%s: SysV shared memory segment %d is also attached by processes outside the dump (%d attachments, %d in the tree): cannot be restored: %w",
+			return nil, fmt.Errorf("%s: SysV shared memory segment %d is also attached by processes outside the dump (%d attachments, %d in the tree): cannot be restored: %w",
 				where[id], id, nat, n, ErrUnsupported)
 		}
 	}
-	rows, err := sysvTable("msg")
+	queues, err := sysvMsgQueues(inTree)
 	if err != nil {
-		return nil // no SysV IPC here
+		return nil, err
 	}
-	for _, r := range rows {
-		for _, col := range []string{"lspid", "lrpid"} {
-			if pid, ok := inTree[r[col]]; ok {
-				return fmt.Errorf("process %d: SysV message queue %s (key %s): cannot be restored: %w", pid, r["msqid"], r["key"], ErrUnsupported)
-			}
-		}
-	}
-	if rows, err = sysvTable("sem"); err != nil {
-		return nil
+	rows, err := sysvTable("sem")
+	if err != nil {
+		return queues, nil // no SysV IPC here
 	}
 	for _, r := range rows {
 		id, err1 := strconv.Atoi(r["semid"])
 		n, err2 := strconv.Atoi(r["nsems"])
 		if err1 != nil || err2 != nil {
-			return fmt.Errorf("/proc/sysvipc/sem: semid %q nsems %q", r["semid"], r["nsems"])
+			return nil, fmt.Errorf("/proc/sysvipc/sem: semid %q nsems %q", r["semid"], r["nsems"])
 		}
 		for i := 0; i < n; i++ {
 			last, _, errno := unix.Syscall6(unix.SYS_SEMCTL, uintptr(id), uintptr(i), semGetPID, 0, 0, 0)
@@ -137,13 +134,73 @@ func checkSysV(members []*member) error {
 				continue // removed meanwhile
 			}
 			if pid, ok := inTree[strconv.Itoa(int(last))]; ok {
-				return fmt.Errorf("process %d: SysV semaphore set %d (key %s): cannot be restored: %w", pid, id, r["key"], ErrUnsupported)
+				return nil, fmt.Errorf("process %d: SysV semaphore set %d (key %s): its SEM_UNDO adjustments are per-process state no interface reads: cannot be restored: %w", pid, id, r["key"], ErrUnsupported)
 			}
 		}
 	}
-	return nil
+	return queues, nil
 }
 
 // semGetPID is semctl's GETPID: the last process that operated on a
 // semaphore.
 const semGetPID = 11
+
+// sysvMsgQueues reads the message queues a process of the tree (inTree:
+// PID text -> PID) sent to or received from last: their state
+// (msgctl IPC_STAT) and their messages, copied with MSG_COPY, which leaves
+// them in the queue for the process or a --leave-running dump.
+func sysvMsgQueues(inTree map[string]int) ([]image.SysVMsgQueue, error) {
+	rows, err := sysvTable("msg")
+	if err != nil {
+		return nil, nil // no SysV IPC here
+	}
+	var out []image.SysVMsgQueue
+	for _, r := range rows {
+		pid, ok := inTree[r["lspid"]]
+		if !ok {
+			if pid, ok = inTree[r["lrpid"]]; !ok {
+				continue
+			}
+		}
+		id, err := strconv.Atoi(r["msqid"])
+		if err != nil {
+			return nil, fmt.Errorf("/proc/sysvipc/msg: msqid %q", r["msqid"])
+		}
+		q, err := sysvMsgQueue(id)
+		if err != nil {
+			return nil, fmt.Errorf("process %d: SysV message queue %d (key %s): %w", pid, id, r["key"], err)
+		}
+		out = append(out, *q)
+	}
+	return out, nil
+}
+
+// sysvMsgQueue reads message queue id and its messages.
+func sysvMsgQueue(id int) (*image.SysVMsgQueue, error) {
+	ds, err := sys.MsgStat(id)
+	if err != nil {
+		return nil, err
+	}
+	q := &image.SysVMsgQueue{
+		Key: ds.Perm.Key, ID: id, Mode: ds.Perm.Mode & 0o777,
+		UID: ds.Perm.Uid, GID: ds.Perm.Gid, CUID: ds.Perm.Cuid, CGID: ds.Perm.Cgid,
+		QBytes: ds.QBytes, LSPID: int(ds.LSPID), LRPID: int(ds.LRPID),
+		STime: ds.STime, RTime: ds.RTime, CTime: ds.CTime,
+	}
+	var total uint64
+	for i := 0; i < int(ds.QNum); i++ {
+		typ, text, err := sys.MsgPeek(id, i, int(ds.QBytes))
+		if errors.Is(err, unix.ENOSYS) {
+			return nil, fmt.Errorf("reading its messages needs msgrcv MSG_COPY (CONFIG_CHECKPOINT_RESTORE): %w", ErrUnsupported)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("message %d of %d: %w", i, ds.QNum, err)
+		}
+		q.Messages = append(q.Messages, image.SysVMsg{Type: typ, Text: text})
+		total += uint64(len(text))
+	}
+	if total != ds.CBytes {
+		return nil, fmt.Errorf("its messages hold %d bytes, the queue says %d (changed while frozen: used by a process outside the dump?)", total, ds.CBytes)
+	}
+	return q, nil
+}

@@ -28,6 +28,37 @@ type Header struct {
 	// same one is on the same machine, where device and inode numbers
 	// and change times of files still mean the same.
 	BootID string `json:"boot_id,omitempty"`
+	// SysVMsg are the System V message queues the tree sent to or
+	// received from last, with their messages.
+	SysVMsg []SysVMsgQueue `json:"sysv_msg,omitempty"`
+}
+
+// SysVMsgQueue is a System V message queue as msgctl(IPC_STAT) shows it,
+// with the messages it held (read with MSG_COPY, left in place).
+type SysVMsgQueue struct {
+	Key    int32  `json:"key"`
+	ID     int    `json:"id"`
+	Mode   uint32 `json:"mode"`
+	UID    uint32 `json:"uid"`
+	GID    uint32 `json:"gid"`
+	CUID   uint32 `json:"cuid"`
+	CGID   uint32 `json:"cgid"`
+	QBytes uint64 `json:"qbytes"`
+	// LSPID and LRPID are the processes that sent and received last (0:
+	// none); STime, RTime and CTime the times of the last send, receive
+	// and change, in seconds.
+	LSPID    int       `json:"lspid,omitempty"`
+	LRPID    int       `json:"lrpid,omitempty"`
+	STime    int64     `json:"stime,omitempty"`
+	RTime    int64     `json:"rtime,omitempty"`
+	CTime    int64     `json:"ctime,omitempty"`
+	Messages []SysVMsg `json:"messages,omitempty"`
+}
+
+// SysVMsg is one message of a queue: its type and text.
+type SysVMsg struct {
+	Type int64  `json:"type"`
+	Text []byte `json:"text,omitempty"`
 }
 
 // CPU describes the processor features the dumped processes could use.

@@ -29,6 +29,18 @@ func checkHeader(h *Header) error {
 	case h.Processes <= 0:
 		return bad("%d processes", h.Processes)
 	}
+	ids := map[int]bool{}
+	for _, q := range h.SysVMsg {
+		if q.ID < 0 || ids[q.ID] || q.LSPID < 0 || q.LSPID > maxPID || q.LRPID < 0 || q.LRPID > maxPID {
+			return bad("SysV message queue %d malformed or repeated", q.ID)
+		}
+		ids[q.ID] = true
+		for i, m := range q.Messages {
+			if m.Type <= 0 {
+				return bad("SysV message queue %d: message %d of type %d", q.ID, i, m.Type)
+			}
+		}
+	}
 	return nil
 }
 

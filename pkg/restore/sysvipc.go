@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -158,7 +159,8 @@ func (t *tree) sysvDone() error {
 	return nil
 }
 
-// removeSysV removes the segments a failed restore created.
+// removeSysV removes the segments and message queues a failed restore
+// created.
 func (t *tree) removeSysV() {
 	for id, created := range t.sysv {
 		if created {
@@ -166,13 +168,25 @@ func (t *tree) removeSysV() {
 		}
 	}
 	t.sysv = nil
+	for _, id := range t.sysvMsgMade {
+		sys.MsgRemove(id)
+	}
+	t.sysvMsgMade = nil
 }
 
 // shmgetAs creates segment s with the effective uid and gid of its old
-// creator, which the segment keeps as cuid and cgid: on one OS thread of
-// ckpt-redo whose credentials change for the call only (raw per-thread
-// setresuid/setresgid, not the Go runtime's process-wide ones).
+// creator, which the segment keeps as cuid and cgid.
 func shmgetAs(s *image.SysVShm) (int, error) {
+	return asCreator(s.CUID, s.CGID, func() (int, error) {
+		return unix.SysvShmGet(int(s.Key), int(s.Size), unix.IPC_CREAT|unix.IPC_EXCL|int(s.Mode&0o777))
+	})
+}
+
+// asCreator runs create (a System V IPC object's creation, which records
+// the effective ids as its creator's) with effective uid and gid: on one
+// OS thread of ckpt-redo whose credentials change for the call only (raw
+// per-thread setresuid/setresgid, not the Go runtime's process-wide ones).
+func asCreator(uid, gid uint32, create func() (int, error)) (int, error) {
 	type result struct {
 		id  int
 		err error
@@ -186,16 +200,16 @@ func shmgetAs(s *image.SysVShm) (int, error) {
 		var r result
 		defer func() { done <- r }()
 		keep := ^uintptr(0) // -1: unchanged
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(s.CGID), keep); e != 0 {
-			r.err = fmt.Errorf("setresgid %d: %w", s.CGID, e)
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(gid), keep); e != 0 {
+			r.err = fmt.Errorf("setresgid %d: %w", gid, e)
 			return
 		}
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(s.CUID), keep); e != 0 {
-			r.err = fmt.Errorf("setresuid %d: %w", s.CUID, e)
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(uid), keep); e != 0 {
+			r.err = fmt.Errorf("setresuid %d: %w", uid, e)
 			unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(egid), keep)
 			return
 		}
-		r.id, r.err = unix.SysvShmGet(int(s.Key), int(s.Size), unix.IPC_CREAT|unix.IPC_EXCL|int(s.Mode&0o777))
+		r.id, r.err = create()
 		_, _, e1 := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(euid), keep)
 		_, _, e2 := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(egid), keep)
 		if e1 == 0 && e2 == 0 {

@@ -31,6 +31,8 @@ type tree struct {
 	shmSrc   map[uint64]shmSource // shared memory object -> where it was created
 	sysv     map[int]bool         // SysV segment id -> created by this restore
 	sysvMem  map[int][]byte       // SysV segment id -> ckpt-redo's attachment while pages are written
+	// sysvMsgMade are the SysV message queues this restore created.
+	sysvMsgMade []int
 	// inTarget opens, inside a process, the descriptions only it can
 	// open (File ID -> how); foreign marks descriptions the user gave
 	// (--inherit-fd, --shell-job, --stdio), left as they are.
@@ -331,6 +333,9 @@ func (t *tree) build(pr *image.PagesReader) error {
 		return err
 	}
 	if err := t.sysvDone(); err != nil {
+		return err
+	}
+	if err := t.sysvMsgQueues(); err != nil {
 		return err
 	}
 	t.opts.fault(PhaseMemory)

@@ -39,6 +39,10 @@ type fcase struct {
 	// a command line ckpt dump runs under (e.g. prlimit lowering its own
 	// limits).
 	dumpWrap []string
+	// beforeRedo, if set, runs between a killing dump and its restore,
+	// with the case's directory (e.g. to remove what the restore must
+	// then make again).
+	beforeRedo func(t *testing.T, dir string)
 }
 
 // cases is the fidelity table. Adding a case is one C file in
@@ -81,6 +85,10 @@ var cases = []fcase{
 	// mapped again and moved, a deleted sparse file mapped shared,
 	// PROT_NONE memory with data.
 	{name: "mem_contents", src: "mem_contents.c", args: []string{"DIR/"}},
+	// System V message queues: left alone when unchanged, made again when
+	// gone.
+	{name: "mem_sysv_msg", src: "mem_sysv_msg.c", args: []string{"DIR/msqids"}},
+	{name: "mem_sysv_msg_gone", src: "mem_sysv_msg.c", args: []string{"DIR/msqids", "gone"}, beforeRedo: removeMsgQueues},
 	{name: "mem_hugetlb", src: "mem_hugetlb.c"},
 	// The process tree and the freeze (sessions, stops, injection).
 	{name: "novdso", src: "tree_novdso.c"},
@@ -124,7 +132,6 @@ var cases = []fcase{
 	{name: "mem_mbind", src: "mem_refused.c", args: []string{"mbind"}, refuse: "NUMA memory policy bind:0 (mbind"},
 	{name: "mem_mempolicy", src: "mem_refused.c", args: []string{"mempolicy"}, refuse: "NUMA memory policy prefer:0 (mbind, or the thread's set_mempolicy): cannot be restored"},
 	{name: "mem_sysv_sem", src: "mem_refused.c", args: []string{"sem"}, refuse: "SysV semaphore set"},
-	{name: "mem_sysv_msg", src: "mem_refused.c", args: []string{"msg"}, refuse: "SysV message queue"},
 	{name: "mem_secret", src: "mem_refused.c", args: []string{"secret"}, refuse: "memfd_secret memory: no one but the process can read it: cannot be restored"},
 	{name: "mem_hugetlb_shared", src: "mem_refused.c", args: []string{"hugetlb_shared"}, refuse: "shared hugetlb memory"},
 	{name: "proc_rlimit_above_ckpt", src: "proc_rlimit.c", refuse: "RLIMIT_NOFILE: hard limit",
@@ -223,6 +230,8 @@ type prog struct {
 	// from is the number of log lines up to "ready".
 	from int
 	img  string // the last image dumped
+	// beforeRedo is the case's (fcase.beforeRedo).
+	beforeRedo func(t *testing.T, dir string)
 }
 
 // build compiles the case (once per test run; gcc is quick).
@@ -242,7 +251,7 @@ func build(t *testing.T, c fcase) string {
 func (e *env) start(t *testing.T, c fcase, bin string) *prog {
 	t.Helper()
 	dir := t.TempDir()
-	p := &prog{name: c.name, dir: dir, log: filepath.Join(dir, "log")}
+	p := &prog{name: c.name, dir: dir, log: filepath.Join(dir, "log"), beforeRedo: c.beforeRedo}
 	argv := []string{bin, p.log}
 	for _, a := range c.args {
 		if rest, ok := strings.CutPrefix(a, "DIR/"); ok {
@@ -319,6 +328,9 @@ func (e *env) dumpKill(t *testing.T, p *prog) string {
 // back the same PID.
 func (e *env) redo(t *testing.T, p *prog) {
 	t.Helper()
+	if p.beforeRedo != nil {
+		p.beforeRedo(t, p.dir)
+	}
 	d := t.TempDir()
 	out, errf := filepath.Join(d, "redo.out"), filepath.Join(d, "redo.err")
 	pid := e.r.Run(t, testenv.RunOpts{Stdout: out, Stderr: errf}, filepath.Join(e.bin, "ckpt-redo"), p.img)
@@ -417,4 +429,19 @@ func statusField(pid int, name string) string {
 func readFile(path string) string {
 	b, _ := os.ReadFile(path)
 	return string(b)
+}
+
+// removeMsgQueues removes the System V message queues whose ids the
+// mem_sysv_msg case wrote to DIR/msqids.
+func removeMsgQueues(t *testing.T, dir string) {
+	t.Helper()
+	for _, f := range strings.Fields(readFile(filepath.Join(dir, "msqids"))) {
+		id, err := strconv.Atoi(f)
+		if err != nil {
+			t.Fatalf("msqids: %q", f)
+		}
+		if _, _, e := syscall.Syscall(syscall.SYS_MSGCTL, uintptr(id), 0 /* IPC_RMID */, 0); e != 0 {
+			t.Fatalf("remove message queue %d: %v", id, e)
+		}
+	}
 }

@@ -11,7 +11,6 @@
  *   mbind        a mapping with a NUMA policy of its own (MPOL_BIND, node 0).
  *   mempolicy    a thread NUMA policy (set_mempolicy MPOL_PREFERRED, node 0).
  *   sem          a System V semaphore set the program operated on (semop).
- *   msg          a System V message queue the program sent a message to.
  *   secret       a memfd_secret page, mapped (its fd closed).
  *   hugetlb_shared  a MAP_SHARED|MAP_ANONYMOUS|MAP_HUGETLB huge page (skipped
  *                where no huge page is free and none can be reserved).
