@@ -137,11 +137,20 @@ func linkPtys(env DumpEnv, fds []Held) error {
 			}
 		}
 	}
-	if len(pairs) == 0 {
-		return nil
-	}
+	var devTTY []Held
 	for _, h := range fds {
-		if h.File.Kind != image.FileTTY || !isPts(h.File.Rdev) {
+		if h.File.Kind != image.FileTTY {
+			continue
+		}
+		if p := h.File.Pty; p != nil && p.DevTTY {
+			if pairs[p.Index] != nil {
+				devTTY = append(devTTY, h)
+			} else {
+				h.File.Pty = nil // a terminal from outside
+			}
+			continue
+		}
+		if !isPts(h.File.Rdev) {
 			continue
 		}
 		if pp := pairs[ptsIndex(h.File.Ref.Path)]; pp != nil {
@@ -159,7 +168,7 @@ func linkPtys(env DumpEnv, fds []Held) error {
 		if len(pp.slaves) > 0 {
 			p.SlaveClosed = false
 		}
-		if holder := ptsOpenElsewhere(idx, pp.master.File.Rdev, inDump); holder != "" {
+		if holder := ptsOpenElsewhere(idx, inDump); holder != "" {
 			return fmt.Errorf("%s: its slave is open in %s, outside the dump: cannot be restored: %w", name, holder, ErrUnsupported)
 		}
 		if p.Session != 0 && !env.InDump(p.Session) {
@@ -177,6 +186,11 @@ func linkPtys(env DumpEnv, fds []Held) error {
 			c.Master = false
 			s.File.Pty = &c
 		}
+	}
+	for _, h := range devTTY {
+		c := *pairs[h.File.Pty.Index].master.File.Pty
+		c.Master, c.DevTTY = false, true
+		h.File.Pty = &c
 	}
 	return nil
 }
@@ -209,7 +223,13 @@ func checkCtty(p *image.Pty, fds []Held) error {
 
 // ptsOpenElsewhere names a process outside the dump (not ckpt itself)
 // that has /dev/pts/idx open, or "".
-func ptsOpenElsewhere(idx int, _ uint64, inDump map[int]bool) string {
+func ptsOpenElsewhere(idx int, inDump map[int]bool) string {
+	return ptyHolder(idx, inDump, false)
+}
+
+// ptyHolder names a process outside inDump (not ckpt itself) holding
+// the slave /dev/pts/idx, or, if masters is set, its master; or "".
+func ptyHolder(idx int, inDump map[int]bool, masters bool) string {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return ""
@@ -226,10 +246,38 @@ func ptsOpenElsewhere(idx int, _ uint64, inDump map[int]bool) string {
 			continue
 		}
 		for _, fd := range fds {
-			if l, err := os.Readlink(proc.Path(pid, "fd", fd.Name())); err == nil && l == want {
-				comm, _ := os.ReadFile(proc.Path(pid, "comm"))
-				return fmt.Sprintf("process %d (%s) fd %s", pid, strings.TrimSpace(string(comm)), fd.Name())
+			l, err := os.Readlink(proc.Path(pid, "fd", fd.Name()))
+			if err != nil {
+				continue
 			}
+			what := ""
+			switch {
+			case l == want:
+				what = "slave"
+			case masters && (l == "/dev/ptmx" || l == "/dev/pts/ptmx"):
+				n, err := strconv.Atoi(fdInfoField(pid, fd.Name(), "tty-index"))
+				if err == nil && n == idx {
+					what = "master"
+				}
+			}
+			if what != "" {
+				comm, _ := os.ReadFile(proc.Path(pid, "comm"))
+				return fmt.Sprintf("process %d (%s) fd %s, the %s", pid, strings.TrimSpace(string(comm)), fd.Name(), what)
+			}
+		}
+	}
+	return ""
+}
+
+// fdInfoField returns one field of /proc/PID/fdinfo/FD, or "".
+func fdInfoField(pid int, fd, key string) string {
+	b, err := os.ReadFile(proc.Path(pid, "fdinfo", fd))
+	if err != nil {
+		return ""
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, key+":"); ok {
+			return strings.TrimSpace(v)
 		}
 	}
 	return ""
@@ -239,6 +287,9 @@ func showPty(f *image.File) string {
 	p := f.Pty
 	if p == nil {
 		return f.Ref.Path
+	}
+	if p.DevTTY {
+		return fmt.Sprintf("/dev/tty: the controlling terminal /dev/pts/%d (master in the dump)", p.Index)
 	}
 	if !p.Master {
 		return fmt.Sprintf("pty slave /dev/pts/%d (master in the dump)", p.Index)
@@ -320,7 +371,7 @@ func restorePair(env RestoreEnv, f *image.File) (*ptyPair, error) {
 func makePair(env RestoreEnv, p *image.Pty) (*ptyPair, error) {
 	path := fmt.Sprintf("/dev/pts/%d", p.Index)
 	if _, err := os.Lstat(path); err == nil {
-		return nil, fmt.Errorf("%s exists already%s: %w", path, ptsHolder(p.Index), ErrPtyTaken)
+		return nil, fmt.Errorf("the index is in use: %s exists%s: %w", path, ptsHolder(p.Index), ErrPtyTaken)
 	}
 	var held []int
 	defer func() {
@@ -345,7 +396,7 @@ func makePair(env RestoreEnv, p *image.Pty) (*ptyPair, error) {
 		}
 		held = append(held, fd)
 		if n > p.Index {
-			return nil, fmt.Errorf("the kernel handed out /dev/pts/%d instead: %s is taken%s: %w", n, path, ptsHolder(p.Index), ErrPtyTaken)
+			return nil, fmt.Errorf("the index is in use: the kernel handed out /dev/pts/%d instead%s: %w", n, ptsHolder(p.Index), ErrPtyTaken)
 		}
 	}
 	if master < 0 {
@@ -416,8 +467,8 @@ func settlePair(env RestoreEnv, master int, p *image.Pty) error {
 
 // ptsHolder names who holds /dev/pts/N, for the message of a taken index.
 func ptsHolder(idx int) string {
-	if h := ptsOpenElsewhere(idx, 0, nil); h != "" {
-		return " (open in " + h + ")"
+	if h := ptyHolder(idx, nil, true); h != "" {
+		return " (held by " + h + ")"
 	}
 	return ""
 }

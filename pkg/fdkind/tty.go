@@ -17,7 +17,7 @@ func tty() Kind {
 	return Kind{
 		Name:     image.FileTTY,
 		Match:    func(s *Source) bool { return s.Type() == unix.S_IFCHR && isTTY(s.Stat.Rdev) },
-		Describe: describeCharDev,
+		Describe: describeTTY,
 		Open:     openTTY,
 		Show: func(f *image.File) string {
 			if f.Pty != nil {
@@ -35,7 +35,35 @@ func isTTY(rdev uint64) bool {
 	return (maj >= 136 && maj <= 143) || maj == 4 || (maj == 5 && unix.Minor(rdev) <= 1)
 }
 
+// describeTTY saves a terminal; for /dev/tty it notes which pty it
+// stands for (TIOCGDEV), which the master's Finish keeps if that pty is
+// in the dump.
+func describeTTY(env DumpEnv, s *Source, f *image.File) error {
+	if err := describeCharDev(env, s, f); err != nil {
+		return err
+	}
+	if s.Stat.Rdev != unix.Mkdev(5, 0) || s.Copy < 0 {
+		return nil
+	}
+	dev, err := unix.IoctlGetUint32(s.Copy, unix.TIOCGDEV)
+	if err != nil {
+		return nil // no controlling terminal behind it any more (hung up)
+	}
+	if rdev := uint64(dev); isPts(rdev) {
+		f.Pty = &image.Pty{Index: int(unix.Minor(rdev)), DevTTY: true}
+	}
+	return nil
+}
+
 func openTTY(env RestoreEnv, f *image.File, at Where) (Desc, error) {
+	if f.Pty != nil && f.Pty.DevTTY {
+		// /dev/tty opens the opener's controlling terminal: the process
+		// opens it itself, once it has it again.
+		if _, err := restorePair(env, f); err != nil {
+			return Desc{}, err
+		}
+		return Desc{InTarget: func(t Target, fd int, cloexec bool) error { return openInTarget(t, f, fd, cloexec) }}, nil
+	}
 	if f.Pty != nil {
 		return openPts(env, f)
 	}

@@ -406,6 +406,9 @@ type File struct {
 type Pty struct {
 	Index  int  `json:"index"`            // N of /dev/pts/N
 	Master bool `json:"master,omitempty"` // this description is the master
+	// DevTTY: this description is an open of /dev/tty, which stands for
+	// the opener's controlling terminal, this pty.
+	DevTTY bool `json:"dev_tty,omitempty"`
 	// Termios are the terminal's settings (TCGETS2), Winsize its window
 	// size (rows, columns, x and y pixels: TIOCGWINSZ).
 	Termios Termios   `json:"termios"`

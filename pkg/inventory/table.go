@@ -317,7 +317,7 @@ func fdAttrs() []Attr {
 			Save:    "ioctls on ckpt's copy of the master (TIOCGPTN, TCGETS2, ...); the bytes queued both ways read and put back at once with TIOCSTI (a tty cannot be peeked)",
 			Restore: "/dev/ptmx opened until the same index comes; settings, TIOCSTI of the queued bytes; slaves reopened; TIOCSCTTY by the session leader after its setsid, TIOCSPGRP once the groups exist",
 			Reason:  "refused: a slave open outside the dump, a session led from outside, a packet-mode event pending, a full line discipline (4095 bytes); an index taken at restore fails by name",
-			CRIU:    "same (CRIU does not save queued bytes)", Case: "pty_pair"},
+			CRIU:    "same (CRIU does not save queued bytes)", Case: "pty_pair, e2e TestPtyScript, TestPtyTmux, TestPtyIndexTaken, TestPtySlaveOutside"},
 		{Name: "io_uring instances", Family: "fd", Status: Refused,
 			Seen:   Seen{Other: "anon_inode:[io_uring]"},
 			Reason: "in-flight requests and the rings' kernel state cannot be rebuilt", CRIU: "refuses"},

@@ -69,6 +69,7 @@ func (e *env) redoInPTY(t *testing.T, img string) string {
 // blocked), and are not left in ckpt-redo's session.
 func TestSessionUnderPTY(t *testing.T) {
 	e := setup(t)
+	testenv.LockPtys(t) // script(1) opens a pty
 	v, ids := e.startTreeSession(t)
 	before := treeSnapshot(v.pid)
 	if len(before) != 6 {

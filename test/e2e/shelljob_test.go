@@ -38,6 +38,7 @@ func openPTY(t *testing.T) (*os.File, string) {
 // the terminal ckpt-redo runs on.
 func TestShellJob(t *testing.T) {
 	e := setup(t)
+	testenv.LockPtys(t) // it opens ptys
 	_, tty1 := openPTY(t)
 	_, tty2 := openPTY(t)
 	dir := t.TempDir()

@@ -35,6 +35,9 @@ type fcase struct {
 	// cflags are gcc flags besides -Wall -Werror -Wno-format-truncation -O1
 	// -g -pthread.
 	cflags []string
+	// lockPtys: the case restores pseudo-terminals, whose indexes must stay
+	// free between dump and restore (testenv.LockPtys).
+	lockPtys bool
 	// dumpEnv are extra environment variables for `ckpt dump`; dumpWrap is
 	// a command line ckpt dump runs under (e.g. prlimit lowering its own
 	// limits).
@@ -73,7 +76,7 @@ var cases = []fcase{
 	{name: "fd_chroot", src: "fd_chroot.c", args: []string{"DIR/"}},
 	{name: "fd_owner", src: "fd_owner.c"},
 	// Pseudo-terminals (pkg/fdkind/pty.go, pkg/restore/ctty.go).
-	{name: "pty_pair", src: "pty_pair.c"},
+	{name: "pty_pair", src: "pty_pair.c", lockPtys: true},
 	{name: "fd_sqlite", src: "fd_sqlite.c", args: []string{"DIR/"}, cflags: []string{"-Wl,--no-as-needed", "-lsqlite3"}},
 	// Memory (pkg/dump memory.go, vmas.go, shmobj.go, sysvipc.go): attributes
 	// of mappings.
@@ -197,6 +200,9 @@ func TestFidelity(t *testing.T) {
 	e := &env{bin: testenv.BuildBinaries(t), r: testenv.StartReaper(t)}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
+			if c.lockPtys {
+				testenv.LockPtys(t)
+			}
 			bin := build(t, c)
 			if c.refuse != "" {
 				p := e.start(t, c, bin)
