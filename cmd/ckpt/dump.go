@@ -5,6 +5,7 @@ import (
 	"github.com/ckpt/ckpt/internal/cliutil"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/ckpt/ckpt/internal/control"
@@ -29,6 +30,8 @@ func dumpCommand() *cli.Command {
 			&cli.BoolFlag{Name: "leave-running", Aliases: []string{"R"}, Usage: "let the process go on after the dump instead of killing it"},
 			&cli.BoolFlag{Name: "shell-job", Aliases: []string{"j"}, Usage: "accept a session or process group led by a process outside the dump (a job of an interactive shell): ckpt-redo --shell-job puts them into its own"},
 			&cli.Int64Flag{Name: "ghost-limit", Value: dump.DefaultGhostLimit, Usage: "largest deleted file whose content is kept in the image, in bytes"},
+			&cli.BoolFlag{Name: "skip-in-flight", Usage: "drop the TCP connections waiting in a listener's accept queue (their clients get a reset when they next send) instead of refusing the dump"},
+			&cli.StringSliceFlag{Name: "external", Usage: "save UNIX sockets connected to a process outside the dump: `unix` (every one) or unix:INODE (the socket the refusal names); ckpt-redo connects them again to the peer's name, or takes --inherit-fd (repeatable)"},
 			&cli.BoolFlag{Name: "json", Usage: "print the result as JSON"},
 		},
 		Action: func(c *cli.Context) error {
@@ -57,8 +60,14 @@ func dumpCommand() *cli.Command {
 					return cli.Exit("dump: "+err.Error(), 2)
 				}
 			}
+			ext, err := parseExternal(c.StringSlice("external"))
+			if err != nil {
+				return cli.Exit("dump: "+err.Error(), 2)
+			}
 			bar := progress.New(os.Stderr, "dump")
 			opts := dump.Options{
+				SkipInFlight: c.Bool("skip-in-flight"),
+				ExternalUnix: ext,
 				LeaveRunning: c.Bool("leave-running"),
 				ShellJob:     c.Bool("shell-job"),
 				GhostLimit:   c.Int64("ghost-limit"),
@@ -119,4 +128,23 @@ func report(c *cli.Context, pid int, where string, res *dump.Result) error {
 		pid, where, res.VMAs, res.FDs, res.Pages, res.ZeroPages, float64(res.Bytes)/(1<<20),
 		cliutil.MiBPerSecond(res.MemoryRate), res.Frozen.Round(1e5), what)
 	return nil
+}
+
+// parseExternal reads the --external values: "unix" allows every UNIX
+// socket connected outside the dump (inode 0), "unix:INODE" one.
+func parseExternal(vals []string) ([]uint32, error) {
+	var out []uint32
+	for _, v := range vals {
+		if v == "unix" {
+			out = append(out, 0)
+			continue
+		}
+		rest, ok := strings.CutPrefix(v, "unix:")
+		n, err := strconv.ParseUint(rest, 10, 32)
+		if !ok || err != nil || n == 0 {
+			return nil, fmt.Errorf("--external %q: want unix or unix:INODE", v)
+		}
+		out = append(out, uint32(n))
+	}
+	return out, nil
 }

@@ -75,6 +75,18 @@ type Options struct {
 	// DefaultAcceptRetries, a negative value none. The queues are looked
 	// at before AfterFreeze; a try that fails past it is not tried again.
 	AcceptRetries int
+	// SkipInFlight drops the TCP connections waiting in a listener's
+	// accept queue instead of refusing them (and without retries), as
+	// CRIU's --skip-in-flight: the listener alone is saved. Their clients
+	// see nothing until they send, then a reset from the restored
+	// listener. Each listener with such connections is named in a
+	// warning (Log). With LeaveRunning the running process keeps them.
+	SkipInFlight bool
+	// ExternalUnix lets the dump save UNIX sockets connected to a socket
+	// of a process outside the dump (see sockets.External): every one
+	// if it holds 0, else those whose inodes it holds. Without it such a
+	// socket is refused by name.
+	ExternalUnix []uint32
 	// AfterFreeze, if set, is called once every process is frozen and the
 	// network lock is in place, before any state is read. A group
 	// checkpoint waits there until every member is frozen. An error aborts

@@ -112,8 +112,12 @@ func (t *tree) acceptQueues() error {
 			if st, err := sockets.State(our); err != nil || st != sockets.StateListen {
 				continue
 			}
-			if _, err := sockets.Describe(our); errors.Is(err, sockets.ErrAcceptQueue) {
-				return fmt.Errorf("process %d fd %d: %w", pid, fd, err)
+			if s, err := sockets.Describe(our); errors.Is(err, sockets.ErrAcceptQueue) {
+				if t.opts.SkipInFlight {
+					t.opts.logf("process %d fd %d: listening socket %s: dropping the connections waiting in its accept queue (--skip-in-flight): their clients get a reset when they next send", pid, fd, s.Local)
+					continue
+				}
+				return fmt.Errorf("process %d fd %d: %w (let the process accept them, or dump with --skip-in-flight to drop them)", pid, fd, err)
 			}
 		case unix.AF_UNIX:
 			var st unix.Stat_t
@@ -158,4 +162,19 @@ func (t *tree) unreadableWaiting(icons []uint32) (uint32, bool) {
 		}
 	}
 	return 0, true
+}
+
+// SkipInFlight implements fdkind.SocketDumpEnv: Options.SkipInFlight.
+func (t *tree) SkipInFlight() bool { return t.opts.SkipInFlight }
+
+// ExternalUnix implements fdkind.SocketDumpEnv: Options.ExternalUnix
+// allows every UNIX socket connected outside the dump (a 0 in it) or
+// those it names.
+func (t *tree) ExternalUnix(ino uint32) bool {
+	for _, i := range t.opts.ExternalUnix {
+		if i == 0 || i == ino {
+			return true
+		}
+	}
+	return false
 }

@@ -36,6 +36,14 @@ type SocketDumpEnv interface {
 	// Dumped records a connection whose queues were read: it goes back
 	// to repair mode just before the processes are killed.
 	Dumped(fd int)
+	// SkipInFlight tells whether the user gave --skip-in-flight: TCP
+	// connections waiting in a listener's accept queue are dropped
+	// instead of refused.
+	SkipInFlight() bool
+	// ExternalUnix tells whether the UNIX socket ino, connected to a
+	// socket outside the dump, may be saved as external (--external
+	// unix or unix:INO).
+	ExternalUnix(ino uint32) bool
 }
 
 // RestoreEnv is what the restore of a tree offers the kinds.

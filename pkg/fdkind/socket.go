@@ -36,6 +36,12 @@ func describeSocket(env DumpEnv, src *Source, f *image.File) error {
 		return describeUnix(env, our, src.Stat.Ino, f)
 	}
 	s, err := sockets.Describe(our)
+	if errors.Is(err, sockets.ErrAcceptQueue) && s != nil && env.Sockets().SkipInFlight() {
+		// --skip-in-flight: the listener alone is saved; the
+		// connections waiting in its queue are dropped (the dump said
+		// which, see dump.Options.SkipInFlight).
+		err = nil
+	}
 	if err != nil {
 		if errors.Is(err, sockets.ErrState) {
 			return fmt.Errorf("socket: %w: %w", err, ErrUnsupported)

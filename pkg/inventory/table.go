@@ -356,6 +356,10 @@ func socketAttrs() []Attr {
 		{Name: "sockets", Family: "socket", Status: Restored,
 			Seen: Seen{Other: "sock_diag, getsockopt, TCP_REPAIR"},
 			Save: "pkg/dump/sockets.go", Restore: "pkg/restore, pkg/sockets", Reason: "sockets helper keeps the per-kind rows (issue 12)", CRIU: "same", Case: "sock_* cases, e2e TestTCP*"},
+		{Name: "TCP connections waiting in a listener's accept queue", Family: "socket", Status: Refused,
+			Seen:   Seen{Other: "tcp_info of the listener (tcpi_unacked)"},
+			Reason: "a connection cannot be put back into a listener's queue: the dump retries while the process may accept them, then refuses naming the listener; with ckpt dump --skip-in-flight they are dropped (their clients see nothing until they send, then a reset) and the dump goes on",
+			CRIU:   "refuses; drops them with --skip-in-flight", Case: "sock_tcp_acceptq, e2e TestSkipInFlight"},
 	}
 }
 

@@ -11,10 +11,11 @@ import (
 
 // Describe reads what a TCP or UDP socket (one of ckpt's fds) is: family,
 // type, state, endpoints and options. The queues of an established
-// connection are read by DumpTCP.
+// connection are read by DumpTCP. A listener with connections waiting to
+// be accepted is returned whole, with an error wrapping ErrAcceptQueue.
 func Describe(fd int) (*image.Socket, error) {
 	s := &image.Socket{}
-	var err error
+	var err, inFlight error
 	if s.Family, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil {
 		return nil, fmt.Errorf("SO_DOMAIN: %w", err)
 	}
@@ -43,7 +44,9 @@ func Describe(fd int) (*image.Socket, error) {
 			queued := le32(info[24:])
 			s.Backlog = int(le32(info[28:]))
 			if queued > 0 {
-				return nil, fmt.Errorf("listening socket with %d connections not accepted yet: %w", queued, ErrAcceptQueue)
+				// The listener is described all the same: a dump with
+				// --skip-in-flight drops the waiting connections.
+				inFlight = fmt.Errorf("listening socket with %d connections not accepted yet: %w", queued, ErrAcceptQueue)
 			}
 		case tcpClose:
 			// Created, maybe bound, never connected: a socket that was
@@ -81,7 +84,7 @@ func Describe(fd int) (*image.Socket, error) {
 	if s.State == StateEstablished || s.Protocol == unix.IPPROTO_UDP {
 		s.Shutdown = shutdownOf(fd)
 	}
-	return s, nil
+	return s, inFlight
 }
 
 const tcpClose = 7
