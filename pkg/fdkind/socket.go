@@ -93,7 +93,7 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		return Desc{}, fmt.Errorf("socket without its state: %w", image.ErrCorrupt)
 	}
 	if s.Family == unix.AF_UNIX {
-		return openUnix(env, f)
+		return openUnix(env, f, at)
 	}
 	se := env.Sockets()
 	queue := func(id int) ([]byte, error) {
@@ -187,6 +187,10 @@ func ShowSocket(s *image.Socket) string {
 	}
 	kind := map[int]string{unix.SOCK_STREAM: "stream", unix.SOCK_DGRAM: "dgram", unix.SOCK_SEQPACKET: "seqpacket"}[s.Type]
 	switch {
+	case s.Family == unix.AF_UNIX && s.External && s.ExternalPeer != "":
+		return fmt.Sprintf("unix %s, connected outside the dump to %s (connected again at restore)", kind, s.ExternalPeer)
+	case s.Family == unix.AF_UNIX && s.External:
+		return fmt.Sprintf("unix %s, connected outside the dump to an unnamed socket (needs ckpt-redo --inherit-fd)", kind)
 	case s.Family == unix.AF_UNIX && s.Peer != 0:
 		return fmt.Sprintf("unix %s, connected to socket %d", kind, s.Peer)
 	case s.Family == unix.AF_UNIX:

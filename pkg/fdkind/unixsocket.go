@@ -22,6 +22,16 @@ func describeUnix(env DumpEnv, our int, ino uint64, f *image.File) error {
 		return err
 	}
 	s, msgs, err := sockets.DescribeUnix(our, uint32(ino), all, se.InTree)
+	if errors.Is(err, sockets.ErrExternalPeer) {
+		if !se.ExternalUnix(uint32(ino)) {
+			return fmt.Errorf("%w (ckpt dump --external unix:%d saves it, to connect again at restore): %w", err, ino, ErrUnsupported)
+		}
+		if s, err = sockets.DescribeExternal(our, uint32(ino), all); err != nil {
+			return fmt.Errorf("UNIX socket: %w: %w", err, ErrUnsupported)
+		}
+		f.Socket = s
+		return nil
+	}
 	if errors.Is(err, sockets.ErrState) {
 		return fmt.Errorf("UNIX socket: %w: %w", err, ErrUnsupported)
 	}
@@ -47,9 +57,14 @@ func describeUnix(env DumpEnv, our int, ino uint64, f *image.File) error {
 type unixPairKey [2]uint32
 
 // openUnix rebuilds a UNIX socket; a connected pair is built once, both
-// ends at once with their queued messages.
-func openUnix(env RestoreEnv, f *image.File) (Desc, error) {
+// ends at once with their queued messages. One connected outside the dump
+// (--external) connects again to its peer's name, unless ckpt-redo
+// --inherit-fd gave it (then it is not opened here).
+func openUnix(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	s := f.Socket
+	if s.External {
+		return openExternal(s, at)
+	}
 	msgs := func(s *image.Socket) ([]sockets.UnixMsg, error) {
 		var out []sockets.UnixMsg
 		for i, id := range s.RecvMsgs {
@@ -311,4 +326,18 @@ func openConnectedTo(env RestoreEnv, sino uint32, msgs func(*image.Socket) ([]so
 		env.Keep(ends[c])
 	}
 	return ends, nil
+}
+
+// openExternal rebuilds a UNIX socket that was connected to a socket
+// outside the dump by connecting to that socket's name again.
+func openExternal(s *image.Socket, at Where) (Desc, error) {
+	if s.ExternalPeer == "" {
+		return Desc{}, fmt.Errorf("UNIX socket %d was connected to an unnamed socket outside the dump, which cannot be found again; "+
+			"pass --inherit-fd %d to give it this ckpt-redo's fd %d (a socket connected to that peer): %w", s.Ino, at.FD, at.FD, ErrExternal)
+	}
+	fd, err := sockets.OpenExternal(s)
+	if err != nil {
+		return Desc{}, fmt.Errorf("UNIX socket %d: %w", s.Ino, err)
+	}
+	return Desc{File: os.NewFile(uintptr(fd), "unix")}, nil
 }

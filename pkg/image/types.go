@@ -309,6 +309,12 @@ type Socket struct {
 	// the latter, the inodes of such sockets.
 	ConnectedTo   uint32   `json:"connected_to,omitempty"`
 	ConnectedFrom []uint32 `json:"connected_from,omitempty"`
+	// External is set on a UNIX socket connected to a socket of a
+	// process outside the dump (ckpt dump --external); ExternalPeer is
+	// that socket's name ("" unnamed): the restore connects to it again,
+	// unless ckpt-redo --inherit-fd gives the fd.
+	External     bool   `json:"external,omitempty"`
+	ExternalPeer string `json:"external_peer,omitempty"`
 }
 
 // SockOpt is a socket option: an integer Value, or the bytes getsockopt

@@ -360,6 +360,10 @@ func socketAttrs() []Attr {
 			Seen:   Seen{Other: "tcp_info of the listener (tcpi_unacked)"},
 			Reason: "a connection cannot be put back into a listener's queue: the dump retries while the process may accept them, then refuses naming the listener; with ckpt dump --skip-in-flight they are dropped (their clients see nothing until they send, then a reset) and the dump goes on",
 			CRIU:   "refuses; drops them with --skip-in-flight", Case: "sock_tcp_acceptq, e2e TestSkipInFlight"},
+		{Name: "UNIX socket connected to a process outside the dump", Family: "socket", Status: Refused,
+			Seen:   Seen{Other: "sock_diag (UNIX_DIAG_PEER, UNIX_DIAG_ICONS)"},
+			Reason: "the peer is not in the image: refused by name unless ckpt dump --external unix[:INODE]; then connected again to the peer's name at restore (a stream to its peer's listener), or given by ckpt-redo --inherit-fd; data the peer sent unread is refused",
+			CRIU:   "--ext-unix-sk (connects again)", Case: "sock_unix_external, e2e TestExternalUnix"},
 	}
 }
 

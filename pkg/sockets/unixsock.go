@@ -62,7 +62,7 @@ func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 		case l == nil:
 			return nil, nil, fmt.Errorf("UNIX socket connected to no socket sock_diag knows: %w", ErrState)
 		case !inTree(l.Ino):
-			return nil, nil, fmt.Errorf("UNIX socket connected to %s of a process outside the dump, not accepted yet: %w", l.Name, ErrState)
+			return nil, nil, fmt.Errorf("UNIX socket %d connected to %s of a process outside the dump, not accepted yet: %w", ino, l.Name, ErrExternalPeer)
 		}
 		if out, err := sys.IoctlInt(fd, unix.SIOCOUTQ); err != nil || out > 0 {
 			return nil, nil, fmt.Errorf("UNIX socket with data sent on a connection %s has not accepted yet (%d bytes of buffer; it cannot be read back): %w", l.Name, out, ErrAcceptQueue)
@@ -77,7 +77,7 @@ func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 	case u.State == StateEstablished:
 		p := all[u.Peer]
 		if !inTree(u.Peer) {
-			return nil, nil, fmt.Errorf("UNIX socket connected to socket %d %q of a process outside the dump: %w", u.Peer, p.Name, ErrState)
+			return nil, nil, fmt.Errorf("UNIX socket %d connected to socket %d %q of a process outside the dump: %w", ino, u.Peer, p.Name, ErrExternalPeer)
 		}
 		switch {
 		case p.Peer == ino:
