@@ -159,7 +159,7 @@ func printSummary(w io.Writer, s *imageSummary) {
 			continue
 		}
 		fmt.Fprintf(w, "\nprocess %d (%s) ppid %d pgid %d sid %d\n  exe %s\n  cmdline %s\n  cwd %s  umask %04o  uid %v gid %v\n",
-			p.PID, p.Comm, p.PPID, p.PGID, p.SID, p.Exe, p.Cmdline, p.Misc.Cwd, p.Misc.Umask, p.Creds.UID, p.Creds.GID)
+			p.PID, p.Comm, p.PPID, p.PGID, p.SID, p.Exe, p.Cmdline, showCwd(&p.Misc), p.Misc.Umask, p.Creds.UID, p.Creds.GID)
 		for _, t := range p.Threads {
 			insys := ""
 			if t.InSyscall >= 0 {
@@ -222,4 +222,17 @@ func fdLine(s *imageSummary, p *image.Process, fd image.FD) string {
 		extra += ", shared"
 	}
 	return fmt.Sprintf("%3d %-8s %s (%s)", fd.FD, f.Kind, fileDesc(f, s.meta.FileData), extra)
+}
+
+// showCwd is the working directory (said deleted if it was) and, when it
+// is not /, the root directory (chroot).
+func showCwd(m *image.ProcMisc) string {
+	s := m.Cwd
+	if m.DeletedCwd != nil {
+		s += " (deleted)"
+	}
+	if m.Root != "" && m.Root != "/" {
+		s += "  root " + m.Root
+	}
+	return s
 }

@@ -172,7 +172,7 @@ func openInotify(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		return Desc{}, fmt.Errorf("inotify_init1: %w", err)
 	}
 	of := os.NewFile(uintptr(fd), "inotify")
-	if err := addWatches(of, event(f).Watches); err != nil {
+	if err := addWatches(of, event(f).Watches, env.SameBoot()); err != nil {
 		of.Close()
 		return Desc{}, err
 	}
@@ -180,8 +180,9 @@ func openInotify(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 }
 
 // addWatches adds the watches with their old watch descriptors, then
-// reads off the events the skipping queued.
-func addWatches(of *os.File, watches []image.InotifyWatch) error {
+// reads off the events the skipping queued. On the machine of the dump
+// (sameBoot) each watched path must still lead to the same inode.
+func addWatches(of *os.File, watches []image.InotifyWatch, sameBoot bool) error {
 	fd := int(of.Fd())
 	next := 1 // the watch descriptor the kernel gives next
 	var scratch string
@@ -216,7 +217,7 @@ func addWatches(of *os.File, watches []image.InotifyWatch) error {
 		if err := unix.Stat(w.Path, &st); err != nil {
 			return fmt.Errorf("inotify watch %d on %s: %w", w.WD, w.Path, err)
 		}
-		if st.Ino != w.Ino || st.Dev != w.Dev {
+		if sameBoot && (st.Ino != w.Ino || st.Dev != w.Dev) {
 			return fmt.Errorf("inotify watch %d: %s is another file than at the dump: %w", w.WD, w.Path, ErrFileChanged)
 		}
 		wd, err := unix.InotifyAddWatch(fd, w.Path, w.Mask)

@@ -10,10 +10,9 @@ func Table() []Kind {
 		{Name: "io_uring", Match: anon("[io_uring]"), Describe: refuse("io_uring instance")},
 		{Name: "bpf", Match: anon("bpf-*", "bpf_link", "bpf_iter"), Describe: refuse("bpf object (map, program or link)")},
 		{Name: "perf_event", Match: anon("[perf_event]"), Describe: refuse("perf_event")},
-		{Name: "fanotify", Match: anon("[fanotify]"), Describe: refuse("fanotify group")},
 		{Name: "userfaultfd", Match: anon("[userfaultfd]"), Describe: refuse("userfaultfd")},
 		// Anonymous-inode files.
-		eventfd(), timerfd(), signalfd(), epoll(), pidfd(), inotify(),
+		eventfd(), timerfd(), signalfd(), epoll(), pidfd(), inotify(), fanotify(),
 		// Files with a type of their own.
 		pipe(), fifo(), socket(), ptmx(), tty(), charDev(), dir(), symlink(), regular(),
 	}

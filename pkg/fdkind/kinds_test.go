@@ -37,7 +37,6 @@ func TestRefused(t *testing.T) {
 		{"anon_inode:bpf-prog", "bpf object"},
 		{"anon_inode:bpf_link", "bpf object"},
 		{"anon_inode:[perf_event]", "perf_event: cannot be restored"},
-		{"anon_inode:[fanotify]", "fanotify group: cannot be restored"},
 		{"anon_inode:[userfaultfd]", "userfaultfd: cannot be restored"},
 		{"anon_inode:[something-new]", "anonymous inode [something-new]"},
 	} {

@@ -252,8 +252,10 @@ const (
 	FileEpoll   FileKind = "epoll"
 	FilePidfd   FileKind = "pidfd"
 	FileInotify FileKind = "inotify"
-	FileSocket  FileKind = "socket"
-	FileSymlink FileKind = "symlink" // an O_PATH fd of a symbolic link
+	// FileFanotify is a fanotify group with its marks.
+	FileFanotify FileKind = "fanotify"
+	FileSocket   FileKind = "socket"
+	FileSymlink  FileKind = "symlink" // an O_PATH fd of a symbolic link
 )
 
 // Socket is a TCP or UDP socket (IPv4 or IPv6).
@@ -360,6 +362,31 @@ type EventFile struct {
 	PID int `json:"pid,omitempty"`
 	// inotify
 	Watches []InotifyWatch `json:"watches,omitempty"`
+	// fanotify
+	Fanotify *Fanotify `json:"fanotify,omitempty"`
+}
+
+// Fanotify is a fanotify group: the flags it was made with and its marks.
+type Fanotify struct {
+	Flags      uint32 `json:"flags"`       // fanotify_init flags
+	EventFlags uint32 `json:"event_flags"` // fanotify_init event_f_flags
+	// Marks are in the order fdinfo lists them (the newest first).
+	Marks []FanotifyMark `json:"marks,omitempty"`
+}
+
+// FanotifyMark is one mark of a fanotify group: on an inode, a mount or
+// a whole file system (Type "inode", "mount", "filesystem"), reached at
+// restore by Path (the file, or the mount point).
+type FanotifyMark struct {
+	Type string `json:"type"`
+	Path string `json:"path"`
+	Dev  uint64 `json:"dev"`
+	Ino  uint64 `json:"ino,omitempty"`
+	// Flags are the FAN_MARK_* flags fdinfo shows (IGNORED_SURV_MODIFY,
+	// EVICTABLE, IGNORE).
+	Flags       uint32 `json:"flags,omitempty"`
+	Mask        uint64 `json:"mask,omitempty"`
+	IgnoredMask uint64 `json:"ignored_mask,omitempty"`
 }
 
 // InotifyWatch is one watch of an inotify instance: its watch descriptor

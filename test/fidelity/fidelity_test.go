@@ -75,6 +75,7 @@ var cases = []fcase{
 	{name: "fd_deldirs", src: "fd_deldirs.c", args: []string{"DIR/"}},
 	{name: "fd_chroot", src: "fd_chroot.c", args: []string{"DIR/"}},
 	{name: "fd_owner", src: "fd_owner.c"},
+	{name: "fd_fanotify", src: "fd_fanotify.c", args: []string{"DIR/"}},
 	// Pseudo-terminals (pkg/fdkind/pty.go, pkg/restore/ctty.go).
 	{name: "pty_pair", src: "pty_pair.c", lockPtys: true},
 	{name: "fd_sqlite", src: "fd_sqlite.c", args: []string{"DIR/"}, cflags: []string{"-Wl,--no-as-needed", "-lsqlite3"}},
@@ -122,7 +123,8 @@ var cases = []fcase{
 	{name: "fd_io_uring", src: "fd_refused.c", args: []string{"io_uring"}, refuse: "fd 4 (anon_inode:[io_uring]): io_uring instance: cannot be restored"},
 	{name: "fd_bpf", src: "fd_refused.c", args: []string{"bpf"}, refuse: "fd 4 (anon_inode:bpf-map): bpf object"},
 	{name: "fd_perf_event", src: "fd_refused.c", args: []string{"perf_event"}, refuse: "fd 4 (anon_inode:[perf_event]): perf_event: cannot be restored"},
-	{name: "fd_fanotify", src: "fd_refused.c", args: []string{"fanotify"}, refuse: "fd 4 (anon_inode:[fanotify]): fanotify group: cannot be restored"},
+	{name: "fd_fanotify_pending", src: "fd_refused.c", args: []string{"fanotify_pending"}, refuse: "fd 4 (anon_inode:[fanotify]): fanotify group with 24 bytes of events not read yet: cannot be restored"},
+	{name: "fd_fanotify_perm", src: "fd_refused.c", args: []string{"fanotify_perm"}, refuse: "fd 4 (anon_inode:[fanotify]): fanotify group of a permission class"},
 	{name: "fd_userfaultfd", src: "fd_refused.c", args: []string{"userfaultfd"}, refuse: "fd 4 (anon_inode:[userfaultfd]): userfaultfd: cannot be restored"},
 	{name: "fd_proc_gone", src: "fd_refused.c", args: []string{"proc_gone"}, refuse: "which has exited: cannot be restored"},
 	{name: "fd_sigio_owner", src: "fd_refused.c", args: []string{"sigio_owner"}, refuse: "fd 4: SIGIO goes to process"},

@@ -1,8 +1,9 @@
 /*
  * fd_refused KIND: holds one fd ckpt cannot restore: an io_uring, a bpf
- * map, a perf_event, a fanotify group, a userfaultfd, an inotify instance
- * with events queued, a /proc file of an exited process, or a pipe whose
- * SIGIO goes to a process outside the dump. The dump must refuse it by
+ * map, a perf_event, a fanotify group with an event queued or of a
+ * permission class, a userfaultfd, an
+ * inotify instance with events queued, a /proc file of an exited
+ * process, or a pipe whose SIGIO goes to a process outside the dump. The dump must refuse it by
  * name; untouched, the fd still works.
  */
 #include "fidelity.h"
@@ -28,8 +29,23 @@ static int open_kind(const char *kind)
 		struct perf_event_attr a = {.type = PERF_TYPE_SOFTWARE, .size = sizeof a, .config = PERF_COUNT_SW_TASK_CLOCK};
 		return syscall(SYS_perf_event_open, &a, 0, -1, -1, PERF_FLAG_FD_CLOEXEC);
 	}
-	if (strcmp(kind, "fanotify") == 0)
-		return fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC, O_RDONLY);
+	if (strcmp(kind, "fanotify_perm") == 0)
+		return fanotify_init(FAN_CLASS_CONTENT | FAN_CLOEXEC, O_RDONLY);
+	if (strcmp(kind, "fanotify_pending") == 0) {
+		/* a group with an event queued (unlinking the file drops the mark) */
+		char dir[] = "/tmp/fid-fanotify-XXXXXX", f[64];
+		int fd = fanotify_init(FAN_CLASS_NOTIF | FAN_CLOEXEC, O_RDONLY);
+		if (fd < 0 || !mkdtemp(dir))
+			return -1;
+		snprintf(f, sizeof f, "%s/x", dir);
+		close(open(f, O_CREAT | O_WRONLY, 0600));
+		if (fanotify_mark(fd, FAN_MARK_ADD, FAN_CLOSE_WRITE, AT_FDCWD, f) < 0)
+			return -1;
+		close(open(f, O_WRONLY));
+		unlink(f);
+		rmdir(dir);
+		return fd;
+	}
 	if (strcmp(kind, "userfaultfd") == 0)
 		return syscall(SYS_userfaultfd, O_CLOEXEC);
 	if (strcmp(kind, "inotify_pending") == 0) {
