@@ -128,7 +128,7 @@ func restoreDir(dir string, opts restore.Options, ctl *control.Channel, bar *pro
 	r, err := restore.Build(f, opts)
 	bar.Done()
 	if err != nil {
-		return nil, err
+		return nil, unlockHint(err, "ckpt unlock "+dir)
 	}
 	if err := ctl.Await("built", "release"); err != nil {
 		r.Kill()
@@ -163,7 +163,7 @@ func receive(addr, keep string, opts restore.Options, ctl *control.Channel, bar 
 	bar.Done()
 	if err != nil {
 		rc.Fail(err)
-		return nil, fmt.Errorf("receive from %s: %w", rc.Peer, err)
+		return nil, unlockHint(fmt.Errorf("receive from %s: %w", rc.Peer, err), "")
 	}
 	ctl.Event("built")
 	if err := rc.Ready(); err != nil {
@@ -177,4 +177,17 @@ func receive(addr, keep string, opts restore.Options, ctl *control.Channel, bar 
 	rc.Released()
 	ctl.Event("released")
 	return &r.Result, nil
+}
+
+// unlockHint adds to a failed restore that left the dump's network lock
+// in place the command that lifts it (cmd, or ckpt unlock --table NAME).
+func unlockHint(err error, cmd string) error {
+	var le *restore.LockedError
+	if !errors.As(err, &le) {
+		return err
+	}
+	if cmd == "" {
+		cmd = "ckpt unlock --table " + le.Table
+	}
+	return fmt.Errorf("%w\nckpt-redo: to give up the connections instead of retrying: %s", err, cmd)
 }

@@ -23,6 +23,9 @@ var (
 	// ErrUnsupported means the process uses something ckpt cannot save
 	// yet; the error names the process, the fd or mapping, and the kind.
 	ErrUnsupported = fdkind.ErrUnsupported
+	// ErrStaleLock means a connection of the tree is held by a network
+	// lock that is not this dump's (ckpt unlock lifts it).
+	ErrStaleLock = errors.New("connection held by a stale network lock")
 )
 
 // task is one seized thread.

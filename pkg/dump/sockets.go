@@ -105,6 +105,18 @@ func (t *tree) takeSockets() error {
 			s.File.Close()
 		}
 	}()
+	if table, held, ok, err := netlock.Holding(conns, t.socks.netnsFD()); err != nil {
+		return err
+	} else if ok {
+		what := held.Local.String()
+		if held.Remote.IsValid() {
+			what = "connection " + what + " - " + held.Remote.String()
+		} else {
+			what = "listener " + what
+		}
+		return fmt.Errorf("%s: its packets are dropped by the network lock %s, left by a dump that was not restored or by a failed restore: "+
+			"restore that image, or lift the lock with `ckpt unlock --table %s`, then dump: %w", what, table, table, ErrStaleLock)
+	}
 	name := fmt.Sprintf("%d-%d", t.members[0].pid, time.Now().UnixNano()%1e9)
 	lock, err := netlock.Take(name, conns, t.socks.netnsFD())
 	if err != nil {

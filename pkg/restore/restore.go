@@ -42,6 +42,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/ckpt/ckpt/pkg/fdkind"
@@ -207,7 +208,7 @@ func (r *Restored) Kill() {
 // keep it locked until Release or Kill. It first probes the kernel features
 // every restore needs (kernelcheck.Check): a missing one is an error
 // wrapping kernelcheck.ErrNotSupported, before anything is built.
-func Build(rd io.Reader, opts Options) (*Restored, error) {
+func Build(rd io.Reader, opts Options) (r *Restored, err error) {
 	start := time.Now()
 	// A kernel feature the restore needs is missing: say which, before
 	// anything is built.
@@ -218,6 +219,11 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 	if err != nil {
 		return nil, err
 	}
+	defer func() {
+		if err != nil {
+			err = lockStays(img.hdr.NetLock, err)
+		}
+	}()
 	if err := machine.Check(&img.hdr); err != nil {
 		return nil, err
 	}
@@ -276,7 +282,7 @@ func Build(rd io.Reader, opts Options) (*Restored, error) {
 		t.kill()
 		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}
-	r := &Restored{lock: t.lock, ownLock: t.ownLock, conns: t.conns}
+	r = &Restored{lock: t.lock, ownLock: t.ownLock, conns: t.conns}
 	t.lock, t.conns = "", nil // owned by r now
 	r.PID = root.PID
 	for _, b := range t.procs {
@@ -336,4 +342,32 @@ func checkPID(pid int, comm string) error {
 	}
 	return fmt.Errorf("pid %d is in use by %s (parent %d); the process must get its old PID back: stop that process, then retry: %w",
 		pid, st.Comm, st.PPID, ErrPIDInUse)
+}
+
+// LockedError is a failed restore that leaves the dump's network lock in
+// place, as designed: the peers of the dumped connections hear nothing
+// and keep them open for a retry. Table names the lock (`ckpt unlock`
+// lifts it).
+type LockedError struct {
+	Table string
+	Err   error
+}
+
+func (e *LockedError) Error() string {
+	return fmt.Sprintf("%v (the network lock %s stays: the connections' peers wait for a retry; ckpt unlock lifts it)", e.Err, e.Table)
+}
+
+func (e *LockedError) Unwrap() error { return e.Err }
+
+// lockStays wraps err, a failed restore's error, in a LockedError when the
+// dump's network lock table is still there.
+func lockStays(table string, err error) error {
+	if table == "" {
+		return err
+	}
+	ts, lerr := netlock.Tables()
+	if lerr != nil || !slices.Contains(ts, table) {
+		return err
+	}
+	return &LockedError{Table: table, Err: err}
 }

@@ -53,6 +53,7 @@ func freePort(t *testing.T) int {
 }
 
 type tcpJob struct {
+	port    int // the server's
 	server  *victim
 	clients []int
 	outs    []string
@@ -65,7 +66,7 @@ func (e *env) startTCP(t *testing.T, n int, secs float64) *tcpJob {
 	v := e.startLogged(t, "tcpserver", func(log string) []string {
 		return []string{"python3", script(t, "tcpserver.py"), log, strconv.Itoa(port)}
 	})
-	j := &tcpJob{server: v}
+	j := &tcpJob{port: port, server: v}
 	for i := 0; i < n; i++ {
 		out := filepath.Join(v.dir, fmt.Sprintf("client%d", i))
 		j.outs = append(j.outs, out)
@@ -124,7 +125,8 @@ func TestTCPServer(t *testing.T) {
 
 // TestNetLockLifetime: a dump that dies leaves no lock (its guard removes
 // it) and the connections go on; a restore that dies leaves the lock (the
-// peers see silence, not resets) until a retry succeeds.
+// peers see silence, not resets) until a retry succeeds, and a restore
+// that fails with an error says so and how to lift it.
 func TestNetLockLifetime(t *testing.T) {
 	e := setup(t)
 	j := e.startTCP(t, 1, 4)
@@ -149,13 +151,30 @@ func TestNetLockLifetime(t *testing.T) {
 	if ts := lockTables(t, pid); len(ts) != 1 {
 		t.Fatalf("after a failed restore: lock tables %v, want the dump's lock still there", ts)
 	}
+	// A restore that fails with an error (the listener's address taken
+	// meanwhile) says that the lock stays, and how to lift it.
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", j.port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res = e.runRedo(t, nil, img)
+	l.Close()
+	if res.code == 0 || !strings.Contains(res.stderr, "the network lock ckpt-lock-") || !strings.Contains(res.stderr, "ckpt unlock "+img) {
+		t.Fatalf("ckpt-redo with the listener's address taken: %v; want it to fail naming the lock and ckpt unlock %s", res, img)
+	}
+	e.expectGone(t, j.server.pid, "a restore that failed")
+	if ts := lockTables(t, pid); len(ts) != 1 {
+		t.Fatalf("after a failed restore: lock tables %v, want the dump's lock still there", ts)
+	}
 	e.restoreServer(t, j.server, img)
 	waitNoLock(t, pid, "after the retried restore")
 	e.finish(t, j)
 	e.killAndReap(t, j.server)
 }
 
-// TestUnlock: ckpt unlock lifts an image's lock.
+// TestUnlock: ckpt unlock lifts an image's lock. While the lock stays, a
+// new server on the locked port is black-holed by it: its dump fails,
+// naming the lock and how to lift it, and leaves the server running.
 func TestUnlock(t *testing.T) {
 	e := setup(t)
 	j := e.startTCP(t, 1, 1)
@@ -166,6 +185,17 @@ func TestUnlock(t *testing.T) {
 	if len(ts) != 1 {
 		t.Fatalf("after the dump: lock tables %v, want one", ts)
 	}
+	again := e.startLogged(t, "tcpserver", func(log string) []string {
+		return []string{"python3", script(t, "tcpserver.py"), log, strconv.Itoa(j.port)}
+	})
+	waitSockets(t, again.pid, 1, "the new server's listener")
+	res := e.runCkpt(t, nil, "dump", "--leave-running", "--dir", filepath.Join(t.TempDir(), "img"), strconv.Itoa(again.pid))
+	if res.code == 0 || !strings.Contains(res.stderr, "dropped by the network lock "+ts[0]) || !strings.Contains(res.stderr, "ckpt unlock --table "+ts[0]) {
+		t.Fatalf("dump of a server on a port the stale lock %s holds: %v; want it refused naming the lock", ts[0], res)
+	}
+	if st := procState(again.pid); st != "S" && st != "R" {
+		t.Fatalf("the new server after the refused dump: state %q", st)
+	}
 	// A lock is lifted by its image, or by its table's name (--table,
 	// once the image is gone); a name that is no lock table is an error.
 	if res := e.runCkpt(t, nil, "unlock", "--table", "no-such-table"); res.code == 0 || !strings.Contains(res.stderr, "not a ckpt lock table") {
@@ -175,6 +205,8 @@ func TestUnlock(t *testing.T) {
 		t.Fatalf("ckpt unlock: %v", res)
 	}
 	waitNoLock(t, pid, "after ckpt unlock")
+	e.dump(t, again.pid, filepath.Join(t.TempDir(), "img"), "--leave-running")
+	e.killAndReap(t, again)
 	// Without its server the client fails: that is what the lock was for.
 	for _, c := range j.clients {
 		e.r.WaitExit(t, c, 30*time.Second)
