@@ -22,8 +22,9 @@ import (
 // Cluster is a set of "nodes" made of namespaces, the way the tests of
 // group operations see machines: each node has its own network namespace
 // (a veth link to a bridge in a switch namespace, an address in a private
-// /24 that exists only inside these namespaces), its own PID namespace and
-// a mount namespace with its own /proc, and a ckpt agent as its PID 1.
+// /24 that exists only inside these namespaces), its own PID namespace, a
+// mount namespace with its own /proc, /tmp and /dev/shm, its own hostname
+// and IPC namespace (nodens.go), and a ckpt agent as its PID 1.
 // Everything is removed when the test ends.
 type Cluster struct {
 	t    testing.TB
@@ -34,18 +35,24 @@ type Cluster struct {
 	// Storage is where the nodes' image roots are made (default Dir);
 	// benchmarks set a tmpfs so that the disk is not what they measure.
 	Storage string
-	sw      string // the switch namespace
-	Prefix  string // "10.232.ID."
+	// Keep lists directories of the host under /tmp or /dev/shm that the
+	// nodes made after must see at the same path (executables, inputs);
+	// Dir, Storage and ckpt's directory are always kept.
+	Keep   []string
+	sw     string // the switch namespace
+	Prefix string // "10.232.ID."
 }
 
 // Node is one node of a Cluster.
 type Node struct {
-	Name  string
-	NS    string // network namespace (ip netns)
-	IP    string
-	Ctl   string // agent control address
-	Root  string // agent's image storage
-	Agent int    // pid of the unshare process running the agent
+	Name     string
+	Hostname string // its UTS namespace's hostname (see nodens.go)
+	NS       string // network namespace (ip netns)
+	IP       string
+	Ctl      string // agent control address
+	Root     string // agent's image storage
+	Agent    int    // pid of the unshare process running the agent
+	Init     int    // pid of the agent, the node's PID 1 (in the caller's PID namespace)
 }
 
 // NewCluster makes the switch namespace with its bridge. ckpt is the ckpt
@@ -73,10 +80,28 @@ func (c *Cluster) ip(args ...string) {
 	}
 }
 
-// AddNode makes node name with address PREFIX.host and starts its agent.
+// AddNode makes node name (its hostname too) with address PREFIX.host
+// and starts its agent.
 func (c *Cluster) AddNode(name string, host int) *Node {
 	c.t.Helper()
-	n := &Node{Name: name, NS: fmt.Sprintf("ck%d%s", c.id, name), IP: fmt.Sprintf("%s%d", c.Prefix, host),
+	return c.addNode(name, name, host)
+}
+
+// Replace makes node name as the replacement of a lost node: it takes
+// over the lost node's hostname and address (a spare machine configured
+// as the one that died).
+func (c *Cluster) Replace(lost *Node, name string) *Node {
+	c.t.Helper()
+	host, err := strconv.Atoi(strings.TrimPrefix(lost.IP, c.Prefix))
+	if err != nil {
+		c.t.Fatalf("node %s: address %s is not in %s*", lost.Name, lost.IP, c.Prefix)
+	}
+	return c.addNode(name, lost.Hostname, host)
+}
+
+func (c *Cluster) addNode(name, hostname string, host int) *Node {
+	c.t.Helper()
+	n := &Node{Name: name, Hostname: hostname, NS: fmt.Sprintf("ck%d%s", c.id, name), IP: fmt.Sprintf("%s%d", c.Prefix, host),
 		Ctl: "unix:" + filepath.Join(c.Dir, name+".sock"), Root: filepath.Join(cmp.Or(c.Storage, c.Dir), name)}
 	veth, peer := fmt.Sprintf("v%d%s", c.id, name), fmt.Sprintf("p%d%s", c.id, name)
 	c.ip("netns", "add", n.NS)
@@ -86,10 +111,14 @@ func (c *Cluster) AddNode(name string, host int) *Node {
 	c.ip("-n", n.NS, "addr", "add", n.IP+"/24", "dev", veth)
 	c.ip("-n", n.NS, "link", "set", veth, "up")
 	c.ip("-n", n.NS, "link", "set", "lo", "up")
+	c.addHost(n.IP, hostname)
 	out := filepath.Join(c.Dir, name+".out")
-	n.Agent = c.r.Run(c.t, RunOpts{Stdout: out, Stderr: out},
-		"ip", "netns", "exec", n.NS, "unshare", "--pid", "--fork", "--mount-proc", "--kill-child",
-		c.ckpt, "agent", "--listen", n.Ctl, "--root", n.Root, "--data-ip", n.IP, "--log", filepath.Join(c.Dir, name+".log"))
+	n.Agent = c.r.Run(c.t, RunOpts{Stdout: out, Stderr: out}, c.nodeCommand(n,
+		[]string{c.ckpt, "agent", "--listen", n.Ctl, "--root", n.Root, "--data-ip", n.IP, "--log", filepath.Join(c.Dir, name+".log")})...)
+	var err error
+	if n.Init, err = initPID(n.Agent); err != nil {
+		c.t.Fatalf("node %s: %v", name, err)
+	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		if _, _, err := c.Ckpt("group", "kill", "999999@"+n.Ctl); err == nil {

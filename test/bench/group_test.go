@@ -96,6 +96,7 @@ func BenchmarkMigrate(b *testing.B) {
 			r := testenv.StartReaper(b)
 			c := testenv.NewCluster(b, filepath.Join(bin, "ckpt"), r)
 			c.Storage = shmDir(b)
+			c.Keep = append(c.Keep, filepath.Dir(hog))
 			nodes := []*testenv.Node{c.AddNode("x", 1), c.AddNode("y", 2)}
 			log := filepath.Join(c.Dir, "hog.log")
 			out, serr, err := c.Ckpt("group", "exec", "--agent", nodes[0].Ctl, "--", hog, log, strconv.Itoa(mib))

@@ -271,6 +271,7 @@ func TestGroupJobMovedWhileRunning(t *testing.T) {
 	e := setup(t)
 	job := testenv.BuildVictim(t, "ringjob")
 	c := &cluster{testenv.NewCluster(t, e.ckpt(), e.r), t}
+	c.Keep = append(c.Keep, filepath.Dir(job))
 	const n = 4
 	a := make([]*node, n)
 	for i := range a {
@@ -477,6 +478,7 @@ func TestGroupRestoreAborts(t *testing.T) {
 	e := setup(t)
 	job := testenv.BuildVictim(t, "ringjob")
 	c := &cluster{testenv.NewCluster(t, e.ckpt(), e.r), t}
+	c.Keep = append(c.Keep, filepath.Dir(job))
 	const n = 3
 	nodes := make([]*node, n)
 	for i := range nodes {
