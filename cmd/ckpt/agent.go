@@ -26,6 +26,7 @@ func agentCommand() *cli.Command {
 			&cli.StringFlag{Name: "data-ip", Usage: "this node's `IP` on the network between nodes"},
 			&cli.StringFlag{Name: "redo", Usage: "ckpt-redo executable (default: next to ckpt)"},
 			&cli.StringFlag{Name: "log", Usage: "append one line per operation to `FILE`"},
+			&cli.IntFlag{Name: "tool-pid-base", Usage: "start of the PID range of the agent's own tools (`PID`; default 20000); give spares and migration destinations another one than the nodes whose jobs they may receive"},
 		},
 		Action: func(c *cli.Context) error {
 			exe, err := os.Executable()
@@ -36,7 +37,7 @@ func agentCommand() *cli.Command {
 			if redo == "" {
 				redo = filepath.Join(filepath.Dir(exe), "ckpt-redo")
 			}
-			cfg := agent.Config{Root: c.String("root"), Ckpt: exe, Redo: redo, DataIP: c.String("data-ip")}
+			cfg := agent.Config{Root: c.String("root"), Ckpt: exe, Redo: redo, DataIP: c.String("data-ip"), ToolPIDBase: c.Int("tool-pid-base")}
 			if p := c.String("log"); p != "" {
 				f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
 				if err != nil {

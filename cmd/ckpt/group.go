@@ -113,7 +113,7 @@ func groupCommand() *cli.Command {
 			},
 			{
 				Name:      "kill",
-				Usage:     "kill members and wait until they are gone",
+				Usage:     "kill members with their descendants and wait until they are gone",
 				ArgsUsage: "PID@AGENT...",
 				Action: func(c *cli.Context) error {
 					ms, err := members(c)

@@ -38,9 +38,13 @@ type Cluster struct {
 	// Keep lists directories of the host under /tmp or /dev/shm that the
 	// nodes made after must see at the same path (executables, inputs);
 	// Dir, Storage and ckpt's directory are always kept.
-	Keep   []string
-	sw     string // the switch namespace
-	Prefix string // "10.232.ID."
+	Keep []string
+	// ToolPIDBase, if not 0, is the agents' --tool-pid-base for the nodes
+	// made after: spares and migration destinations get another one than
+	// the nodes whose jobs they receive (see pkg/agent).
+	ToolPIDBase int
+	sw          string // the switch namespace
+	Prefix      string // "10.232.ID."
 }
 
 // Node is one node of a Cluster.
@@ -53,6 +57,7 @@ type Node struct {
 	Root     string // agent's image storage
 	Agent    int    // pid of the unshare process running the agent
 	Init     int    // pid of the agent, the node's PID 1 (in the caller's PID namespace)
+	MAC      string // its link's MAC address
 }
 
 // NewCluster makes the switch namespace with its bridge. ckpt is the ckpt
@@ -84,37 +89,46 @@ func (c *Cluster) ip(args ...string) {
 // and starts its agent.
 func (c *Cluster) AddNode(name string, host int) *Node {
 	c.t.Helper()
-	return c.addNode(name, name, host)
+	return c.addNode(name, name, host, "")
 }
 
 // Replace makes node name as the replacement of a lost node: it takes
-// over the lost node's hostname and address (a spare machine configured
-// as the one that died).
+// over the lost node's hostname, address and MAC address (a spare machine
+// configured as the one that died: the other nodes' ARP caches, which
+// still hold the lost node's entry, reach the spare at once).
 func (c *Cluster) Replace(lost *Node, name string) *Node {
 	c.t.Helper()
 	host, err := strconv.Atoi(strings.TrimPrefix(lost.IP, c.Prefix))
 	if err != nil {
 		c.t.Fatalf("node %s: address %s is not in %s*", lost.Name, lost.IP, c.Prefix)
 	}
-	return c.addNode(name, lost.Hostname, host)
+	return c.addNode(name, lost.Hostname, host, lost.MAC)
 }
 
-func (c *Cluster) addNode(name, hostname string, host int) *Node {
+func (c *Cluster) addNode(name, hostname string, host int, mac string) *Node {
 	c.t.Helper()
 	n := &Node{Name: name, Hostname: hostname, NS: fmt.Sprintf("ck%d%s", c.id, name), IP: fmt.Sprintf("%s%d", c.Prefix, host),
 		Ctl: "unix:" + filepath.Join(c.Dir, name+".sock"), Root: filepath.Join(cmp.Or(c.Storage, c.Dir), name)}
 	veth, peer := fmt.Sprintf("v%d%s", c.id, name), fmt.Sprintf("p%d%s", c.id, name)
 	c.ip("netns", "add", n.NS)
 	c.t.Cleanup(func() { exec.Command("ip", "netns", "del", n.NS).Run() })
-	c.ip("link", "add", veth, "netns", n.NS, "type", "veth", "peer", "name", peer, "netns", c.sw)
+	link := []string{"link", "add", veth, "netns", n.NS}
+	if mac != "" {
+		link = append(link, "address", mac)
+	}
+	c.ip(append(link, "type", "veth", "peer", "name", peer, "netns", c.sw)...)
+	n.MAC = c.mac(n.NS, veth)
 	c.ip("-n", c.sw, "link", "set", peer, "master", "br0", "up")
 	c.ip("-n", n.NS, "addr", "add", n.IP+"/24", "dev", veth)
 	c.ip("-n", n.NS, "link", "set", veth, "up")
 	c.ip("-n", n.NS, "link", "set", "lo", "up")
 	c.addHost(n.IP, hostname)
 	out := filepath.Join(c.Dir, name+".out")
-	n.Agent = c.r.Run(c.t, RunOpts{Stdout: out, Stderr: out}, c.nodeCommand(n,
-		[]string{c.ckpt, "agent", "--listen", n.Ctl, "--root", n.Root, "--data-ip", n.IP, "--log", filepath.Join(c.Dir, name+".log")})...)
+	argv := []string{c.ckpt, "agent", "--listen", n.Ctl, "--root", n.Root, "--data-ip", n.IP, "--log", filepath.Join(c.Dir, name+".log")}
+	if c.ToolPIDBase != 0 {
+		argv = append(argv, "--tool-pid-base", strconv.Itoa(c.ToolPIDBase))
+	}
+	n.Agent = c.r.Run(c.t, RunOpts{Stdout: out, Stderr: out}, c.nodeCommand(n, argv)...)
 	var err error
 	if n.Init, err = initPID(n.Agent); err != nil {
 		c.t.Fatalf("node %s: %v", name, err)
@@ -131,6 +145,21 @@ func (c *Cluster) addNode(name, hostname string, host int) *Node {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return n
+}
+
+// mac returns the MAC address of link dev in network namespace ns.
+func (c *Cluster) mac(ns, dev string) string {
+	c.t.Helper()
+	out, err := exec.Command("ip", "-n", ns, "-o", "link", "show", "dev", dev).CombinedOutput()
+	if err != nil {
+		c.t.Fatalf("ip link show %s: %v: %s", dev, err, out)
+	}
+	_, rest, ok := strings.Cut(string(out), "link/ether ")
+	if f := strings.Fields(rest); ok && len(f) > 0 {
+		return f[0]
+	}
+	c.t.Fatalf("no MAC address in %q", out)
+	return ""
 }
 
 // Lose destroys a node the way a machine dies: its agent, and with it

@@ -35,6 +35,7 @@ package agent
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -71,6 +72,12 @@ type Config struct {
 	// DataIP is the address of this node on the network between nodes:
 	// receivers of transfers and parity links listen there.
 	DataIP string
+	// ToolPIDBase is where the tool PID range starts (0: ToolPIDBase).
+	// Processes that a job forks after it started take their PIDs from
+	// the tool range of their node too, so a node that may receive such
+	// a job (a spare, a migration's destination) should have a tool range
+	// that does not hold them: another base.
+	ToolPIDBase int
 	// Log receives one line per operation; nil discards.
 	Log func(format string, args ...any)
 }
@@ -81,10 +88,11 @@ type Agent struct {
 
 	// mu is held while forking and reaping, so that the creator of a
 	// child registers it before its exit can be collected.
-	mu      sync.Mutex
-	waiters map[int]chan syscall.WaitStatus
-	jobNext int
-	pidNS   bool // PID 1 of its PID namespace: manage ns_last_pid
+	mu       sync.Mutex
+	waiters  map[int]chan syscall.WaitStatus
+	jobNext  int
+	toolBase int
+	pidNS    bool // PID 1 of its PID namespace: manage ns_last_pid
 }
 
 // New makes an agent. If it is PID 1 it moves its own PID allocation to
@@ -99,10 +107,13 @@ func New(cfg Config) (*Agent, error) {
 	// Whatever the agent inherited beyond stdio must not leak into the
 	// programs it starts (and then into their images).
 	unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
-	a := &Agent{cfg: cfg, waiters: map[int]chan syscall.WaitStatus{}, jobNext: JobPIDBase}
+	a := &Agent{cfg: cfg, waiters: map[int]chan syscall.WaitStatus{}, jobNext: JobPIDBase, toolBase: cmp.Or(cfg.ToolPIDBase, ToolPIDBase)}
+	if a.toolBase <= JobPIDBase {
+		return nil, fmt.Errorf("agent: tool PID base %d is not above the job range (%d up)", a.toolBase, JobPIDBase)
+	}
 	if os.Getpid() == 1 {
 		a.pidNS = true
-		if err := setLastPID(ToolPIDBase); err != nil {
+		if err := setLastPID(a.toolBase); err != nil {
 			return nil, fmt.Errorf("agent: %w", err)
 		}
 	} else if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -212,12 +223,12 @@ func (a *Agent) start(argv []string, env []string, cwd string, files []uintptr, 
 	}
 	pid, err := syscall.ForkExec(argv[0], argv, attr)
 	if restore != 0 {
-		setLastPID(max(restore, ToolPIDBase))
+		setLastPID(max(restore, a.toolBase))
 	}
 	if err != nil {
 		return 0, nil, fmt.Errorf("start %s: %w", argv[0], err)
 	}
-	if job && pid >= a.jobNext && pid < ToolPIDBase {
+	if job && pid >= a.jobNext && pid < a.toolBase {
 		a.jobNext = pid + 1
 	}
 	ch := make(chan syscall.WaitStatus, 1)
@@ -393,17 +404,22 @@ func (a *Agent) exec(req *Request) (Event, error) {
 	return Event{PID: pid}, nil
 }
 
-// kill SIGKILLs pids and waits until they are gone (reaped, by the agent
-// or by their parent).
+// kill SIGKILLs pids, each with its descendants (a member is a process
+// tree), and waits until they are all gone (reaped, by the agent or by
+// their parent).
 func (a *Agent) kill(pids []int) error {
+	var all []int
 	for _, pid := range pids {
 		if pid <= 1 {
 			return fmt.Errorf("kill: refusing pid %d", pid)
 		}
+		all = append(all, tree(pid)...)
+	}
+	for _, pid := range all {
 		unix.Kill(pid, unix.SIGKILL)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for _, pid := range pids {
+	for _, pid := range all {
 		for unix.Kill(pid, 0) == nil {
 			if time.Now().After(deadline) {
 				return fmt.Errorf("kill: %d is still there after 10s", pid)
@@ -413,6 +429,26 @@ func (a *Agent) kill(pids []int) error {
 		}
 	}
 	return nil
+}
+
+// tree returns pid and its descendants, parents first: the children of
+// every thread, from /proc/PID/task/TID/children. A process forked while
+// it is read is missed; kill's SIGKILL stops the parents from forking
+// more, and their orphans come to the agent (as PID 1, or subreaper).
+func tree(pid int) []int {
+	out := []int{pid}
+	for i := 0; i < len(out); i++ {
+		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", out[i]))
+		for _, t := range tasks {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", out[i], t.Name()))
+			for _, f := range strings.Fields(string(b)) {
+				if c, err := strconv.Atoi(f); err == nil {
+					out = append(out, c)
+				}
+			}
+		}
+	}
+	return out
 }
 
 // relay runs a tool's control protocol: each event line is passed to the

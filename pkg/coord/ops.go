@@ -176,7 +176,8 @@ func (c *Coordinator) Exec(ctx context.Context, addr string, argv []string, stdo
 	return ev.PID, nil
 }
 
-// Kill kills the members (and waits until they are gone).
+// Kill kills the members, each with its descendants, and waits until
+// they are gone.
 func (c *Coordinator) Kill(ctx context.Context, members []Member) error {
 	var errs []error
 	for _, m := range members {

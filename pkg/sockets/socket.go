@@ -230,6 +230,18 @@ func openPlain(fd int, s *image.Socket) error {
 	if err := setLinger(fd, s); err != nil {
 		return err
 	}
+	// A connection accepted from a listener shares its port, and may have
+	// been rebuilt first (it has a lower fd): in repair mode it holds the
+	// port with forced reuse. The listener binds and listens with
+	// SO_REUSEADDR, which passes over such connections (never over
+	// another listener), and then gets its own value back.
+	listener := s.State == StateListen && s.Type == unix.SOCK_STREAM
+	reuse := ReuseAddr(fd)
+	if listener && reuse == 0 {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1); err != nil {
+			return fmt.Errorf("set SO_REUSEADDR to listen: %w", err)
+		}
+	}
 	if s.Local != "" {
 		local, err := netip.ParseAddrPort(s.Local)
 		if err != nil {
@@ -242,6 +254,11 @@ func openPlain(fd int, s *image.Socket) error {
 	if s.State == StateListen {
 		if err := unix.Listen(fd, max(s.Backlog, 1)); err != nil {
 			return fmt.Errorf("listen: %w", err)
+		}
+	}
+	if listener && reuse == 0 {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, 0); err != nil {
+			return fmt.Errorf("clear SO_REUSEADDR: %w", err)
 		}
 	}
 	if s.Remote != "" && s.Type == unix.SOCK_DGRAM {
