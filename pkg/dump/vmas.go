@@ -2,6 +2,7 @@ package dump
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 	"syscall"
 
@@ -123,27 +124,55 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 	return identifyMapped(d.pid, p)
 }
 
-// identifyMapped records the content identity (ELF build-id or hash) of
-// every file the process maps privately and that still has its name:
-// the restore reads their clean pages back from them, and refuses one
-// whose content is not the same (fdkind.IdentifyContent).
+// identifyMapped records the content identity (ELF build-id, or a hash
+// of the parts mapped privately) of every file the process maps privately
+// and that still has its name: the restore reads their clean pages back
+// from them, and refuses one whose content is not the same
+// (fdkind.IdentifyContent).
 func identifyMapped(pid int, p *image.Process) error {
-	done := map[int]bool{}
+	ranges := map[int][]image.Extent{}
+	link := map[int]string{}
 	for _, v := range p.VMAs {
-		if v.Kind != image.VMAFile || v.Shared || done[v.File] {
+		if v.Kind != image.VMAFile || v.Shared {
 			continue
 		}
-		done[v.File] = true
 		ref := &p.Mapped[v.File]
 		if ref.Deleted || ref.Mode&unix.S_IFMT != unix.S_IFREG {
 			continue
 		}
-		mf := proc.Path(pid, "map_files", fmt.Sprintf("%x-%x", v.Start, v.End))
-		if err := fdkind.IdentifyContent(mf, ref); err != nil {
-			return fmt.Errorf("mapping %#x-%#x: %w", v.Start, v.End, err)
+		if _, ok := link[v.File]; !ok {
+			link[v.File] = proc.Path(pid, "map_files", fmt.Sprintf("%x-%x", v.Start, v.End))
+		}
+		end := min(int64(v.Offset)+int64(v.Len()), ref.Size)
+		if int64(v.Offset) < end {
+			ranges[v.File] = append(ranges[v.File], image.Extent{Off: int64(v.Offset), Len: end - int64(v.Offset)})
+		}
+	}
+	for i, mf := range link {
+		rs := mergeExtents(ranges[i])
+		if len(rs) == 0 {
+			continue // mapped past its end only: nothing is read from it
+		}
+		if err := fdkind.IdentifyContent(mf, &p.Mapped[i], rs); err != nil {
+			return fmt.Errorf("mapped file %s: %w", p.Mapped[i].Path, err)
 		}
 	}
 	return nil
+}
+
+// mergeExtents sorts ranges and merges those that overlap or touch; it
+// returns a non-nil slice (an empty one: nothing of the file is mapped).
+func mergeExtents(rs []image.Extent) []image.Extent {
+	sort.Slice(rs, func(i, j int) bool { return rs[i].Off < rs[j].Off })
+	out := []image.Extent{}
+	for _, r := range rs {
+		if n := len(out); n > 0 && r.Off <= out[n-1].Off+out[n-1].Len {
+			out[n-1].Len = max(out[n-1].Len, r.Off+r.Len-out[n-1].Off)
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }
 
 // mappedFile describes the file behind a mapping, through map_files so

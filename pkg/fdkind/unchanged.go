@@ -35,30 +35,40 @@ var pseudoFS = map[int64]bool{
 
 // IdentifyContent fills ref.BuildID with the GNU build-id of an ELF file,
 // or, for any other file (or an ELF file without one), ref.SHA256 with
-// the hash of its content. path is the file or a /proc link to it.
-func IdentifyContent(path string, ref *image.FileRef) error {
+// the hash of the ranges of it given (the parts mapped privately: only
+// their pages are read back; nil for the whole file), kept in
+// ref.Hashed. path is the file or a /proc link to it.
+func IdentifyContent(path string, ref *image.FileRef, ranges []image.Extent) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("identify the content of %s: %w", ref.Path, err)
 	}
 	defer f.Close()
-	id, sum, err := contentID(f)
+	id, sum, err := contentID(f, ranges)
 	if err != nil {
 		return fmt.Errorf("identify the content of %s: %w", ref.Path, err)
 	}
 	ref.BuildID, ref.SHA256 = id, sum
+	if sum != "" {
+		ref.Hashed = ranges
+	}
 	return nil
 }
 
 // contentID returns the build-id of an ELF file, or else the SHA-256 of
-// the whole file.
-func contentID(f *os.File) (buildID, sum string, err error) {
+// the given ranges of the file back to back (nil: the whole file).
+func contentID(f *os.File, ranges []image.Extent) (buildID, sum string, err error) {
 	if id := elfBuildID(f); id != "" {
 		return id, "", nil
 	}
 	h := sha256.New()
-	if _, err := io.Copy(h, io.NewSectionReader(f, 0, 1<<62)); err != nil {
-		return "", "", err
+	if ranges == nil {
+		ranges = []image.Extent{{Off: 0, Len: 1 << 62}}
+	}
+	for _, r := range ranges {
+		if _, err := io.Copy(h, io.NewSectionReader(f, r.Off, r.Len)); err != nil {
+			return "", "", err
+		}
 	}
 	return "", hex.EncodeToString(h.Sum(nil)), nil
 }
@@ -151,7 +161,7 @@ func checkUnchanged(env RestoreEnv, ref *image.FileRef, f *os.File, flags int, m
 	if !mapped || (ref.BuildID == "" && ref.SHA256 == "") {
 		return nil
 	}
-	id, sum, err := contentID(f)
+	id, sum, err := contentID(f, ref.Hashed)
 	if err != nil {
 		return fmt.Errorf("%s: identify its content: %w", ref.Path, err)
 	}

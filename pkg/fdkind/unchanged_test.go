@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
 
@@ -132,7 +133,7 @@ func TestMappedContentChanged(t *testing.T) {
 				t.Fatal(err)
 			}
 			ref := StatRef(path, &st)
-			if err := IdentifyContent(path, &ref); err != nil {
+			if err := IdentifyContent(path, &ref, []image.Extent{{Off: 0, Len: int64(len(tc.data))}}); err != nil {
 				t.Fatal(err)
 			}
 			isELF := tc.name == "ELF file"
@@ -193,5 +194,46 @@ func waitFileClockPast(t *testing.T, ns int64) {
 			t.Fatalf("file time stamps stay at %d", ns)
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestMappedPartHashed: of a file mapped in part, only that part is
+// hashed: a change elsewhere (same size and times, another machine) is
+// accepted, one in the mapped part refused.
+func TestMappedPartHashed(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "data")
+	data := []byte(strings.Repeat("0123456789abcdef", 1024)) // 16 KiB
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		t.Fatal(err)
+	}
+	ref := StatRef(path, &st)
+	if err := IdentifyContent(path, &ref, []image.Extent{{Off: 4096, Len: 4096}}); err != nil {
+		t.Fatal(err)
+	}
+	env := newTestEnv(t)
+	env.otherBoot = true
+	for _, tc := range []struct {
+		at     int64
+		refuse bool
+	}{{100, false}, {12000, false}, {5000, true}} {
+		b := append([]byte(nil), data...)
+		b[tc.at] ^= 0xff
+		if err := os.WriteFile(path, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.UtimesNano(path, []unix.Timespec{st.Atim, st.Mtim}); err != nil {
+			t.Fatal(err)
+		}
+		f, err := OpenRef(restoreEnv{env}, &ref, unix.O_RDONLY, true)
+		if f != nil {
+			f.Close()
+		}
+		if got := errors.Is(err, ErrFileChanged); got != tc.refuse {
+			t.Errorf("byte %d changed: %v, want refused %v", tc.at, err, tc.refuse)
+		}
 	}
 }

@@ -218,6 +218,9 @@ type FileRef struct {
 	// file's hash.
 	BuildID string `json:"build_id,omitempty"`
 	SHA256  string `json:"sha256,omitempty"`
+	// Hashed are the ranges of the file SHA256 covers, back to back (the
+	// parts mapped privately); none: the whole file.
+	Hashed []Extent `json:"hashed,omitempty"`
 	// Deleted files (unlinked while open or mapped) have their content in a
 	// FileData record with this ID: the bytes of Extents back to back
 	// (holes are not stored), or the whole file when Extents is empty.
