@@ -288,6 +288,9 @@ func runOnce(pid int, sink Sink, opts Options) (res *Result, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkAIOQuiet(t.members); err != nil {
+		return nil, err
+	}
 	opts.fault(PhaseCollected)
 	root := t.members[0].p
 	hdr, err := header(pid, root)
@@ -344,6 +347,12 @@ func runOnce(pid int, sink Sink, opts Options) (res *Result, err error) {
 	res.Pages, res.ZeroPages, res.Bytes = ms.pages, ms.zero, ms.bytes
 	if secs := time.Since(memStart).Seconds(); secs > 0 {
 		res.MemoryRate = float64(res.Bytes) / secs / 1e6
+	}
+	if !opts.LeaveRunning {
+		// Still frozen: a last look for completions that came meanwhile.
+		if err := checkAIOQuiet(t.members); err != nil {
+			return nil, err
+		}
 	}
 	opts.fault(PhaseWritten)
 	if p, ok := sink.(Preparer); ok {

@@ -43,7 +43,7 @@ type memPlan struct {
 // anonymous now); for anonymous memory every present or swapped page.
 func wantPages(v *image.VMA) (want bool, onlyAnon bool) {
 	switch v.Kind {
-	case image.VMAVDSO, image.VMAVvar, image.VMAVsyscall:
+	case image.VMAVDSO, image.VMAVvar, image.VMAVsyscall, image.VMAAIO:
 		return false, false
 	case image.VMAFile:
 		if v.Shared {

@@ -1,7 +1,6 @@
 package dump
 
 import (
-	"bufio"
 	"bytes"
 	"errors"
 	"fmt"
@@ -113,28 +112,10 @@ func (t *tree) refuse() error {
 	return nil
 }
 
-// refuseMappings refuses AIO rings and ranges registered with a
-// userfaultfd by the program. /proc/PID/maps is read for the AIO ring (it
-// is cheap); smaps, which walks the page tables, only when the process
-// holds a userfaultfd.
+// refuseMappings refuses ranges registered with a userfaultfd by the
+// program. smaps, which walks the page tables, is read only when the
+// process holds a userfaultfd.
 func refuseMappings(pid int, _ *limits) error {
-	f, err := os.Open(proc.Path(pid, "maps"))
-	if err != nil {
-		return fmt.Errorf("read maps: %w", err)
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if i := strings.Index(line, "/[aio]"); i >= 0 {
-			rng, _, _ := strings.Cut(line, " ")
-			return refuse(pid, "mapping "+rng+" [aio]", "AIO context (io_setup): its ring and in-flight requests cannot be restored")
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("read maps: %w", err)
-	}
 	if !hasAnonFD(pid, "[userfaultfd]") {
 		return nil
 	}

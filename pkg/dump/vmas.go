@@ -1,6 +1,7 @@
 package dump
 
 import (
+	"encoding/binary"
 	"fmt"
 	"sort"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
+	"github.com/ckpt/ckpt/pkg/ptrace"
 	"golang.org/x/sys/unix"
 )
 
@@ -81,6 +83,11 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 			v.Kind = image.VMAShmAnon
 		case v.Shared && strings.HasPrefix(m.Path, "/SYSV"):
 			v.Kind = image.VMASysVShm
+		case m.Path == "/[aio] (deleted)":
+			v.Kind, v.Advice = image.VMAAIO, nil // the kernel's own flags
+			if v.AIO, err = readAIORing(d.pid, m.Start, m.End); err != nil {
+				return fmt.Errorf("mapping %#x-%#x [aio]: %w", m.Start, m.End, err)
+			}
 		case m.Path == "/secretmem (deleted)":
 			return fmt.Errorf("mapping %#x-%#x: memfd_secret memory: no one but the process can read it: cannot be restored: %w", m.Start, m.End, ErrUnsupported)
 		case m.VmFlags["io"] || m.VmFlags["pf"]:
@@ -279,5 +286,62 @@ func hugetlb(v *image.VMA, m proc.Mapping) error {
 		return fmt.Errorf("hugetlb mapping with page size %d: %w", m.KernelPageSize, ErrUnsupported)
 	}
 	v.Kind, v.Name, v.HugePageSize = image.VMAAnon, "", m.KernelPageSize
+	return nil
+}
+
+// aioRingMagic is struct aio_ring's magic; aioRingHeader its size, after
+// which the io_event slots (aioEventSize bytes each) start.
+const (
+	aioRingMagic  = 0xa10a10a1
+	aioRingHeader = 32
+	aioEventSize  = 32
+)
+
+// readAIORing reads the ring of the AIO context mapped at start: its
+// size, head and tail, and the completions not yet reaped.
+func readAIORing(pid int, start, end uint64) (*image.AIORing, error) {
+	ring := make([]byte, end-start)
+	if err := ptrace.ReadMem(pid, start, ring); err != nil {
+		return nil, fmt.Errorf("read the ring: %w", err)
+	}
+	le := binary.LittleEndian
+	r := &image.AIORing{Nr: le.Uint32(ring[4:]), Head: le.Uint32(ring[8:]), Tail: le.Uint32(ring[12:])}
+	if magic, hlen := le.Uint32(ring[16:]), le.Uint32(ring[28:]); magic != aioRingMagic || hlen != aioRingHeader {
+		return nil, fmt.Errorf("not an AIO ring (magic %#x, header %d bytes): %w", magic, hlen, ErrUnsupported)
+	}
+	if r.Nr < 2 || aioRingHeader+uint64(r.Nr)*aioEventSize > uint64(len(ring)) || r.Head >= r.Nr || r.Tail >= r.Nr {
+		return nil, fmt.Errorf("AIO ring of %d events, head %d, tail %d, in %d bytes: %w", r.Nr, r.Head, r.Tail, len(ring), ErrUnsupported)
+	}
+	for i := r.Head; i != r.Tail; i = (i + 1) % r.Nr {
+		off := aioRingHeader + uint64(i)*aioEventSize
+		r.Events = append(r.Events, ring[off:off+aioEventSize]...)
+	}
+	return r, nil
+}
+
+// checkAIOQuiet reads the tail of every AIO ring of the tree again, at the
+// end of the dump: a ring whose tail moved got completions of requests
+// that were in flight when the tree froze, which no restore can submit
+// again. A request still in flight then (a poll, or an I/O slower than the
+// dump) leaves no trace a program outside the kernel can see.
+func checkAIOQuiet(members []*member) error {
+	for _, m := range members {
+		if m.p == nil || m.p.Zombie {
+			continue
+		}
+		for _, v := range m.p.VMAs {
+			if v.AIO == nil {
+				continue
+			}
+			var tail [4]byte
+			if err := ptrace.ReadMem(m.pid, v.Start+12, tail[:]); err != nil {
+				return fmt.Errorf("process %d: AIO ring %#x: %w", m.pid, v.Start, err)
+			}
+			if now := binary.LittleEndian.Uint32(tail[:]); now != v.AIO.Tail {
+				return refuse(m.pid, fmt.Sprintf("AIO context %#x", v.Start),
+					"requests completed during the dump (tail %d, then %d): requests in flight cannot be restored; dump again once they are done", v.AIO.Tail, now)
+			}
+		}
+	}
 	return nil
 }

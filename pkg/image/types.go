@@ -142,6 +142,7 @@ const (
 	VMAHeap       VMAKind = "heap"
 	VMAStack      VMAKind = "stack"
 	VMAGuardOrDev VMAKind = "other"
+	VMAAIO        VMAKind = "aio" // an AIO context's ring (io_setup); see AIO
 )
 
 // VMA is one memory mapping.
@@ -173,9 +174,22 @@ type VMA struct {
 	Sealed      bool `json:"sealed,omitempty"`
 	// SysV describes the segment a VMASysVShm mapping attaches.
 	SysV *SysVShm `json:"sysv,omitempty"`
+	// AIO is the ring of a VMAAIO mapping.
+	AIO *AIORing `json:"aio,omitempty"`
 	// HugePageSize is the huge page size in bytes of a private anonymous
 	// hugetlb mapping (MAP_HUGETLB), 0 for ordinary memory.
 	HugePageSize uint64 `json:"huge_page_size,omitempty"`
+}
+
+// AIORing is an AIO context (io_setup) as its ring shows it: the number
+// of events it holds, where the program reads next (Head) and where the
+// kernel writes the next completion (Tail), and the completions not yet
+// reaped, from Head to Tail (struct io_event, 32 bytes each).
+type AIORing struct {
+	Nr     uint32 `json:"nr"`
+	Head   uint32 `json:"head"`
+	Tail   uint32 `json:"tail"`
+	Events []byte `json:"events,omitempty"`
 }
 
 // SysVShm is a System V shared memory segment as /proc/sysvipc/shm shows

@@ -78,6 +78,10 @@ func checkProcess(p *Process) error {
 		if h := v.HugePageSize; h != 0 && (v.Kind != VMAAnon || h&(h-1) != 0 || h < PageSize || v.Start%h != 0 || v.End%h != 0) {
 			return bad("vma %d %#x-%#x: huge page size %d malformed", i, v.Start, v.End, h)
 		}
+		if a := v.AIO; (a != nil) != (v.Kind == VMAAIO) || (a != nil && (a.Nr < 2 || a.Head >= a.Nr || a.Tail >= a.Nr ||
+			uint64(len(a.Events)) != uint64((a.Tail+a.Nr-a.Head)%a.Nr)*32 || 32+uint64(a.Nr)*32 > v.Len())) {
+			return bad("vma %d %#x-%#x: AIO ring malformed", i, v.Start, v.End)
+		}
 		if v.Kind == VMAFile && (v.File < 0 || v.File >= len(p.Mapped)) {
 			return bad("vma %d %#x-%#x names mapped file %d of %d", i, v.Start, v.End, v.File, len(p.Mapped))
 		}

@@ -96,7 +96,7 @@ func mapProt(v *image.VMA) int {
 // mapVMAs maps every VMA of the image at its address; shared anonymous
 // memory last (see mapShared), once everything else is in place.
 func (b *builder) mapVMAs() error {
-	var shared, sysv []*image.VMA
+	var shared, sysv, aio []*image.VMA
 	for i := range b.p.VMAs {
 		v := &b.p.VMAs[i]
 		if v.Start < b.gadget+gadgetSize && b.gadget < v.End {
@@ -116,6 +116,9 @@ func (b *builder) mapVMAs() error {
 		case image.VMASysVShm:
 			sysv = append(sysv, v)
 			continue
+		case image.VMAAIO:
+			aio = append(aio, v)
+			continue
 		case image.VMAFile:
 			fd, off = uint64(b.mapFD[v.File]), v.Offset
 		default:
@@ -134,7 +137,10 @@ func (b *builder) mapVMAs() error {
 	if err := b.mapShared(shared); err != nil {
 		return err
 	}
-	return b.attachSysV(sysv)
+	if err := b.attachSysV(sysv); err != nil {
+		return err
+	}
+	return b.aioRings(aio)
 }
 
 // mapAt maps v at its address and gives it its advice.

@@ -94,6 +94,8 @@ var cases = []fcase{
 	{name: "mem_sysv_msg", src: "mem_sysv_msg.c", args: []string{"DIR/msqids"}},
 	{name: "mem_sysv_msg_gone", src: "mem_sysv_msg.c", args: []string{"DIR/msqids", "gone"}, beforeRedo: removeMsgQueues},
 	{name: "mem_hugetlb", src: "mem_hugetlb.c"},
+	// AIO contexts: the ring at its address, head, tail, completions.
+	{name: "proc_aio", src: "proc_aio.c"},
 	// The process tree and the freeze (sessions, stops, injection).
 	{name: "novdso", src: "tree_novdso.c"},
 	{name: "seccomp_strict", src: "tree_seccomp_strict.c"},
@@ -130,7 +132,6 @@ var cases = []fcase{
 	{name: "fd_sigio_owner", src: "fd_refused.c", args: []string{"sigio_owner"}, refuse: "fd 4: SIGIO goes to process"},
 	{name: "fd_inotify_pending", src: "fd_refused.c", args: []string{"inotify_pending"}, refuse: "fd 4 (anon_inode:inotify): inotify instance with"},
 	{name: "fd_chroot_deleted", src: "fd_chroot.c", args: []string{"DIR/", "deleted"}, refuse: "root directory (chroot) "},
-	{name: "proc_aio", src: "proc_aio.c", refuse: "AIO context"},
 	{name: "proc_userfaultfd", src: "proc_uffd.c", refuse: "userfaultfd"},
 	{name: "mem_shm_unreachable", src: "mem_refused.c", args: []string{"unreachable"}, refuse: "holds data at offset 0x1000 that no mapping of the tree covers: cannot be restored"},
 	{name: "mem_sysv_part", src: "mem_refused.c", args: []string{"sysv_part"}, refuse: "attached in part (offset 0x0, 4096 of 8192 bytes): cannot be restored"},
