@@ -180,7 +180,8 @@ func receive(addr, keep string, opts restore.Options, ctl *control.Channel, bar 
 }
 
 // unlockHint adds to a failed restore that left the dump's network lock
-// in place the command that lifts it (cmd, or ckpt unlock --table NAME).
+// in place the command that lifts it (cmd, or ckpt unlock --table NAME),
+// on the same line: the agent passes the last line of a tool's errors on.
 func unlockHint(err error, cmd string) error {
 	var le *restore.LockedError
 	if !errors.As(err, &le) {
@@ -189,5 +190,5 @@ func unlockHint(err error, cmd string) error {
 	if cmd == "" {
 		cmd = "ckpt unlock --table " + le.Table
 	}
-	return fmt.Errorf("%w\nckpt-redo: to give up the connections instead of retrying: %s", err, cmd)
+	return fmt.Errorf("%w; to give up the connections instead of retrying: %s", err, cmd)
 }
