@@ -19,6 +19,14 @@ type checker struct {
 	files  map[int]bool // File.IDs of every process
 	data   map[int]bool // FileData IDs
 	refs   []dataRef    // FileData IDs the processes name
+	// order is each process's place in the image; pagesAt the place of
+	// the process whose pages came last, pagesEnd the end of its last
+	// run: the pages of a process come together, in address order, and
+	// the processes' in image order (a restore forks a child from its
+	// parent once the parent's pages are in).
+	order    map[int]int
+	pagesAt  int
+	pagesEnd uint64
 }
 
 // dataRef is a FileData ID named by a process's metadata.
@@ -29,7 +37,7 @@ type dataRef struct {
 }
 
 func newChecker() *checker {
-	return &checker{procs: map[int]*Process{}, files: map[int]bool{}, data: map[int]bool{}}
+	return &checker{procs: map[int]*Process{}, files: map[int]bool{}, data: map[int]bool{}, order: map[int]int{}, pagesAt: -1}
 }
 
 // rank is a record type's place in the order.
@@ -136,9 +144,35 @@ func (c *checker) process(p *Process) error {
 		}
 		c.files[f.ID] = true
 	}
+	if err := c.inherited(p); err != nil {
+		return err
+	}
 	c.refs = append(c.refs, dataRefs(p)...)
 	c.procs[p.PID] = p
+	c.order[p.PID] = c.nprocs
 	c.nprocs++
+	return nil
+}
+
+// inherited checks that every VMA of p holding pages of its parent
+// (ParentPages) is one a fork of its parent gives: the parent is an
+// earlier live process of the image with the same VMA (Inherits).
+func (c *checker) inherited(p *Process) error {
+	for i := range p.VMAs {
+		v := &p.VMAs[i]
+		if v.ParentPages == 0 {
+			continue
+		}
+		parent := c.procs[p.PPID]
+		if parent == nil || parent.Zombie {
+			return fmt.Errorf("process %d: vma %#x-%#x holds pages of its parent %d, which is not a live process before it: %w",
+				p.PID, v.Start, v.End, p.PPID, ErrInvalid)
+		}
+		if !Inherits(p, v, parent, parent.VMAAt(v.Start, v.Len())) {
+			return fmt.Errorf("process %d: vma %#x-%#x holds pages of its parent %d, which has no such mapping to fork: %w",
+				p.PID, v.Start, v.End, p.PPID, ErrInvalid)
+		}
+	}
 	return nil
 }
 
@@ -203,10 +237,25 @@ func (c *checker) pages(pg *Pages, dataLen int64) error {
 	if err := checkRuns(pg, dataLen); err != nil {
 		return err
 	}
+	at := c.order[pg.PID]
+	switch {
+	case at < c.pagesAt:
+		return fmt.Errorf("pages of process %d after pages of a later process of the image: %w", pg.PID, ErrOrder)
+	case at > c.pagesAt:
+		c.pagesAt, c.pagesEnd = at, 0
+	}
 	for _, r := range pg.Runs {
-		if v := p.VMAAt(r.Addr, r.Pages*PageSize); v == nil || v.Pages == 0 {
+		v := p.VMAAt(r.Addr, r.Pages*PageSize)
+		if v == nil || v.Pages == 0 {
 			return fmt.Errorf("pages of process %d: run %#x+%d outside any VMA holding pages: %w", pg.PID, r.Addr, r.Pages, ErrInvalid)
 		}
+		if r.Parent && v.ParentPages == 0 {
+			return fmt.Errorf("pages of process %d: run %#x+%d of the parent's pages in a VMA not inherited: %w", pg.PID, r.Addr, r.Pages, ErrInvalid)
+		}
+		if r.Addr < c.pagesEnd {
+			return fmt.Errorf("pages of process %d: run %#x+%d before the end %#x of its previous run: %w", pg.PID, r.Addr, r.Pages, c.pagesEnd, ErrOrder)
+		}
+		c.pagesEnd = r.Addr + r.Pages*PageSize
 	}
 	return nil
 }

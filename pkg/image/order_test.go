@@ -60,6 +60,21 @@ func goodRecs() []rawRec {
 	}
 }
 
+// cowRecs is the sample image with a child whose first VMA is the
+// root's, one page of it the root's own (Parent), one its own; edit
+// changes the child and its runs, advice is given to both VMAs.
+func cowRecs(edit func(c *Process, runs *[]PageRun), advice ...int) []rawRec {
+	r := goodRecs()
+	root := sampleRoot()
+	root.VMAs[0].Advice = advice
+	c := sampleChild()
+	c.VMAs = []VMA{{Start: 0x1000, End: 0x3000, Kind: VMAAnon, File: -1, Pages: 2, ParentPages: 1, Advice: advice}}
+	runs := []PageRun{{Addr: 0x1000, Pages: 1, Parent: true}, {Addr: 0x2000, Pages: 1}}
+	edit(c, &runs)
+	r[1].meta, r[2].meta = root, c
+	return append(r, rawRec{TypePages, &Pages{PID: 43, Runs: runs}, sampleData[2]})
+}
+
 // TestReadOrder feeds ReadMeta and the pages iterator images that are
 // well framed and checksummed but break the record order or hold what the
 // format does not allow: each must be refused with the right sentinel and
@@ -178,6 +193,21 @@ func TestReadOrder(t *testing.T) {
 			r[5].meta = &Pages{PID: 43, Runs: []PageRun{{Addr: 0x1001, Pages: 1}}}
 			return r
 		}), ErrInvalid, "run 0x1001+1 malformed"},
+		{"pages of a process after a later one's", edit(func(r []rawRec) []rawRec {
+			return append(r[:5], rawRec{TypePages, samplePages[2], sampleData[2]}, r[5])
+		}), ErrOrder, "pages of process 42 after pages of a later process"},
+		{"pages of a process out of address order", edit(func(r []rawRec) []rawRec { r[4], r[5] = r[5], r[4]; return r }), ErrOrder, "run 0x1000+2 before the end 0x21000 of its previous run"},
+		{"runs of a record out of address order", edit(func(r []rawRec) []rawRec {
+			r[4].meta = &Pages{PID: 42, Runs: []PageRun{{Addr: 0x9000, Pages: 5, Zero: true}, {Addr: 0x1000, Pages: 2}}}
+			return r
+		}), ErrInvalid, "run 0x1000+2 before the end 0xe000 of the previous one"},
+		{"good with pages of the parent", cowRecs(func(c *Process, runs *[]PageRun) {}), nil, ""},
+		{"parent's pages in a VMA not inherited", cowRecs(func(c *Process, runs *[]PageRun) { c.VMAs[0].ParentPages = 0 }), ErrInvalid, "run 0x1000+1 of the parent's pages in a VMA not inherited"},
+		{"inherited VMA the parent does not have", cowRecs(func(c *Process, runs *[]PageRun) { c.VMAs[0].End = 0x2000; c.VMAs[0].Pages = 1 }), ErrInvalid, "process 43: vma 0x1000-0x2000 holds pages of its parent 42, which has no such mapping"},
+		{"inherited VMA with another protection", cowRecs(func(c *Process, runs *[]PageRun) { c.VMAs[0].Prot = 1 }), ErrInvalid, "which has no such mapping to fork"},
+		{"inherited VMA not copied by fork", cowRecs(func(c *Process, runs *[]PageRun) {}, 10), ErrInvalid, "which has no such mapping to fork"},
+		{"more parent pages than pages", cowRecs(func(c *Process, runs *[]PageRun) { c.VMAs[0].ParentPages = 3 }), ErrInvalid, "holds 3 of its 2 pages from the parent"},
+		{"zero and the parent's", cowRecs(func(c *Process, runs *[]PageRun) { (*runs)[0].Zero = true }), ErrInvalid, "both zero and the parent's"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

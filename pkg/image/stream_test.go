@@ -41,8 +41,8 @@ var (
 	samplePage  = bytes.Repeat([]byte{0xab}, 2*PageSize)
 	samplePages = []*Pages{
 		{PID: 42, Runs: []PageRun{{Addr: 0x1000, Pages: 2}, {Addr: 0x9000, Pages: 5, Zero: true}}},
-		{PID: 43, Runs: []PageRun{{Addr: 0x1000, Pages: 1}}},
 		{PID: 42, Runs: []PageRun{{Addr: 0x20000, Pages: 1}}},
+		{PID: 43, Runs: []PageRun{{Addr: 0x1000, Pages: 1}}},
 	}
 	sampleData = [][]byte{samplePage, samplePage[:PageSize], samplePage[:PageSize]}
 )

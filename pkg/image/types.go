@@ -162,6 +162,11 @@ type VMA struct {
 	Advice []int `json:"advice,omitempty"`
 	// Pages counts the pages stored for this VMA (zero pages included).
 	Pages int `json:"pages"`
+	// ParentPages counts those of Pages that are the parent's own frames,
+	// shared copy-on-write since a fork and written by neither (PageRun
+	// Parent). A VMA holding them is inherited from the restored parent
+	// over fork instead of being mapped anew (see Inherits).
+	ParentPages int `json:"parent_pages,omitempty"`
 	// ShmID names the shared memory object behind a VMAShmAnon mapping;
 	// mappings with the same ShmID share it. Its pages are stored with the
 	// first mapping of each range. ShmSize is the object's size.
@@ -783,4 +788,8 @@ type PageRun struct {
 	Addr  uint64 `json:"addr"`
 	Pages uint64 `json:"pages"`
 	Zero  bool   `json:"zero,omitempty"` // all bytes zero: no data stored
+	// Parent marks pages that are the same frames as the parent's pages
+	// at the same addresses (copy-on-write since a fork): no data stored,
+	// the restored child shares the restored parent's pages.
+	Parent bool `json:"parent,omitempty"`
 }

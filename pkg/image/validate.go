@@ -88,6 +88,9 @@ func checkProcess(p *Process) error {
 		if v.Pages < 0 || uint64(v.Pages) > v.Len()/PageSize {
 			return bad("vma %d %#x-%#x holds %d pages", i, v.Start, v.End, v.Pages)
 		}
+		if v.ParentPages < 0 || v.ParentPages > v.Pages {
+			return bad("vma %d %#x-%#x holds %d of its %d pages from the parent", i, v.Start, v.End, v.ParentPages, v.Pages)
+		}
 		prevEnd = v.End
 	}
 	for _, f := range p.Files {
@@ -108,16 +111,24 @@ func checkProcess(p *Process) error {
 	return nil
 }
 
-// checkRuns checks that the runs of a pages record are well-formed and
-// that those with data use exactly its dataLen bytes.
+// checkRuns checks that the runs of a pages record are well-formed, in
+// ascending address order without overlap, and that those with data use
+// exactly its dataLen bytes.
 func checkRuns(pg *Pages, dataLen int64) error {
-	var need uint64
-	for _, r := range pg.Runs {
+	var need, prevEnd uint64
+	for i, r := range pg.Runs {
 		n := r.Pages * PageSize
 		if r.Pages == 0 || n/PageSize != r.Pages || r.Addr%PageSize != 0 || r.Addr+n < r.Addr {
 			return fmt.Errorf("pages of process %d: run %#x+%d malformed: %w", pg.PID, r.Addr, r.Pages, ErrInvalid)
 		}
-		if !r.Zero {
+		if i > 0 && r.Addr < prevEnd {
+			return fmt.Errorf("pages of process %d: run %#x+%d before the end %#x of the previous one: %w", pg.PID, r.Addr, r.Pages, prevEnd, ErrInvalid)
+		}
+		prevEnd = r.Addr + n
+		if r.Zero && r.Parent {
+			return fmt.Errorf("pages of process %d: run %#x+%d both zero and the parent's: %w", pg.PID, r.Addr, r.Pages, ErrInvalid)
+		}
+		if !r.Zero && !r.Parent {
 			if need+n < need {
 				return fmt.Errorf("pages of process %d: runs overflow: %w", pg.PID, ErrInvalid)
 			}
