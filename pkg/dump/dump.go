@@ -132,18 +132,21 @@ const (
 
 // Result tells what a dump did.
 type Result struct {
-	PID        int           `json:"pid"`
-	Processes  int           `json:"processes"`
-	Threads    int           `json:"threads"`
-	VMAs       int           `json:"vmas"`
-	FDs        int           `json:"fds"`
-	Pages      int64         `json:"pages"`      // pages with data
-	ZeroPages  int64         `json:"zero_pages"` // pages stored as zero
-	Bytes      int64         `json:"bytes"`      // page bytes written
-	Frozen     time.Duration `json:"frozen_ns"`  // from freeze to release or kill
-	Total      time.Duration `json:"total_ns"`
-	Killed     bool          `json:"killed"`
-	MemoryRate float64       `json:"memory_mb_per_s"`
+	PID       int   `json:"pid"`
+	Processes int   `json:"processes"`
+	Threads   int   `json:"threads"`
+	VMAs      int   `json:"vmas"`
+	FDs       int   `json:"fds"`
+	Pages     int64 `json:"pages"`      // pages with data
+	ZeroPages int64 `json:"zero_pages"` // pages stored as zero
+	// ParentPages are the pages stored as their parent's, shared
+	// copy-on-write (no data).
+	ParentPages int64         `json:"parent_pages"`
+	Bytes       int64         `json:"bytes"`     // page bytes written
+	Frozen      time.Duration `json:"frozen_ns"` // from freeze to release or kill
+	Total       time.Duration `json:"total_ns"`
+	Killed      bool          `json:"killed"`
+	MemoryRate  float64       `json:"memory_mb_per_s"`
 }
 
 func (o *Options) logf(format string, args ...any) {
@@ -273,12 +276,29 @@ func runOnce(pid int, sink Sink, opts Options) (res *Result, err error) {
 		return nil, err
 	}
 	shm := shmObjects{}
+	byPID := map[int]*member{}
+	hasChild := map[int]bool{}
+	for _, m := range t.members {
+		byPID[m.pid] = m
+		if !m.p.Zombie {
+			hasChild[m.p.PPID] = true
+		}
+	}
 	for _, m := range t.members {
 		if m.p.Zombie {
 			continue
 		}
-		if m.plan, err = planMemory(m.pid, m.p.VMAs, shm); err != nil {
+		var parent *cowParent
+		if pm := byPID[m.p.PPID]; pm != nil && pm.plan != nil {
+			parent = &cowParent{p: pm.p, fr: pm.plan.frames}
+		}
+		if m.plan, err = planMemory(m.pid, m.p, shm, parent, hasChild[m.pid]); err != nil {
 			return nil, fmt.Errorf("process %d: %w", m.pid, err)
+		}
+	}
+	for _, m := range t.members {
+		if m.plan != nil {
+			m.plan.frames = nil // planned: the children have theirs
 		}
 	}
 	if err := shm.unreachable(); err != nil {
@@ -344,7 +364,7 @@ func runOnce(pid int, sink Sink, opts Options) (res *Result, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("memory: %w", err)
 	}
-	res.Pages, res.ZeroPages, res.Bytes = ms.pages, ms.zero, ms.bytes
+	res.Pages, res.ZeroPages, res.ParentPages, res.Bytes = ms.pages, ms.zero, ms.parent, ms.bytes
 	if secs := time.Since(memStart).Seconds(); secs > 0 {
 		res.MemoryRate = float64(res.Bytes) / secs / 1e6
 	}

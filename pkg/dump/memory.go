@@ -30,12 +30,26 @@ type run struct {
 	addr  uint64
 	pages uint64
 	force bool // read through /proc/PID/mem (no PROT_READ)
+	// parent marks pages that are the parent's frames (cow.go): recorded,
+	// not read.
+	parent bool
+}
+
+// size is the bytes of data the run needs.
+func (r run) size() uint64 {
+	if r.parent {
+		return 0
+	}
+	return r.pages * pageSize
 }
 
 // memPlan is the list of page runs to store, in address order.
 type memPlan struct {
 	runs  []run
 	pages int64
+	// frames are the frames of the private pages, kept for the
+	// process's children (nil if it has none in the dump).
+	frames *frames
 }
 
 // wantPages says which pages of a VMA hold content that is not elsewhere:
@@ -59,14 +73,20 @@ func wantPages(v *image.VMA) (want bool, onlyAnon bool) {
 // planMemory reads pagemap and picks the pages to store, counting them in
 // each VMA. Shared memory is planned from the object itself (see
 // shmObject): each of its pages once, with the first mapping of the tree
-// that covers it.
-func planMemory(pid int, vmas []image.VMA, shm shmObjects) (*memPlan, error) {
+// that covers it. Pages that are parent's frames (cow.go) are planned as
+// the parent's; with keepFrames the frames of p's own private pages are
+// kept in the plan, for its children.
+func planMemory(pid int, p *image.Process, shm shmObjects, parent *cowParent, keepFrames bool) (*memPlan, error) {
 	pm, err := os.Open(proc.Path(pid, "pagemap"))
 	if err != nil {
 		return nil, fmt.Errorf("open pagemap: %w", err)
 	}
 	defer pm.Close()
+	vmas := p.VMAs
 	plan := &memPlan{}
+	if keepFrames {
+		plan.frames = &frames{}
+	}
 	const chunk = 64 << 10 // entries per read
 	buf := make([]byte, chunk*8)
 	for i := range vmas {
@@ -85,6 +105,8 @@ func planMemory(pid int, vmas []image.VMA, shm shmObjects) (*memPlan, error) {
 		}
 		force := v.Prot&unix.PROT_READ == 0
 		first := len(plan.runs) // runs never span two VMAs
+		sh := parent.sharerFor(p, v)
+		keep := plan.frames != nil && keepsFrames(v)
 		npages := v.Len() / pageSize
 		for off := uint64(0); off < npages; off += chunk {
 			n := min(npages-off, chunk)
@@ -99,12 +121,20 @@ func planMemory(pid int, vmas []image.VMA, shm shmObjects) (*memPlan, error) {
 					continue
 				}
 				a := addr + j*pageSize
-				if k := len(plan.runs) - 1; k >= first && plan.runs[k].addr+plan.runs[k].pages*pageSize == a && plan.runs[k].force == force {
+				par := sh.parents(a, e)
+				if keep && e&pmPresent != 0 && e&pmPFN != 0 {
+					plan.frames.add(a, e&pmPFN)
+				}
+				if k := len(plan.runs) - 1; k >= first && plan.runs[k].addr+plan.runs[k].pages*pageSize == a &&
+					plan.runs[k].force == force && plan.runs[k].parent == par {
 					plan.runs[k].pages++
 				} else {
-					plan.runs = append(plan.runs, run{addr: a, pages: 1, force: force})
+					plan.runs = append(plan.runs, run{addr: a, pages: 1, force: force, parent: par})
 				}
 				v.Pages++
+				if par {
+					v.ParentPages++
+				}
 				plan.pages++
 			}
 		}
@@ -113,8 +143,8 @@ func planMemory(pid int, vmas []image.VMA, shm shmObjects) (*memPlan, error) {
 }
 
 type memStats struct {
-	pages, zero, bytes int64
-	elapsed            time.Duration
+	pages, zero, parent, bytes int64
+	elapsed                    time.Duration
 }
 
 // batch is a buffer of pages read from the process, ready to be written:
@@ -245,6 +275,9 @@ func dumpMemory(jobs []memJob, sink Sink, progress func(done, total int64), read
 		st.zero += b.nzero
 		for _, r := range b.runs {
 			done += int64(r.pages * pageSize)
+			if r.parent {
+				st.parent += int64(r.pages)
+			}
 		}
 		if progress != nil {
 			progress(done, total)
@@ -294,6 +327,10 @@ func splitBatches(runs []run) [][]run {
 	var cur []run
 	var size uint64
 	for _, r := range runs {
+		if r.parent && len(cur) < maxIov {
+			cur = append(cur, r) // no data
+			continue
+		}
 		for r.pages > 0 {
 			room := (batchBytes - size) / pageSize
 			if room == 0 || len(cur) == maxIov {
@@ -302,8 +339,13 @@ func splitBatches(runs []run) [][]run {
 				continue
 			}
 			n := min(r.pages, room)
-			cur = append(cur, run{addr: r.addr, pages: n, force: r.force})
-			size += n * pageSize
+			if r.parent {
+				n = r.pages
+			}
+			cur = append(cur, run{addr: r.addr, pages: n, force: r.force, parent: r.parent})
+			if !r.parent {
+				size += n * pageSize
+			}
 			r.addr += n * pageSize
 			r.pages -= n
 		}
@@ -318,7 +360,10 @@ func readBatch(pid int, buf []byte, runs []run) error {
 	var remote []unix.RemoteIovec
 	var size int
 	for _, r := range runs {
-		n := int(r.pages * pageSize)
+		n := int(r.size())
+		if r.parent {
+			continue
+		}
 		if r.force {
 			if err := readMem(pid, r.addr, buf[size:size+n]); err != nil {
 				return err
@@ -337,8 +382,8 @@ func readBatch(pid int, buf []byte, runs []run) error {
 	off := 0
 	want := 0
 	for _, r := range runs {
-		n := int(r.pages * pageSize)
-		if !r.force {
+		n := int(r.size())
+		if !r.force && !r.parent {
 			iov := unix.Iovec{Base: &buf[off]}
 			iov.SetLen(n)
 			local = append(local, iov)
@@ -357,13 +402,18 @@ func readBatch(pid int, buf []byte, runs []run) error {
 }
 
 // compact turns a batch into pages runs, moving the pages with data
-// together at the front of buf and recording all-zero pages as zero runs.
+// together at the front of buf and recording all-zero pages as zero runs;
+// runs of the parent's pages stay as they are (no data).
 // It returns the runs, the data length and the number of zero pages.
 func compact(buf []byte, runs []run, zero []byte) ([]image.PageRun, int, int64) {
 	var out []image.PageRun
 	var nzero int64
 	src, dst := 0, 0
 	for _, r := range runs {
+		if r.parent {
+			out = append(out, image.PageRun{Addr: r.addr, Pages: r.pages, Parent: true})
+			continue
+		}
 		first := len(out) // output runs stay within their input run
 		for i := uint64(0); i < r.pages; i++ {
 			page := buf[src : src+pageSize]
