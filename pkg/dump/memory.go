@@ -29,7 +29,13 @@ const (
 type run struct {
 	addr  uint64
 	pages uint64
-	force bool // read through /proc/PID/mem (no PROT_READ)
+	// force reads through /proc/PID/mem: memory without PROT_READ, and
+	// anonymous pages the process may share (not PM_MMAP_EXCLUSIVE):
+	// process_vm_readv pins pages, and pinning a shared anonymous page
+	// for reading makes the kernel give the process its own copy first,
+	// which would undo the sharing in a process left running (and cost
+	// a copy of every shared page).
+	force bool
 	// parent marks pages that are the parent's frames (cow.go): recorded,
 	// not read.
 	parent bool
@@ -122,6 +128,7 @@ func planMemory(pid int, p *image.Process, shm shmObjects, parent *cowParent, ke
 				}
 				a := addr + j*pageSize
 				par := sh.parents(a, e)
+				force := force || e&(pmExclusive|pmFile) == 0
 				if keep && e&pmPresent != 0 && e&pmPFN != 0 {
 					plan.frames.add(a, e&pmPFN)
 				}
@@ -359,14 +366,26 @@ func splitBatches(runs []run) [][]run {
 func readBatch(pid int, buf []byte, runs []run) error {
 	var remote []unix.RemoteIovec
 	var size int
+	var mem *os.File
+	defer func() {
+		if mem != nil {
+			mem.Close()
+		}
+	}()
 	for _, r := range runs {
 		n := int(r.size())
 		if r.parent {
 			continue
 		}
 		if r.force {
-			if err := readMem(pid, r.addr, buf[size:size+n]); err != nil {
-				return err
+			if mem == nil {
+				var err error
+				if mem, err = os.Open(proc.Path(pid, "mem")); err != nil {
+					return err
+				}
+			}
+			if _, err := mem.ReadAt(buf[size:size+n], int64(r.addr)); err != nil {
+				return fmt.Errorf("read %#x+%d through /proc/%d/mem: %w", r.addr, r.pages, pid, err)
 			}
 		} else {
 			remote = append(remote, unix.RemoteIovec{Base: uintptr(r.addr), Len: n})

@@ -48,6 +48,17 @@ type builder struct {
 	target int // pid of the process being built, 0 once handed over
 	tasks  []int
 	in     ptrace.Injector
+	// scratch is memory for the arguments of injected calls: the
+	// helper's scratch page in a skeleton, in the gadget area once laid
+	// out (a fork inherits its parent's).
+	scratch uint64
+	// from is the laid-out parent the process was forked from (nil: from
+	// a skeleton); inherited are the VMAs kept from that fork, dropped
+	// how far each was dropped (cow.go).
+	from      *builder
+	inherited map[*image.VMA]bool
+	dropped   map[*image.VMA]uint64
+	shared    int64 // pages of the parent's, shared
 	// ins runs calls in each thread, in the order of Process.Threads
 	// (ins[0] is &in, the leader).
 	ins    []*ptrace.Injector
@@ -65,19 +76,20 @@ type builder struct {
 func (b *builder) warnf(format string, args ...any) { b.t.warnf(format, args...) }
 
 // clone runs clone3 with set_tid in this process (a skeleton still holding
-// the helper's memory), creating a child process with the PID of c, and
-// waits for the child's first stop.
+// the helper's memory, or a process whose memory is in place), creating a
+// child process with the PID of c, a copy of b, and waits for the child's
+// first stop.
 func (b *builder) clone(c *builder) error {
 	var args [cloneArgsSize + 8]byte
 	le := binary.LittleEndian
-	le.PutUint64(args[32:], uint64(unix.SIGCHLD))        // exit_signal
-	le.PutUint64(args[64:], helperScratch+cloneArgsSize) // set_tid
-	le.PutUint64(args[72:], 1)                           // set_tid_size
+	le.PutUint64(args[32:], uint64(unix.SIGCHLD))    // exit_signal
+	le.PutUint64(args[64:], b.scratch+cloneArgsSize) // set_tid
+	le.PutUint64(args[72:], 1)                       // set_tid_size
 	le.PutUint32(args[cloneArgsSize:], uint32(c.p.PID))
-	if err := ptrace.WriteMem(b.in.TID, helperScratch, args[:]); err != nil {
+	if err := ptrace.WriteMem(b.in.TID, b.scratch, args[:]); err != nil {
 		return fmt.Errorf("write clone args: %w", err)
 	}
-	ret, err := b.in.Syscall(unix.SYS_CLONE3, helperScratch, cloneArgsSize)
+	ret, err := b.in.Syscall(unix.SYS_CLONE3, b.scratch, cloneArgsSize)
 	if err != nil {
 		return err
 	}
@@ -99,7 +111,11 @@ func (b *builder) clone(c *builder) error {
 	if err := waitNewTask(c.target); err != nil {
 		return err
 	}
-	c.in = ptrace.Injector{TID: c.target, Gadget: helperGadget}
+	c.in = ptrace.Injector{TID: c.target, Gadget: b.in.Gadget}
+	c.scratch = b.scratch
+	if b.gadget != 0 {
+		c.from = b
+	}
 	return nil
 }
 

@@ -92,10 +92,10 @@ func (t *tree) foregrounds() error {
 		b := t.byPID[sid]
 		if c.foreground != 0 && c.foreground != sid {
 			pg := []byte{byte(c.foreground), byte(c.foreground >> 8), byte(c.foreground >> 16), byte(c.foreground >> 24)}
-			if err := ptrace.WriteMem(b.target, helperScratch, pg); err != nil {
+			if err := ptrace.WriteMem(b.target, b.scratch, pg); err != nil {
 				return err
 			}
-			if _, err := b.call(fmt.Sprintf("ioctl TIOCSPGRP /dev/pts/%d %d", c.index, c.foreground), unix.SYS_IOCTL, uint64(c.fd), unix.TIOCSPGRP, helperScratch); err != nil {
+			if _, err := b.call(fmt.Sprintf("ioctl TIOCSPGRP /dev/pts/%d %d", c.index, c.foreground), unix.SYS_IOCTL, uint64(c.fd), unix.TIOCSPGRP, b.scratch); err != nil {
 				return fmt.Errorf("process %d: %w", sid, err)
 			}
 		}

@@ -28,29 +28,40 @@ type pagesChunk struct {
 	err   error
 }
 
-// writePages reads the pages records in one goroutine and writes their
-// contents into the new process with process_vm_writev in this one, so that
-// reading the image and filling memory overlap. It reads up to the end
-// record, so a truncated or corrupt image fails here, before the process
-// could run. The record order and each record's runs are checked by
-// pkg/image; what is checked here is how the runs fit this process's VMAs.
-func (t *tree) writePages(pr *image.PagesReader) error {
-	defer t.sysvDetach()
-	start := time.Now()
-	var total int64
+// pageStream reads the pages records in one goroutine while their
+// contents are written into the processes with process_vm_writev (or
+// UFFDIO_COPY) in this one, so that reading the image and filling memory
+// overlap. The records come process by process in image order (checked by
+// pkg/image): writeUpTo fills the processes up to one, so that a child is
+// forked from its parent once the parent's pages are in (see create). It
+// reads up to the end record, so a truncated or corrupt image fails before
+// any process could run. The record order and each record's runs are
+// checked by pkg/image; what is checked here is how the runs fit the
+// process's VMAs.
+type pageStream struct {
+	chunks  chan pagesChunk
+	free    chan []byte
+	stop    chan struct{}
+	pending *pagesChunk // read, for a process not filled yet
+	zero    []byte
+	total   int64
+	done    int64
+	elapsed time.Duration
+}
+
+// openPages starts reading the pages records of pr.
+func (t *tree) openPages(pr *image.PagesReader) *pageStream {
+	s := &pageStream{chunks: make(chan pagesChunk, 2), free: make(chan []byte, 3), stop: make(chan struct{}), zero: make([]byte, 1<<20)}
 	for _, b := range t.procs {
 		for _, v := range b.p.VMAs {
-			total += int64(v.Pages) * image.PageSize
+			s.total += int64(v.Pages) * image.PageSize
 		}
 	}
-	chunks := make(chan pagesChunk, 2)
-	free := make(chan []byte, 3)
-	for i := 0; i < cap(free); i++ {
-		free <- nil
+	for i := 0; i < cap(s.free); i++ {
+		s.free <- nil
 	}
-	stop := make(chan struct{})
 	go func() {
-		defer close(chunks)
+		defer close(s.chunks)
 		for {
 			var c pagesChunk
 			c.err = func() error {
@@ -64,8 +75,8 @@ func (t *tree) writePages(pr *image.PagesReader) error {
 				}
 				var buf []byte
 				select {
-				case buf = <-free:
-				case <-stop:
+				case buf = <-s.free:
+				case <-s.stop:
 					return io.EOF
 				}
 				if int64(cap(buf)) < n {
@@ -79,8 +90,8 @@ func (t *tree) writePages(pr *image.PagesReader) error {
 				return
 			}
 			select {
-			case chunks <- c:
-			case <-stop:
+			case s.chunks <- c:
+			case <-s.stop:
 				return
 			}
 			if c.err != nil {
@@ -88,31 +99,74 @@ func (t *tree) writePages(pr *image.PagesReader) error {
 			}
 		}
 	}()
-	defer close(stop)
-	zero := make([]byte, 1<<20)
-	var done int64
-	for c := range chunks {
-		if c.err != nil {
-			return c.err
+	return s
+}
+
+// close stops the reading goroutine.
+func (s *pageStream) close() { close(s.stop) }
+
+// next returns the next record without taking it, nil at the end.
+func (s *pageStream) next() (*pagesChunk, error) {
+	if s.pending == nil {
+		c, ok := <-s.chunks
+		if !ok {
+			return nil, nil
 		}
+		s.pending = &c
+	}
+	if s.pending.err != nil {
+		return nil, s.pending.err
+	}
+	return s.pending, nil
+}
+
+// writeUpTo writes the pages of the processes up to the i-th of the
+// image (they are laid out), stopping at the first record of a later one.
+func (t *tree) writeUpTo(s *pageStream, i int) error {
+	start := time.Now()
+	defer func() { s.elapsed += time.Since(start) }()
+	for {
+		c, err := s.next()
+		if err != nil || c == nil {
+			return err
+		}
+		at, ok := t.index[c.meta.PID]
+		if !ok || t.procs[at].p.Zombie {
+			return fmt.Errorf("pages for pid %d, which the image does not hold: %w", c.meta.PID, image.ErrCorrupt)
+		}
+		if at > i {
+			return nil
+		}
+		b := t.procs[at]
+		if b.target == 0 || b.gadget == 0 {
+			return fmt.Errorf("pages of process %d before it is laid out: %w", b.p.PID, image.ErrCorrupt)
+		}
+		s.pending = nil
 		if err := c.check(); err != nil {
 			return err
 		}
-		b, ok := t.byPID[c.meta.PID]
-		if !ok || b.p.Zombie {
-			return fmt.Errorf("pages for pid %d, which the image does not hold: %w", c.meta.PID, image.ErrCorrupt)
-		}
-		n, err := b.writeChunk(&c, zero)
+		n, err := b.writeChunk(c, s.zero)
 		if err != nil {
 			return fmt.Errorf("process %d: %w", b.p.PID, err)
 		}
-		done += n
+		s.done += n
 		if t.opts.Progress != nil {
-			t.opts.Progress(done, total)
+			t.opts.Progress(s.done, s.total)
 		}
-		free <- c.buf
+		s.free <- c.buf
 	}
-	t.memTime = time.Since(start)
+}
+
+// finish reads up to the end of the pages: none may be left.
+func (t *tree) finishPages(s *pageStream) error {
+	c, err := s.next()
+	if err != nil {
+		return err
+	}
+	if c != nil {
+		return fmt.Errorf("pages for pid %d after its turn: %w", c.meta.PID, image.ErrCorrupt)
+	}
+	t.memTime = s.elapsed
 	return nil
 }
 
@@ -159,6 +213,9 @@ func (b *builder) writeChunk(c *pagesChunk, zero []byte) (int64, error) {
 		want += len(src)
 		return nil
 	}
+	if err := b.dropFor(c.meta.Runs); err != nil {
+		return 0, err
+	}
 	off := uint64(0)
 	var covered int64
 	for _, r := range c.meta.Runs {
@@ -171,9 +228,18 @@ func (b *builder) writeChunk(c *pagesChunk, zero []byte) (int64, error) {
 			return 0, fmt.Errorf("pages run %#x+%d outside any VMA holding pages: %w", r.Addr, r.Pages, image.ErrCorrupt)
 		}
 		covered += int64(n)
+		if r.Parent {
+			// The parent's pages, there since the fork (cow.go).
+			if !b.inherited[v] {
+				return 0, fmt.Errorf("pages run %#x+%d of the parent's in a VMA not inherited: %w", r.Addr, r.Pages, image.ErrCorrupt)
+			}
+			b.shared += int64(r.Pages)
+			continue
+		}
 		if r.Zero {
-			// Fresh anonymous memory reads zero already; a private file
-			// page that was zeroed must be written.
+			// Fresh anonymous memory reads zero already (as does an
+			// inherited VMA's, dropped by dropFor); a private file page
+			// that was zeroed must be written.
 			if v.Kind != image.VMAFile {
 				continue
 			}

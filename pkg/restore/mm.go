@@ -14,17 +14,22 @@ import (
 	"unsafe"
 
 	"github.com/ckpt/ckpt/pkg/image"
-	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
 	"golang.org/x/sys/unix"
 )
 
 // layout gives the process its address space: the gadget area at g,
-// the vDSO and every VMA, ready for the pages.
+// the vDSO and every VMA, ready for the pages. A process forked from its
+// laid-out parent keeps what it inherits (cow.go).
 func (b *builder) layout(g uint64) error {
-	if err := b.addressSpace(g); err != nil {
+	space := func() error { return b.addressSpace(g) }
+	if b.from != nil {
+		space = b.forkedSpace
+	}
+	if err := space(); err != nil {
 		return fmt.Errorf("address space: %w", err)
 	}
+	b.scratch = b.gadget + scratchOff
 	if err := b.mapVMAs(); err != nil {
 		return fmt.Errorf("map: %w", err)
 	}
@@ -53,36 +58,7 @@ func (b *builder) addressSpace(g uint64) error {
 	if _, err := b.call("munmap above gadget", unix.SYS_MUNMAP, g+gadgetSize, taskSize-(g+gadgetSize)); err != nil {
 		return err
 	}
-	var lo, vdso uint64
-	for _, v := range b.p.VMAs {
-		if v.Kind == image.VMAVvar || v.Kind == image.VMAVDSO {
-			if lo == 0 || v.Start < lo {
-				lo = v.Start
-			}
-			if v.Kind == image.VMAVDSO {
-				vdso = v.Start
-			}
-		}
-	}
-	if vdso == 0 {
-		return nil
-	}
-	if _, err := b.call("arch_prctl(ARCH_MAP_VDSO_64)", unix.SYS_ARCH_PRCTL, archMapVDSO64, lo); err != nil {
-		return err
-	}
-	now, err := proc.ReadSmaps(b.target)
-	if err != nil {
-		return err
-	}
-	for _, m := range now {
-		if m.Path == "[vdso]" {
-			if m.Start != vdso {
-				return fmt.Errorf("vdso landed at %#x, the image has it at %#x: %w", m.Start, vdso, ErrIncompatible)
-			}
-			return nil
-		}
-	}
-	return fmt.Errorf("vdso not mapped")
+	return b.mapVDSO()
 }
 
 // mapProt is the protection a VMA is mapped with while it is filled.
@@ -107,6 +83,9 @@ func (b *builder) mapVMAs() error {
 			flags = unix.MAP_FIXED | unix.MAP_SHARED
 		}
 		fd, off := ^uint64(0), uint64(0)
+		if b.inherited[v] {
+			continue // there since the fork
+		}
 		switch v.Kind {
 		case image.VMAVDSO, image.VMAVvar, image.VMAVsyscall:
 			continue

@@ -22,6 +22,7 @@ type tree struct {
 	opts  *Options
 	procs []*builder // image order: parents before children
 	byPID map[int]*builder
+	index map[int]int // PID -> place in procs
 	files map[int]*image.File
 
 	passBase int
@@ -58,13 +59,14 @@ type tree struct {
 }
 
 func newTree(img *imageMeta, opts *Options) (*tree, error) {
-	t := &tree{img: img, opts: opts, byPID: map[int]*builder{}, files: map[int]*image.File{}, foreign: map[int]bool{}}
+	t := &tree{img: img, opts: opts, byPID: map[int]*builder{}, index: map[int]int{}, files: map[int]*image.File{}, foreign: map[int]bool{}}
 	for _, p := range img.procs {
 		b := &builder{t: t, p: p, opts: opts}
 		if _, dup := t.byPID[p.PID]; dup {
 			return nil, fmt.Errorf("pid %d twice in the image: %w", p.PID, image.ErrCorrupt)
 		}
 		t.byPID[p.PID] = b
+		t.index[p.PID] = len(t.procs)
 		t.procs = append(t.procs, b)
 		for i := range p.Files {
 			f := &p.Files[i]
@@ -141,13 +143,15 @@ func (t *tree) kill() {
 	}
 }
 
-// create makes every process with its old PID: the root forked from the
-// helper, each child forked from its parent, all still skeletons holding
-// the helper's memory. Sessions are made as the tree is built (a child
-// inherits its parent's), then process groups (see ids.go); zombies then
-// exit with their old status. The helper dies at the end: the root's parent becomes
-// init or the nearest child subreaper.
-func (t *tree) create() error {
+// create makes every process with its old PID and its memory: the root
+// forked from the helper, each child forked from its parent once the
+// parent's address space is laid out and its pages written, so that the
+// pages they shared at the dump are shared again (cow.go). Sessions are
+// made as the tree is built (a child inherits its parent's), then process
+// groups (see ids.go); zombies then exit with their old status. The helper
+// dies at the end: the root's parent becomes init or the nearest child
+// subreaper.
+func (t *tree) create(pr *image.PagesReader) error {
 	files := make([]*os.File, t.passBase, t.passBase+len(t.passed))
 	files = append(files, t.passed...)
 	h, err := startHelper(files)
@@ -158,7 +162,13 @@ func (t *tree) create() error {
 	if err := checkXState(&t.img.hdr, h.pid); err != nil {
 		return err
 	}
-	hb := &builder{t: t, in: h.in}
+	if t.gadget, err = t.chooseGadget(h.pid); err != nil {
+		return err
+	}
+	ps := t.openPages(pr)
+	defer ps.close()
+	defer t.sysvDetach()
+	hb := &builder{t: t, in: h.in, scratch: helperScratch}
 	rootParent, sh, err := t.rootParent(hb)
 	var helpers []*idHelper
 	if sh != nil {
@@ -185,6 +195,9 @@ func (t *tree) create() error {
 				return fmt.Errorf("process %d: %w", b.p.PID, err)
 			}
 		}
+		if err := t.fill(ps, i); err != nil {
+			return err
+		}
 		if b.p.SID != b.p.PID {
 			continue
 		}
@@ -203,6 +216,19 @@ func (t *tree) create() error {
 		if err := t.takeCtty(b); err != nil {
 			return err
 		}
+	}
+	if err := t.finishPages(ps); err != nil {
+		return fmt.Errorf("pages: %w", err)
+	}
+	t.sysvDetach()
+	if err := t.dropShmTemps(); err != nil {
+		return err
+	}
+	if err := t.sysvDone(); err != nil {
+		return err
+	}
+	if err := t.sysvMsgQueues(); err != nil {
+		return err
 	}
 	if helpers, err = t.groups(helpers); err != nil {
 		return err
@@ -242,10 +268,10 @@ func (t *tree) create() error {
 func (b *builder) becomeZombie() error {
 	name := make([]byte, 16)
 	copy(name[:15], b.p.Comm)
-	if err := ptrace.WriteMem(b.target, helperScratch, name); err != nil {
+	if err := ptrace.WriteMem(b.target, b.scratch, name); err != nil {
 		return err
 	}
-	if _, err := b.call("prctl(PR_SET_NAME)", unix.SYS_PRCTL, unix.PR_SET_NAME, helperScratch); err != nil {
+	if _, err := b.call("prctl(PR_SET_NAME)", unix.SYS_PRCTL, unix.PR_SET_NAME, b.scratch); err != nil {
 		return err
 	}
 	ws := unix.WaitStatus(b.p.ExitStatus)
@@ -280,9 +306,10 @@ func (b *builder) becomeZombie() error {
 }
 
 // chooseGadget finds an address for the gadget area that no process of the
-// image uses and the skeletons do not use either.
-func (t *tree) chooseGadget() (uint64, error) {
-	cur, err := proc.ReadSmaps(t.procs[0].target)
+// image uses and the skeletons (copies of the helper, pid) do not use
+// either.
+func (t *tree) chooseGadget(pid int) (uint64, error) {
+	cur, err := proc.ReadSmaps(pid)
 	if err != nil {
 		return 0, err
 	}
@@ -314,49 +341,43 @@ func (t *tree) chooseGadget() (uint64, error) {
 
 // build rebuilds the tree; on failure the caller kills it.
 func (t *tree) build(pr *image.PagesReader) error {
-	if err := t.create(); err != nil {
+	if err := t.create(pr); err != nil {
 		return err
 	}
 	t.opts.fault(PhaseCreated)
-	g, err := t.chooseGadget()
-	if err != nil {
-		return err
-	}
-	t.gadget = g
-	live := t.live()
-	for _, b := range live {
-		if err := b.layout(g); err != nil {
-			return fmt.Errorf("process %d: %w", b.p.PID, err)
-		}
-	}
-	if err := t.dropShmTemps(); err != nil {
-		return err
-	}
-	if err := t.sysvDone(); err != nil {
-		return err
-	}
-	if err := t.sysvMsgQueues(); err != nil {
-		return err
-	}
-	t.opts.fault(PhaseMemory)
-	for _, b := range live {
-		b.filler = b.openFiller()
-	}
-	err = t.writePages(pr)
-	// Every registration goes before anything else touches the memory.
-	for _, b := range live {
-		b.filler.close()
-		b.filler = nil
-	}
-	if err != nil {
-		return fmt.Errorf("pages: %w", err)
-	}
-	for _, b := range live {
+	for _, b := range t.live() {
 		if err := b.build(); err != nil {
 			return fmt.Errorf("process %d: %w", b.p.PID, err)
 		}
 	}
 	return t.stopAgain()
+}
+
+// fill lays out the i-th process of the image, just forked, and writes
+// its pages; a zombie-to-be keeps the memory it was forked with.
+func (t *tree) fill(ps *pageStream, i int) error {
+	b := t.procs[i]
+	if b.p.Zombie {
+		return nil
+	}
+	if err := b.layout(t.gadget); err != nil {
+		return fmt.Errorf("process %d: %w", b.p.PID, err)
+	}
+	if i == 0 {
+		t.opts.fault(PhaseMemory)
+	}
+	// Every registration goes before anything else touches the memory.
+	b.filler = b.openFiller()
+	err := t.writeUpTo(ps, i)
+	b.filler.close()
+	b.filler = nil
+	if err != nil {
+		return fmt.Errorf("pages: %w", err)
+	}
+	if err := b.dropRest(); err != nil {
+		return fmt.Errorf("process %d: %w", b.p.PID, err)
+	}
+	return nil
 }
 
 func (t *tree) live() []*builder {

@@ -96,6 +96,10 @@ var cases = []fcase{
 	{name: "mem_hugetlb", src: "mem_hugetlb.c"},
 	// AIO contexts: the ring at its address, head, tail, completions.
 	{name: "proc_aio", src: "proc_aio.c"},
+	// Private memory shared copy-on-write after fork: 64 MiB, 3 children,
+	// one writing some pages; still shared (same frames) after the
+	// restore, stored once (TestCOWImageSize).
+	{name: "mem_cow", src: "mem_cow.c"},
 	// The process tree and the freeze (sessions, stops, injection).
 	{name: "novdso", src: "tree_novdso.c"},
 	{name: "seccomp_strict", src: "tree_seccomp_strict.c"},
