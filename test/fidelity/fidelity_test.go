@@ -458,3 +458,32 @@ func removeMsgQueues(t *testing.T, dir string) {
 		}
 	}
 }
+
+// TestCOWImageSize dumps mem_cow (64 MiB filled by the main process,
+// shared copy-on-write with 3 children, one of which wrote 256 pages):
+// the image holds the 64 MiB about once, not four times, the children's
+// pages being stored as their parent's; the restored tree then passes its
+// own check (pages shared again).
+func TestCOWImageSize(t *testing.T) {
+	testenv.RequireRoot(t)
+	e := &env{bin: testenv.BuildBinaries(t), r: testenv.StartReaper(t)}
+	var c fcase
+	for _, x := range cases {
+		if x.name == "mem_cow" {
+			c = x
+		}
+	}
+	p := e.start(t, c, build(t, c))
+	img := e.dumpKill(t, p)
+	fi, err := os.Stat(filepath.Join(img, "image.ckpt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const mib = 1 << 20
+	if fi.Size() > 72*mib {
+		t.Errorf("image of %d MiB, want about 64 (+256 pages of child 0): shared pages stored more than once", fi.Size()/mib)
+	}
+	t.Logf("image %.1f MiB for 4 processes sharing 64 MiB", float64(fi.Size())/mib)
+	e.redo(t, p)
+	e.verify(t, p)
+}
