@@ -320,6 +320,104 @@ func BenchmarkTasks(b *testing.B) {
 	}
 }
 
+// BenchmarkCOWTree dumps and restores a tree of 4 processes sharing 64 MiB
+// copy-on-write (memhog cow: the parent fills it, then forks 3 children
+// that never write it): the image holds it once, and the restored
+// children share it again. It reports the image size, the dump and
+// restore times and the memory the restored tree holds (the sum of the
+// processes' Pss).
+func BenchmarkCOWTree(b *testing.B) {
+	testenv.RequireRoot(b)
+	bin := testenv.BuildBinaries(b)
+	hog := testenv.BuildVictim(b, "memhog")
+	const mib, procs = 64, 4
+	dir, err := os.MkdirTemp("/dev/shm", "ckpt-bench-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	r := testenv.StartReaper(b)
+	log := filepath.Join(dir, "log")
+	pid := r.Run(b, testenv.RunOpts{}, hog, log, strconv.Itoa(mib), "1", strconv.Itoa(procs), "cow")
+	testenv.WaitForLine(b, log, func(string) bool {
+		n := 0
+		for _, l := range testenv.ReadLines(log) {
+			if strings.HasPrefix(l, "ready") {
+				n++
+			}
+		}
+		return n == procs
+	}, 5*time.Minute)
+	img := filepath.Join(dir, "img")
+	var dumpT, restT, imgMiB, pssMiB []float64
+	for i := -1; i < rounds(); i++ {
+		dr := dumpJSON(b, bin, img, pid, "--leave-running")
+		fi, err := os.Stat(filepath.Join(img, "image.ckpt"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		pids := treePIDs(pid)
+		for _, p := range pids {
+			unix.Kill(p, unix.SIGKILL)
+		}
+		unix.Kill(pid, unix.SIGKILL)
+		r.WaitExit(b, pid, time.Minute)
+		waitGone(b, pids)
+		rr := restoreJSON(b, r, bin, dir, img)
+		if i >= 0 {
+			dumpT = append(dumpT, float64(dr.Total.Microseconds())/1e3)
+			restT = append(restT, float64(rr.Build.Microseconds())/1e3)
+			imgMiB = append(imgMiB, float64(fi.Size())/(1<<20))
+			pssMiB = append(pssMiB, float64(treePss(b, pid))/(1<<10))
+		}
+	}
+	all := append(treePIDs(pid), pid)
+	if len(all) != procs {
+		b.Fatalf("restored tree has %d processes, want %d", len(all), procs)
+	}
+	for _, p := range all {
+		unix.Kill(p, unix.SIGUSR1)
+	}
+	testenv.WaitForLine(b, log, func(string) bool {
+		n := 0
+		for _, l := range testenv.ReadLines(log) {
+			if strings.HasPrefix(l, "check") {
+				if l != "check ok" {
+					b.Fatalf("restored memhog: %s", l)
+				}
+				n++
+			}
+		}
+		return n == procs
+	}, 5*time.Minute)
+	b.ReportMetric(median(imgMiB), "image-MiB")
+	b.ReportMetric(median(pssMiB), "restored-Pss-MiB")
+	b.ReportMetric(median(dumpT), "dump-ms")
+	b.ReportMetric(median(restT), "restore-ms")
+	for _, p := range all {
+		unix.Kill(p, unix.SIGKILL)
+	}
+}
+
+// treePss is the sum of the Pss (KiB) of pid and its descendants: the
+// memory they hold, shared pages counted once.
+func treePss(b *testing.B, pid int) int64 {
+	var sum int64
+	for _, p := range append(treePIDs(pid), pid) {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/smaps_rollup", p))
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, l := range strings.Split(string(data), "\n") {
+			if v, ok := strings.CutPrefix(l, "Pss:"); ok {
+				kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				sum += kb
+			}
+		}
+	}
+	return sum
+}
+
 // treePIDs lists the descendants of pid.
 func treePIDs(pid int) []int {
 	var out []int
