@@ -1,9 +1,13 @@
 package dump
 
 import (
+	"encoding/binary"
+	"os"
 	"sort"
+	"unsafe"
 
 	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
 )
 
 // Copy-on-write sharing after fork (see image.Inherits): a page of a child
@@ -84,4 +88,42 @@ func keepsFrames(v *image.VMA) bool {
 		return true
 	}
 	return false
+}
+
+// zeroPFN is the frame of the kernel's shared zero page, which a read of
+// untouched anonymous memory maps (0 if pagemap does not show frames). It
+// is in no process's exclusive use, yet reading it with process_vm_readv
+// copies nothing: such pages need not go through /proc/PID/mem.
+func zeroPFN() uint64 {
+	page, err := unix.Mmap(-1, 0, pageSize, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		return 0
+	}
+	defer unix.Munmap(page)
+	if page[0] != 0 { // the read maps the zero page
+		return 0
+	}
+	pm, err := os.Open("/proc/self/pagemap")
+	if err != nil {
+		return 0
+	}
+	defer pm.Close()
+	var e [8]byte
+	if _, err := pm.ReadAt(e[:], int64(uintptr(unsafe.Pointer(&page[0]))/pageSize*8)); err != nil {
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(e[:])
+	if v&pmPresent == 0 {
+		return 0
+	}
+	return v & pmPFN
+}
+
+// mayShare tells whether a page of private memory, pagemap entry e, may
+// be an anonymous page another process maps too (see run.force).
+func mayShare(e, zero uint64) bool {
+	if e&(pmExclusive|pmFile) != 0 {
+		return false
+	}
+	return e&pmPresent == 0 || zero == 0 || e&pmPFN != zero
 }

@@ -284,15 +284,16 @@ func runOnce(pid int, sink Sink, opts Options) (res *Result, err error) {
 			hasChild[m.p.PPID] = true
 		}
 	}
+	zero := zeroPFN()
 	for _, m := range t.members {
 		if m.p.Zombie {
 			continue
 		}
-		var parent *cowParent
+		env := &planEnv{shm: shm, keepFrames: hasChild[m.pid], zeroPFN: zero}
 		if pm := byPID[m.p.PPID]; pm != nil && pm.plan != nil {
-			parent = &cowParent{p: pm.p, fr: pm.plan.frames}
+			env.parent = &cowParent{p: pm.p, fr: pm.plan.frames}
 		}
-		if m.plan, err = planMemory(m.pid, m.p, shm, parent, hasChild[m.pid]); err != nil {
+		if m.plan, err = planMemory(m.pid, m.p, env); err != nil {
 			return nil, fmt.Errorf("process %d: %w", m.pid, err)
 		}
 	}

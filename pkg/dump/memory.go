@@ -25,6 +25,16 @@ const (
 	pmFile    = 1 << 61 // file page or shared anonymous
 )
 
+// planEnv is what planMemory needs besides the process: the tree's
+// shared memory objects, the process's parent (nil for the root), whether
+// to keep its frames for its children, the zero page's frame.
+type planEnv struct {
+	shm        shmObjects
+	parent     *cowParent
+	keepFrames bool
+	zeroPFN    uint64
+}
+
 // run is a run of pages to store.
 type run struct {
 	addr  uint64
@@ -82,15 +92,16 @@ func wantPages(v *image.VMA) (want bool, onlyAnon bool) {
 // that covers it. Pages that are parent's frames (cow.go) are planned as
 // the parent's; with keepFrames the frames of p's own private pages are
 // kept in the plan, for its children.
-func planMemory(pid int, p *image.Process, shm shmObjects, parent *cowParent, keepFrames bool) (*memPlan, error) {
+func planMemory(pid int, p *image.Process, env *planEnv) (*memPlan, error) {
 	pm, err := os.Open(proc.Path(pid, "pagemap"))
 	if err != nil {
 		return nil, fmt.Errorf("open pagemap: %w", err)
 	}
 	defer pm.Close()
 	vmas := p.VMAs
+	shm, parent := env.shm, env.parent
 	plan := &memPlan{}
-	if keepFrames {
+	if env.keepFrames {
 		plan.frames = &frames{}
 	}
 	const chunk = 64 << 10 // entries per read
@@ -128,7 +139,7 @@ func planMemory(pid int, p *image.Process, shm shmObjects, parent *cowParent, ke
 				}
 				a := addr + j*pageSize
 				par := sh.parents(a, e)
-				force := force || e&(pmExclusive|pmFile) == 0
+				force := force || mayShare(e, env.zeroPFN)
 				if keep && e&pmPresent != 0 && e&pmPFN != 0 {
 					plan.frames.add(a, e&pmPFN)
 				}
