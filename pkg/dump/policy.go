@@ -178,3 +178,14 @@ func (t *tree) ExternalUnix(ino uint32) bool {
 	}
 	return false
 }
+
+// Member implements fdkind.SocketDumpEnv: whether pid is a process of
+// the tree.
+func (t *tree) Member(pid int) bool {
+	for _, m := range t.members {
+		if m.pid == pid {
+			return true
+		}
+	}
+	return false
+}

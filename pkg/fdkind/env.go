@@ -44,6 +44,8 @@ type SocketDumpEnv interface {
 	// socket outside the dump, may be saved as external (--external
 	// unix or unix:INO).
 	ExternalUnix(ino uint32) bool
+	// Member tells whether pid is a process of the dumped tree.
+	Member(pid int) bool
 }
 
 // RestoreEnv is what the restore of a tree offers the kinds.
@@ -69,6 +71,13 @@ type RestoreEnv interface {
 	Stdio() (f *os.File, ok bool, err error)
 	// Sockets is the tree's socket state the socket kinds use.
 	Sockets() SocketRestoreEnv
+	// BeforeBuild runs fn once every process of the tree exists (held
+	// stopped, memory written) and before any is built (fds, creds):
+	// target gives a process of the tree in which to run system calls
+	// (a UNIX socket pair made by the process that made it at the dump).
+	// Descriptions opened by fn reach the processes through
+	// Desc.InTarget.
+	BeforeBuild(fn func(target func(pid int) (Target, bool)) error)
 }
 
 // SocketRestoreEnv is the restore's view of the tree's sockets.

@@ -73,6 +73,9 @@ type restoreEnv struct{ *testEnv }
 
 func (r restoreEnv) Sockets() SocketRestoreEnv { return nil }
 
+// BeforeBuild: no process is built here.
+func (r restoreEnv) BeforeBuild(func(func(int) (Target, bool)) error) {}
+
 // describeOwn describes fd of the test process as the dump would.
 func describeOwn(t *testing.T, env *testEnv, fd int) *image.File {
 	t.Helper()

@@ -38,6 +38,9 @@ func describeUnix(env DumpEnv, our int, ino uint64, f *image.File) error {
 	if err != nil {
 		return fmt.Errorf("UNIX socket: %w", err)
 	}
+	if err := peerCredCheck(env, our, s, all[s.Peer].Name); err != nil {
+		return err
+	}
 	named := false
 	for _, m := range msgs {
 		s.RecvMsgs = append(s.RecvMsgs, env.AddData(m.Data))
@@ -150,6 +153,9 @@ func openUnix(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 			return Desc{}, fmt.Errorf("UNIX socket %s: %w", s.Local, err)
 		}
 		return Desc{File: os.NewFile(uintptr(fd), "unix")}, nil
+	}
+	if s.PeerCred != nil {
+		return openCredPair(env, f, msgs)
 	}
 	key := unixPairKey{min(s.Ino, s.Peer), max(s.Ino, s.Peer)}
 	v, err := env.Once(key, func() (any, error) {

@@ -339,6 +339,19 @@ type Socket struct {
 	// unless ckpt-redo --inherit-fd gives the fd.
 	External     bool   `json:"external,omitempty"`
 	ExternalPeer string `json:"external_peer,omitempty"`
+	// PeerCred is, on an unnamed pair of connected UNIX sockets
+	// (socketpair), what SO_PEERCRED said: the process that made the
+	// pair and its effective ids then. The restore makes the pair in
+	// that process, with those ids.
+	PeerCred *PeerCred `json:"peer_cred,omitempty"`
+}
+
+// PeerCred is a UNIX socket's SO_PEERCRED: process, effective user and
+// group.
+type PeerCred struct {
+	PID int    `json:"pid"`
+	UID uint32 `json:"uid"`
+	GID uint32 `json:"gid"`
 }
 
 // SockOpt is a socket option: an integer Value, or the bytes getsockopt

@@ -403,6 +403,19 @@ func socketAttrs() []Attr {
 			Seen:   Seen{Other: "sock_diag (UNIX_DIAG_PEER, UNIX_DIAG_ICONS)"},
 			Reason: "the peer is not in the image: refused by name unless ckpt dump --external unix[:INODE]; then connected again to the peer's name at restore (a stream to its peer's listener), or given by ckpt-redo --inherit-fd; data the peer sent unread is refused",
 			CRIU:   "--ext-unix-sk (connects again)", Case: "sock_unix_external, e2e TestExternalUnix"},
+		{Name: "SO_PEERCRED, SO_PEERPIDFD of an unnamed UNIX socket pair", Family: "socket", Status: Restored,
+			Seen:    Seen{Other: "getsockopt SO_PEERCRED, SO_PEERPIDFD"},
+			Save:    "SO_PEERCRED (pid, euid, egid) of each end; a pair made by a process outside the dump is refused by name",
+			Restore: "socketpair injected into the process that made the pair, with its effective ids of then (set for the call), once every process exists; ckpt-redo takes both ends (pidfd_getfd) to fill them, and each holder takes its end back (pidfd_getfd from ckpt-redo)",
+			CRIU:    "makes pairs in the restored processes", Case: "sock_peercred, sock_peercred_gone (refusal)"},
+		{Name: "SO_PEERCRED, SO_PEERPIDFD of UNIX connections made through a name", Family: "socket", Status: Gap,
+			Seen:   Seen{Other: "getsockopt SO_PEERCRED, SO_PEERPIDFD"},
+			Reason: "accepted connections, named pairs, connections waiting in an accept queue and --external ones are connected by ckpt-redo: they show its PID (and root's ids); they must be listened on and connected from the restored processes",
+			CRIU:   "same gap for some"},
+		{Name: "SO_PEERGROUPS, SO_PEERSEC of UNIX sockets", Family: "socket", Status: Gap,
+			Seen:   Seen{Other: "getsockopt SO_PEERGROUPS, SO_PEERSEC"},
+			Reason: "SO_PEERGROUPS shows the supplementary groups of the process when the pair was made again (root's); SO_PEERSEC has nothing to show without an LSM (ENOPROTOOPT on this kernel), and is not saved",
+			CRIU:   "not restored"},
 	}
 }
 

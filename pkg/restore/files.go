@@ -371,3 +371,27 @@ func (e fileEnv) Named(name string) []*image.File {
 func (e fileEnv) Repairing(f *os.File, s *image.Socket, sendQ []byte) {
 	e.t.repairs = append(e.t.repairs, repairing{f: f, s: s, sendQ: sendQ})
 }
+
+// BeforeBuild implements fdkind.RestoreEnv: fn runs in build, once every
+// process exists and before any is built.
+func (e fileEnv) BeforeBuild(fn func(target func(pid int) (fdkind.Target, bool)) error) {
+	e.t.beforeBuild = append(e.t.beforeBuild, fn)
+}
+
+// runBeforeBuild runs the kinds' BeforeBuild steps, with the live
+// processes of the tree as targets.
+func (t *tree) runBeforeBuild() error {
+	target := func(pid int) (fdkind.Target, bool) {
+		b, ok := t.byPID[pid]
+		if !ok || b.p.Zombie {
+			return nil, false
+		}
+		return target{b}, true
+	}
+	for _, fn := range t.beforeBuild {
+		if err := fn(target); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -56,6 +56,9 @@ type tree struct {
 	conns    []*os.File
 	memTime  time.Duration
 	warnings []string
+	// beforeBuild are the kinds' steps run once every process exists
+	// (fdkind.RestoreEnv.BeforeBuild).
+	beforeBuild []func(target func(pid int) (fdkind.Target, bool)) error
 }
 
 func newTree(img *imageMeta, opts *Options) (*tree, error) {
@@ -345,6 +348,9 @@ func (t *tree) build(pr *image.PagesReader) error {
 		return err
 	}
 	t.opts.fault(PhaseCreated)
+	if err := t.runBeforeBuild(); err != nil {
+		return err
+	}
 	for _, b := range t.live() {
 		if err := b.build(); err != nil {
 			return fmt.Errorf("process %d: %w", b.p.PID, err)

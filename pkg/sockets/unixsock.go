@@ -230,6 +230,14 @@ func UnixPair(a, b *image.Socket, qa, qb []UnixMsg) (int, int, error) {
 	return fds[0], fds[1], nil
 }
 
+// FinishPair gives an unnamed pair made elsewhere (socketpair in the
+// process that made it at the dump, see fdkind) what UnixPair gives the
+// pairs it makes: options, queues (qa for a, sent by b) and shutdown
+// state.
+func FinishPair(fds [2]int, a, b *image.Socket, qa, qb []UnixMsg) error {
+	return buildPair(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb})
+}
+
 func buildPair(fds [2]int, s [2]*image.Socket, q [2][]UnixMsg) error {
 	for i := range fds {
 		if s[i] == nil {

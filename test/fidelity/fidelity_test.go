@@ -121,6 +121,8 @@ var cases = []fcase{
 	{name: "sock_reset", src: "sock_refused.c", args: []string{"reset"}, refuse: "TCP socket closed after a connection"},
 	{name: "sock_close_wait", src: "sock_refused.c", args: []string{"close_wait"}, refuse: "TCP socket in state CLOSE_WAIT"},
 	{name: "sock_fin_wait2", src: "sock_refused.c", args: []string{"fin_wait2"}, refuse: "TCP socket in state FIN_WAIT2"},
+	{name: "sock_peercred", src: "sock_peercred.c"},
+	{name: "sock_peercred_gone", src: "sock_peercred.c", args: []string{"gone"}, refuse: "a socket pair made by process"},
 	{name: "sock_tcp_acceptq", src: "sock_refused.c", args: []string{"tcp_acceptq"}, refuse: "connections not accepted yet"},
 	{name: "sock_unix_acceptq", src: "sock_refused.c", args: []string{"unix_acceptq"}, refuse: "connections not accepted yet, one from socket"},
 	{name: "sock_unix_external", src: "sock_refused.c", args: []string{"unix_external"}, refuse: "of a process outside the dump"},

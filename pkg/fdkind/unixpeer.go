@@ -1,0 +1,194 @@
+package fdkind
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/sockets"
+	"golang.org/x/sys/unix"
+)
+
+// SO_PEERCRED of a pair of connected UNIX sockets is fixed when the pair
+// is made: socketpair() gives both ends the process that called it and
+// its effective ids. A pair ckpt-redo made would show ckpt-redo. So an
+// unnamed pair is made by the process that made it at the dump (the dump
+// refuses a pair whose maker is not in the tree), with its effective ids
+// of then, once every process exists and before any is built
+// (RestoreEnv.BeforeBuild); ckpt-redo takes both ends (pidfd_getfd),
+// fills their queues and options, and each process that holds an end
+// takes it back from ckpt-redo at its fd (installFrom).
+
+// peerCredCheck reads SO_PEERCRED of an unnamed pair's end (ckpt's copy
+// our) at dump and keeps it in s, or refuses a pair made by a process
+// outside the dump.
+func peerCredCheck(env DumpEnv, our int, s *image.Socket, peerName string) error {
+	if s.Peer == 0 || s.Local != "" || peerName != "" {
+		return nil
+	}
+	uc, err := unix.GetsockoptUcred(our, unix.SOL_SOCKET, unix.SO_PEERCRED)
+	if err != nil {
+		return fmt.Errorf("UNIX socket %d: SO_PEERCRED: %w", s.Ino, err)
+	}
+	if uc.Pid <= 0 || !env.Sockets().Member(int(uc.Pid)) {
+		return fmt.Errorf("UNIX socket %d: a socket pair made by process %d, which is not in the dump: its SO_PEERCRED (pid, uid, gid) "+
+			"could not be made again: %w", s.Ino, uc.Pid, ErrUnsupported)
+	}
+	s.PeerCred = &image.PeerCred{PID: int(uc.Pid), UID: uc.Uid, GID: uc.Gid}
+	return nil
+}
+
+// credPairKey names an unnamed UNIX pair made in the process that made
+// it at the dump.
+type credPairKey unixPairKey
+
+// openCredPair rebuilds an end of an unnamed pair with its SO_PEERCRED:
+// the pair is made in BeforeBuild, the end taken by its processes at
+// their fds.
+func openCredPair(env RestoreEnv, f *image.File, msgs func(*image.Socket) ([]sockets.UnixMsg, error)) (Desc, error) {
+	s := f.Socket
+	key := credPairKey{min(s.Ino, s.Peer), max(s.Ino, s.Peer)}
+	v, err := env.Once(key, func() (any, error) {
+		pf := env.Sockets().Peer(s.Peer)
+		if pf == nil || pf.Socket == nil || pf.Socket.Peer != s.Ino || pf.Socket.Type != s.Type {
+			return nil, fmt.Errorf("UNIX socket %d: its peer %d is not in the image: %w", s.Ino, s.Peer, image.ErrCorrupt)
+		}
+		qa, err := msgs(s)
+		if err != nil {
+			return nil, err
+		}
+		qb, err := msgs(pf.Socket)
+		if err != nil {
+			return nil, err
+		}
+		ends := map[uint32]*os.File{}
+		env.BeforeBuild(func(target func(int) (Target, bool)) error {
+			cred := s.PeerCred
+			t, ok := target(cred.PID)
+			if !ok {
+				return fmt.Errorf("UNIX socket pair %d-%d: made by process %d, which is not in the image: %w", s.Ino, s.Peer, cred.PID, image.ErrCorrupt)
+			}
+			a, b, err := socketpairIn(t, s.Type, cred)
+			if err != nil {
+				return fmt.Errorf("UNIX socket pair %d-%d in process %d: %w", s.Ino, s.Peer, cred.PID, err)
+			}
+			fa, fb := os.NewFile(uintptr(a), "unix"), os.NewFile(uintptr(b), "unix")
+			env.Keep(fa)
+			env.Keep(fb)
+			ends[s.Ino], ends[s.Peer] = fa, fb
+			if err := sockets.FinishPair([2]int{a, b}, s, pf.Socket, qa, qb); err != nil {
+				return fmt.Errorf("UNIX socket pair: %w", err)
+			}
+			for _, e := range []struct {
+				f  *image.File
+				of *os.File
+			}{{f, fa}, {pf, fb}} {
+				if err := Settle(e.f, e.of); err != nil {
+					return err
+				}
+				if err := SetOwner(e.f, e.of); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		return ends, nil
+	})
+	if err != nil {
+		return Desc{}, err
+	}
+	ends := v.(map[uint32]*os.File)
+	return Desc{InTarget: func(t Target, fd int, cloexec bool) error {
+		end := ends[s.Ino]
+		if end == nil {
+			return fmt.Errorf("UNIX socket %d: its pair was not made", s.Ino)
+		}
+		return installFrom(t, end, fd, cloexec)
+	}}, nil
+}
+
+// socketpairIn makes a pair of UNIX sockets of type typ in the process t
+// with the effective ids of cred, and returns ckpt-redo's copies of both
+// ends (the process's own are closed). The process is still root: its
+// effective ids are set for the call and put back.
+func socketpairIn(t Target, typ int, cred *image.PeerCred) (int, int, error) {
+	const keep = ^uint64(0) // -1: unchanged
+	ids := cred.UID != 0 || cred.GID != 0
+	if ids {
+		if _, err := t.Call("setresgid", unix.SYS_SETRESGID, keep, uint64(cred.GID), keep); err != nil {
+			return -1, -1, err
+		}
+		if _, err := t.Call("setresuid", unix.SYS_SETRESUID, keep, uint64(cred.UID), keep); err != nil {
+			return -1, -1, err
+		}
+	}
+	addr, err := t.Scratch(make([]byte, 8))
+	if err == nil {
+		_, err = t.Call("socketpair", unix.SYS_SOCKETPAIR, unix.AF_UNIX, uint64(typ|unix.SOCK_CLOEXEC), 0, addr)
+	}
+	if ids {
+		// Back to root: uid first (the saved uid is 0), then gid.
+		if _, err2 := t.Call("setresuid", unix.SYS_SETRESUID, keep, 0, keep); err == nil {
+			err = err2
+		}
+		if _, err2 := t.Call("setresgid", unix.SYS_SETRESGID, keep, 0, keep); err == nil {
+			err = err2
+		}
+	}
+	if err != nil {
+		return -1, -1, err
+	}
+	buf := make([]byte, 8)
+	if n, err := unix.ProcessVMReadv(t.PID(), []unix.Iovec{{Base: &buf[0], Len: 8}}, []unix.RemoteIovec{{Base: uintptr(addr), Len: 8}}, 0); err != nil || n != 8 {
+		return -1, -1, fmt.Errorf("read the pair's fds: %d bytes, %v", n, err)
+	}
+	theirs := [2]int{int(binary.LittleEndian.Uint32(buf)), int(binary.LittleEndian.Uint32(buf[4:]))}
+	defer func() {
+		for _, fd := range theirs {
+			t.Call("close", unix.SYS_CLOSE, uint64(fd))
+		}
+	}()
+	pidfd, err := unix.PidfdOpen(t.PID(), 0)
+	if err != nil {
+		return -1, -1, fmt.Errorf("pidfd_open: %w", err)
+	}
+	defer unix.Close(pidfd)
+	var ours [2]int
+	for i, fd := range theirs {
+		if ours[i], err = unix.PidfdGetfd(pidfd, fd, 0); err != nil {
+			if i == 1 {
+				unix.Close(ours[0])
+			}
+			return -1, -1, fmt.Errorf("pidfd_getfd: %w", err)
+		}
+	}
+	return ours[0], ours[1], nil
+}
+
+// installFrom has the process t take ckpt-redo's file f at fd
+// (pidfd_getfd from ckpt-redo, then dup3).
+func installFrom(t Target, f *os.File, fd int, cloexec bool) error {
+	pidfd, err := t.Call("pidfd_open ckpt-redo", unix.SYS_PIDFD_OPEN, uint64(os.Getpid()), 0)
+	if err != nil {
+		return err
+	}
+	got, err := t.Call("pidfd_getfd", unix.SYS_PIDFD_GETFD, pidfd, uint64(f.Fd()), 0)
+	t.Call("close", unix.SYS_CLOSE, pidfd)
+	if err != nil {
+		return err
+	}
+	if int(got) == fd {
+		if !cloexec {
+			_, err = t.Call("fcntl F_SETFD", unix.SYS_FCNTL, got, unix.F_SETFD, 0)
+		}
+		return err
+	}
+	flags := uint64(0)
+	if cloexec {
+		flags = unix.O_CLOEXEC
+	}
+	_, err = t.Call(fmt.Sprintf("dup3 fd %d", fd), unix.SYS_DUP3, got, uint64(fd), flags)
+	t.Call("close", unix.SYS_CLOSE, got)
+	return err
+}
