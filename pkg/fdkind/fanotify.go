@@ -44,7 +44,7 @@ const (
 func showFanotify(f *image.File) string {
 	fa := event(f).Fanotify
 	if fa == nil {
-		return "fanotify group"
+		return "group"
 	}
 	var ms []string
 	for _, m := range fa.Marks {
@@ -54,7 +54,7 @@ func showFanotify(f *image.File) string {
 		}
 		ms = append(ms, d)
 	}
-	return fmt.Sprintf("fanotify group flags %#x event-flags %#o, %d marks: %s", fa.Flags, fa.EventFlags, len(ms), strings.Join(ms, "; "))
+	return fmt.Sprintf("group flags %#x event-flags %#o, %d marks: %s", fa.Flags, fa.EventFlags, len(ms), strings.Join(ms, "; "))
 }
 
 func describeFanotify(env DumpEnv, s *Source, f *image.File) error {

@@ -145,11 +145,16 @@ func OpenRef(env RestoreEnv, ref *image.FileRef, flags int, mapped bool) (*os.Fi
 	if err != nil {
 		return nil, err
 	}
-	if ref.Mode&unix.S_IFMT == unix.S_IFREG {
-		if err := checkUnchanged(env, ref, f, fl, mapped); err != nil {
-			f.Close()
-			return nil, err
-		}
+	var err2 error
+	switch ref.Mode & unix.S_IFMT {
+	case unix.S_IFREG:
+		err2 = checkUnchanged(env, ref, f, fl, mapped)
+	case unix.S_IFDIR:
+		err2 = checkSameDir(env, ref, f)
+	}
+	if err2 != nil {
+		f.Close()
+		return nil, err2
 	}
 	return f, nil
 }

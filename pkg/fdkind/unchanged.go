@@ -185,3 +185,27 @@ func orNone(s string) string {
 
 // ntGNUBuildID is the type of the GNU build-id note (NT_GNU_BUILD_ID).
 const ntGNUBuildID = 3
+
+// checkSameDir refuses, on the machine of the dump, a directory opened
+// again by its path that is another directory than the one the process
+// had open (removed and made again, or another one moved there): its
+// entries would not be the ones the process may have read. Elsewhere
+// nothing tells.
+func checkSameDir(env RestoreEnv, ref *image.FileRef, f *os.File) error {
+	if !env.SameBoot() {
+		return nil
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+		return fmt.Errorf("%s: fstat: %w", ref.Path, err)
+	}
+	var fs unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &fs); err == nil && pseudoFS[int64(fs.Type)] {
+		return nil
+	}
+	if st.Dev != ref.Dev || st.Ino != ref.Ino {
+		return fmt.Errorf("%s: is another directory than at the dump (device %#x inode %d, was device %#x inode %d: made again or replaced): %w",
+			ref.Path, st.Dev, st.Ino, ref.Dev, ref.Ino, ErrFileChanged)
+	}
+	return nil
+}

@@ -237,3 +237,33 @@ func TestMappedPartHashed(t *testing.T) {
 		}
 	}
 }
+
+// TestDirReplacedRefused: a directory the process had open, removed and
+// made again at its path, is refused on the machine of the dump.
+func TestDirReplacedRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d")
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fd)
+	env := newTestEnv(t)
+	f := describeOwn(t, env, fd)
+	if err := os.Remove(path); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	k, _ := Lookup(f.Kind)
+	d, err := k.Open(restoreEnv{env}, f, Where{PID: os.Getpid(), FD: fd})
+	if d.File != nil {
+		d.File.Close()
+	}
+	if !errors.Is(err, ErrFileChanged) || !strings.Contains(err.Error(), "is another directory than at the dump") {
+		t.Fatalf("open: %v; want ErrFileChanged", err)
+	}
+}

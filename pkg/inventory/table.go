@@ -330,7 +330,7 @@ func fdAttrs() []Attr {
 		{Name: "file opened or mapped by path: the same file at restore", Family: "fd", Status: Restored,
 			Seen:    Seen{Other: "fstat, read, mmap of the file"},
 			Save:    "size, mtime; device, inode, ctime and the image's boot_id; a privately mapped file's ELF build-id or SHA-256",
-			Restore: "refused by name if changed: size or mtime; on the same boot device, inode or ctime; mapped privately, build-id or hash (a file open only for writing may have grown)",
+			Restore: "refused by name if changed: size or mtime; on the same boot device, inode or ctime (a directory: device and inode); mapped privately, build-id or hash of the mapped parts (a file open only for writing may have grown)",
 			CRIU:    "--file-validation (size, build-id)", Case: "e2e TestRestoreRefusesChangedFiles"},
 		{Name: "modification time of open files", Family: "fd", Status: Restored,
 			Seen:    Seen{Other: "fstat st_mtime"},
