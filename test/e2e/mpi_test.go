@@ -1,0 +1,201 @@
+package e2e
+
+import (
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ckpt/ckpt/internal/testenv"
+)
+
+// mpiWait bounds every wait on an MPI job: 4 ranks busy-polling on 2
+// shared cores make progress slowly.
+const mpiWait = 90 * time.Second
+
+// mpiSoak reports CKPT_MPI_SOAK=1 (make mpi-soak): the ten cycles
+// of each kind, five runs per library, instead of make test's short runs.
+func mpiSoak() bool { return os.Getenv("CKPT_MPI_SOAK") == "1" }
+
+// mpiCase is one MPI program run by one library.
+type mpiCase struct {
+	lib   testenv.MPILib
+	prog  testenv.MPIProg
+	delay int // ms every rank sleeps after each iteration
+}
+
+// mpiCases are the programs of testdata/mpi with each library, sized so
+// that a run outlasts its checkpoints (soak: ten of each kind) and its
+// reference run takes a few seconds.
+func mpiCases(soak bool) []mpiCase {
+	iters := 24
+	if soak {
+		iters = 70
+	}
+	var out []mpiCase
+	for _, lib := range []testenv.MPILib{testenv.MPICH(), testenv.MPICHOverTCP(), testenv.OpenMPI()} {
+		out = append(out,
+			mpiCase{lib, testenv.MPIProg{Name: "ring", Iters: iters, Args: []string{"16"}}, 20},
+			mpiCase{lib, testenv.MPIProg{Name: "allreduce", Iters: iters, Args: []string{"65536"}}, 20},
+			mpiCase{lib, testenv.MPIProg{Name: "cg", Iters: iters, Args: []string{"48"}}, 10})
+	}
+	return out
+}
+
+// TestMPI checkpoints whole MPI jobs on one node: the launcher's tree
+// (mpiexec.hydra, its proxy and 4 ranks; mpirun.openmpi and 4 ranks) is
+// dumped and killed, then restored, and dumped with --leave-running, in
+// turns, while the job runs. Every run must log exactly what a run
+// without checkpoints logs (a ring's heap checksums, all-reduce results
+// each rank checks itself, a CG solver's residual history bit for bit),
+// end with exit code 0 after MPI_Finalize, and the library must not
+// notice: after each restore every fd of the tree is the same kind of
+// socket with the same TCP 4-tuple or the same UNIX peer and name, and
+// after each --leave-running dump the very same sockets (inodes).
+//
+// make test runs each case once with 2 cycles of each kind;
+// CKPT_MPI_SOAK=1 (make mpi-soak) runs 5 runs of 10 + 10 cycles.
+func TestMPI(t *testing.T) {
+	e := setup(t)
+	soak := mpiSoak()
+	runs, kills, leaves := 1, 2, 2
+	if soak {
+		runs, kills, leaves = 5, 10, 10
+	}
+	for _, c := range mpiCases(soak) {
+		t.Run(c.lib.Name+"/"+c.prog.Name, func(t *testing.T) {
+			c.lib.Require(t)
+			start := time.Now()
+			ref := testenv.Results(testenv.MPIReference(t, c.lib, 4, c.prog, 5*time.Minute))
+			t.Logf("reference run: %d lines in %v", len(ref), time.Since(start).Round(time.Millisecond))
+			for run := 1; run <= runs; run++ {
+				start := time.Now()
+				st := e.mpiRun(t, c, ref, kills, leaves)
+				t.Logf("run %d: %d restores, %d --leave-running dumps, exact results; %s; %v",
+					run, kills, leaves, st, time.Since(start).Round(time.Millisecond))
+			}
+		})
+	}
+}
+
+// mpiRun runs one job of c with kills dump-and-restore cycles and leaves
+// --leave-running dumps (alternating, kills first), and checks it against
+// the reference lines ref. It returns a summary of what it saw.
+func (e *env) mpiRun(t *testing.T, c mpiCase, ref []string, kills, leaves int) string {
+	t.Helper()
+	job := testenv.StartMPIJob(t, e.r, c.lib, 4, c.prog, c.delay)
+	job.WaitIters(t, 3, mpiWait)
+	tree := treeSnapshot(job.PID)
+	if len(tree) != 5 && len(tree) != 6 {
+		t.Fatalf("%s: the launcher's tree has %d processes, want the launcher (and a proxy) and 4 ranks:%s",
+			c.lib.Name, len(tree), fmtTree(tree))
+	}
+	pids := slices.Sorted(maps.Keys(tree))
+	var frozen []time.Duration
+	var summary string
+	for cycle, k, l := 1, 0, 0; k < kills || l < leaves; cycle++ {
+		leave := k >= kills || (l < k && l < leaves)
+		before, err := testenv.Sockets(pids)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if summary == "" {
+			estab, listen, unix := before.Count()
+			summary = fmt.Sprintf("%d processes, %d TCP connection fds, %d TCP listener fds, %d UNIX socket fds",
+				len(pids), estab, listen, unix)
+		}
+		n := job.Iters()
+		dir := t.TempDir()
+		why := fmt.Sprintf("cycle %d (after iteration %d)", cycle, n)
+		if leave {
+			l++
+			why += ", --leave-running"
+			dr := e.dump(t, job.PID, dir, "--leave-running")
+			frozen = append(frozen, time.Duration(dr.FrozenNs))
+			e.checkMPISockets(t, why, pids, before, true)
+		} else {
+			k++
+			why += ", restore"
+			dr := e.dump(t, job.PID, dir)
+			frozen = append(frozen, time.Duration(dr.FrozenNs))
+			e.waitTreeGone(t, why, pids)
+			if res := e.runRedo(t, nil, dir); res.code != 0 {
+				t.Fatalf("%s: ckpt-redo: %v; job log ends with:\n%s", why, res, tail(job.Lines(), 5))
+			}
+			compareTree(t, why, tree, treeSnapshot(job.PID), nil)
+			e.checkMPISockets(t, why, pids, before, false)
+		}
+		job.WaitIters(t, n+2, mpiWait)
+	}
+	job.Release(t)
+	job.WaitResult(t, mpiWait)
+	e.mpiEnd(t, job, pids)
+	got := testenv.Results(job.Lines())
+	if !slices.Equal(got, ref) {
+		i := 0
+		for i < len(got) && i < len(ref) && got[i] == ref[i] {
+			i++
+		}
+		t.Fatalf("%s %s: the checkpointed run's log differs from the reference run's at line %d of %d/%d:\n got %q\nwant %q",
+			c.lib.Name, c.prog.Name, i+1, len(got), len(ref), at(got, i), at(ref, i))
+	}
+	return fmt.Sprintf("%s; frozen %v", summary, frozen)
+}
+
+func at(s []string, i int) string {
+	if i < len(s) {
+		return s[i]
+	}
+	return "(end)"
+}
+
+// checkMPISockets compares the sockets of pids now with before.
+func (e *env) checkMPISockets(t *testing.T, why string, pids []int, before testenv.SocketView, sameInodes bool) {
+	t.Helper()
+	after, err := testenv.Sockets(pids)
+	if err != nil {
+		t.Fatalf("%s: %v", why, err)
+	}
+	if d := before.Diff(after, sameInodes); len(d) > 0 {
+		t.Fatalf("%s: the job's sockets changed:\n%s", why, strings.Join(d, "\n"))
+	}
+}
+
+// mpiEnd waits for the job to end after its result: the launcher exits 0
+// and rank 0 logs "done" after MPI_Finalize. A library whose jobs hang in
+// MPI_Finalize without any checkpoint too (testenv.MPILib.FinalizeHangs)
+// gets a few seconds, then its tree is killed.
+func (e *env) mpiEnd(t *testing.T, job *testenv.MPIJob, pids []int) {
+	t.Helper()
+	if job.Lib.FinalizeHangs {
+		deadline := time.Now().Add(5 * time.Second)
+		for time.Now().Before(deadline) {
+			if es, ok := e.r.Poll(job.PID); ok {
+				if es.Code != 0 || es.Signal != 0 {
+					t.Fatalf("%s: the launcher ended with %v", job.Lib.Name, es)
+				}
+				e.waitTreeGone(t, "the job's end", pids)
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Logf("%s: the job hangs in MPI_Finalize (as without checkpoints); killing it", job.Lib.Name)
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+		e.waitTreeGone(t, "the killed job", pids)
+		return
+	}
+	if es := e.r.WaitExit(t, job.PID, mpiWait); es.Code != 0 || es.Signal != 0 {
+		out, _ := os.ReadFile(job.Stdout)
+		t.Fatalf("%s: the launcher ended with %v; output:\n%s", job.Lib.Name, es, testenv.Tail(string(out), 2000))
+	}
+	if lines := job.Lines(); len(lines) == 0 || lines[len(lines)-1] != "done" {
+		t.Fatalf("%s: the log ends with %q, want done", job.Lib.Name, tail(lines, 2))
+	}
+	e.waitTreeGone(t, "the job's end", pids)
+}
