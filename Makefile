@@ -4,7 +4,7 @@ BIN     := bin
 GOFLAGS ?=
 TESTTIMEOUT ?= 10m
 
-.PHONY: all build test demo demo-group deps vet fuzz bench cover clean
+.PHONY: all build test demo demo-group deps vet fuzz bench cover clean mpi-soak
 
 all: build
 
@@ -15,8 +15,10 @@ build:
 deps:
 	@command -v gcc >/dev/null && command -v python3 >/dev/null && command -v redis-server >/dev/null && \
 		command -v redis-cli >/dev/null && command -v ip >/dev/null && command -v unshare >/dev/null && test -e /usr/lib/x86_64-linux-gnu/libc.a && \
-		command -v psql >/dev/null && command -v sqlite3 >/dev/null && command -v tmux >/dev/null && command -v script >/dev/null && test -e /usr/include/sqlite3.h && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || \
-		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y gcc libc6-dev python3 redis-server redis-tools iproute2 util-linux postgresql sqlite3 libsqlite3-dev tmux bsdutils)
+		command -v psql >/dev/null && command -v sqlite3 >/dev/null && command -v tmux >/dev/null && command -v script >/dev/null && test -e /usr/include/sqlite3.h && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && \
+		command -v mpicc.mpich >/dev/null && command -v mpiexec.hydra >/dev/null && command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null || \
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y gcc libc6-dev python3 redis-server redis-tools iproute2 util-linux postgresql sqlite3 libsqlite3-dev tmux bsdutils \
+			mpich libmpich-dev openmpi-bin libopenmpi-dev)
 
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
@@ -52,6 +54,12 @@ cover: deps
 	rm -rf .cover && mkdir -p .cover/e2e
 	GOCOVERDIR=$(CURDIR)/.cover/e2e $(GO) test -count=1 -timeout $(TESTTIMEOUT) ./test/e2e
 	$(GO) tool covdata percent -i .cover/e2e
+
+# The MPI soak: every program of testdata/mpi with MPICH (default and over
+# TCP) and Open MPI, 5 runs of 10 dump-and-restore and 10 --leave-running
+# cycles each (make test runs a short version of TestMPI).
+mpi-soak: deps build
+	CKPT_MPI_SOAK=1 $(GO) test -count=1 -timeout 3h -run '^TestMPI$$' -v ./test/e2e
 
 bench: build
 	$(GO) test ./test/bench -run '^$$' -bench . -benchtime 1x -timeout 30m
