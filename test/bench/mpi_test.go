@@ -21,7 +21,7 @@ import (
 func BenchmarkMPI(b *testing.B) {
 	testenv.RequireRoot(b)
 	bin := testenv.BuildBinaries(b)
-	for _, lib := range []testenv.MPILib{testenv.MPICH()} {
+	for _, lib := range []testenv.MPILib{testenv.MPICH(), testenv.OpenMPI()} {
 		b.Run(lib.Name, func(b *testing.B) {
 			dir, err := os.MkdirTemp("/dev/shm", "ckpt-bench-mpi-")
 			if err != nil {

@@ -41,7 +41,7 @@ func mpiCases(soak bool, cycles int) []mpiCase {
 	}
 	short := map[string]string{"mpich": "allreduce", "mpich-tcp": "ring", "openmpi": "cg"}
 	var out []mpiCase
-	for _, lib := range []testenv.MPILib{testenv.MPICH(), testenv.MPICHOverTCP()} {
+	for _, lib := range []testenv.MPILib{testenv.MPICH(), testenv.MPICHOverTCP(), testenv.OpenMPI()} {
 		for _, p := range progs {
 			if soak || short[lib.Name] == p.Name {
 				out = append(out, mpiCase{lib, p, 10})
