@@ -55,7 +55,9 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 				v.Advice = append(v.Advice, a.advice)
 			}
 		}
-		if m.VmFlags["ht"] {
+		// A SHM_HUGETLB segment is a SysV segment like the others (see
+		// sysvAttachment).
+		if m.VmFlags["ht"] && !(v.Shared && strings.HasPrefix(m.Path, "/SYSV")) {
 			if err := hugetlb(&v, m); err != nil {
 				return fmt.Errorf("mapping %#x-%#x %s: %w", m.Start, m.End, m.Path, err)
 			}
@@ -228,14 +230,23 @@ func statRef(path string, st *syscall.Stat_t) image.FileRef {
 
 // sysvAttachment describes the System V shared memory segment v attaches
 // (the inode of a SysV mapping is the segment id). Only whole attachments
-// are restored (shmat at the same address).
+// are restored (shmat at the same address). A segment made with
+// SHM_HUGETLB (VmFlags ht) is created again with huge pages of the same
+// size.
 func sysvAttachment(v *image.VMA, m proc.Mapping) error {
 	s, _, err := sysvShm(v.ShmID)
 	if err != nil {
 		return fmt.Errorf("SysV shared memory: %w", err)
 	}
 	v.SysV = s
-	pages := (s.Size + pageSize - 1) &^ (pageSize - 1)
+	ps := uint64(pageSize)
+	if m.VmFlags["ht"] {
+		if m.KernelPageSize <= pageSize || m.KernelPageSize&(m.KernelPageSize-1) != 0 {
+			return fmt.Errorf("SysV shared memory segment %d with page size %d: %w", s.ID, m.KernelPageSize, ErrUnsupported)
+		}
+		s.HugePageSize, ps = m.KernelPageSize, m.KernelPageSize
+	}
+	pages := (s.Size + ps - 1) &^ (ps - 1)
 	if v.Offset != 0 || v.Len() != pages {
 		return fmt.Errorf("SysV shared memory segment %d (key %#x) attached in part (offset %#x, %d of %d bytes): cannot be restored: %w",
 			s.ID, uint32(s.Key), v.Offset, v.Len(), pages, ErrUnsupported)
@@ -275,12 +286,13 @@ func vmaAttributes(v *image.VMA, m proc.Mapping) error {
 // one (MAP_PRIVATE|MAP_ANONYMOUS|MAP_HUGETLB, which smaps shows as the
 // deleted file /anon_hugepage) is restored as one again, with the same huge
 // page size; its pages are read and written like any anonymous memory.
-// Shared hugetlb memory (MAP_SHARED anonymous, SHM_HUGETLB segments, files
-// of hugetlbfs or MFD_HUGETLB memfds) is refused: it is an object in a
-// hugetlbfs that the restore does not rebuild.
+// Other shared hugetlb memory (MAP_SHARED anonymous, files of hugetlbfs or
+// MFD_HUGETLB memfds) is refused: it is an object in a hugetlbfs that the
+// restore does not rebuild. SHM_HUGETLB segments are SysV segments (see
+// sysvAttachment), not handled here.
 func hugetlb(v *image.VMA, m proc.Mapping) error {
 	if v.Shared || m.Path != "/anon_hugepage (deleted)" {
-		return fmt.Errorf("shared hugetlb memory (a hugetlbfs file, MFD_HUGETLB memfd, SHM_HUGETLB segment or MAP_SHARED|MAP_HUGETLB mapping): cannot be restored: %w", ErrUnsupported)
+		return fmt.Errorf("shared hugetlb memory (a hugetlbfs file, MFD_HUGETLB memfd or MAP_SHARED|MAP_HUGETLB mapping): cannot be restored: %w", ErrUnsupported)
 	}
 	if m.KernelPageSize <= image.PageSize || m.KernelPageSize&(m.KernelPageSize-1) != 0 {
 		return fmt.Errorf("hugetlb mapping with page size %d: %w", m.KernelPageSize, ErrUnsupported)

@@ -212,6 +212,10 @@ type SysVShm struct {
 	// ReadOnly marks an attachment made with SHM_RDONLY (of the VMA
 	// holding this description).
 	ReadOnly bool `json:"read_only,omitempty"`
+	// HugePageSize is the huge page size in bytes of a segment made with
+	// SHM_HUGETLB (UCX's shared memory, when huge pages are free), 0 for
+	// an ordinary one.
+	HugePageSize uint64 `json:"huge_page_size,omitempty"`
 }
 
 // Len is the VMA's size in bytes.

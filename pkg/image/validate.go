@@ -82,6 +82,11 @@ func checkProcess(p *Process) error {
 			uint64(len(a.Events)) != uint64((a.Tail+a.Nr-a.Head)%a.Nr)*32 || 32+uint64(a.Nr)*32 > v.Len())) {
 			return bad("vma %d %#x-%#x: AIO ring malformed", i, v.Start, v.End)
 		}
+		if v.SysV != nil {
+			if h := v.SysV.HugePageSize; h != 0 && (h&(h-1) != 0 || h < PageSize || v.Start%h != 0) {
+				return bad("vma %d %#x-%#x: SysV segment huge page size %d malformed", i, v.Start, v.End, h)
+			}
+		}
 		if v.Kind == VMAFile && (v.File < 0 || v.File >= len(p.Mapped)) {
 			return bad("vma %d %#x-%#x names mapped file %d of %d", i, v.Start, v.End, v.File, len(p.Mapped))
 		}

@@ -3,6 +3,7 @@ package restore
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"os"
 	"runtime"
 	"strconv"
@@ -14,11 +15,12 @@ import (
 )
 
 const (
-	shmDest   = 0o1000 // SHM_DEST
-	shmLocked = 0o2000 // SHM_LOCKED
-	shmExec   = 0o100000
-	shmLock   = 11 // shmctl SHM_LOCK
-	shmRdonly = 0o10000
+	shmDest    = 0o1000 // SHM_DEST
+	shmLocked  = 0o2000 // SHM_LOCKED
+	shmExec    = 0o100000
+	shmLock    = 11 // shmctl SHM_LOCK
+	shmRdonly  = 0o10000
+	shmHugetlb = 0o4000 // SHM_HUGETLB
 )
 
 // ErrSysV says a System V IPC object of the image cannot be had again.
@@ -177,9 +179,18 @@ func (t *tree) removeSysV() {
 // shmgetAs creates segment s with the effective uid and gid of its old
 // creator, which the segment keeps as cuid and cgid.
 func shmgetAs(s *image.SysVShm) (int, error) {
-	return asCreator(s.CUID, s.CGID, func() (int, error) {
-		return unix.SysvShmGet(int(s.Key), int(s.Size), unix.IPC_CREAT|unix.IPC_EXCL|int(s.Mode&0o777))
+	flags := unix.IPC_CREAT | unix.IPC_EXCL | int(s.Mode&0o777)
+	if h := s.HugePageSize; h != 0 {
+		flags |= shmHugetlb | bits.TrailingZeros64(h)<<unix.MAP_HUGE_SHIFT // SHM_HUGE_SHIFT is MAP_HUGE_SHIFT
+	}
+	id, err := asCreator(s.CUID, s.CGID, func() (int, error) {
+		return unix.SysvShmGet(int(s.Key), int(s.Size), flags)
 	})
+	if err != nil && s.HugePageSize != 0 {
+		return id, fmt.Errorf("SHM_HUGETLB segment of %d kB pages: %w (free huge pages of that size: %s)",
+			s.HugePageSize>>10, err, freeHugePages(s.HugePageSize))
+	}
+	return id, err
 }
 
 // asCreator runs create (a System V IPC object's creation, which records

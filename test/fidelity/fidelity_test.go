@@ -94,6 +94,7 @@ var cases = []fcase{
 	{name: "mem_sysv_msg", src: "mem_sysv_msg.c", args: []string{"DIR/msqids"}},
 	{name: "mem_sysv_msg_gone", src: "mem_sysv_msg.c", args: []string{"DIR/msqids", "gone"}, beforeRedo: removeMsgQueues},
 	{name: "mem_hugetlb", src: "mem_hugetlb.c"},
+	{name: "mem_hugetlb_sysv", src: "mem_hugetlb.c", args: []string{"sysv"}},
 	// AIO contexts: the ring at its address, head, tail, completions.
 	{name: "proc_aio", src: "proc_aio.c"},
 	// Private memory shared copy-on-write after fork: 64 MiB, 3 children,

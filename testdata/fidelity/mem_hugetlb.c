@@ -3,6 +3,11 @@
  * hugetlb memory of the same page size, at the same address, with its
  * content: some huge pages written, one never touched.
  *
+ * mem_hugetlb LOG sysv: the same with a System V segment made with
+ * SHM_HUGETLB, attached and marked removed (what UCX's shared memory does
+ * when huge pages are free, e.g. under MPICH): it comes back as a
+ * SHM_HUGETLB segment of the same size, id and mode.
+ *
  * It needs free huge pages: as root it raises vm.nr_hugepages by what it
  * needs when fewer are free (a restore needs as many again while the
  * original still holds its own, with --leave-running).
@@ -10,6 +15,7 @@
 #include "fidelity.h"
 
 #include <sys/mman.h>
+#include <sys/shm.h>
 
 #define HUGE (2UL << 20)
 #define NHUGE 3
@@ -70,8 +76,18 @@ int main(int argc, char **argv)
 	/* This one, one restored copy, and a spare: the killed original's
 	 * pages are freed asynchronously. */
 	reserve(3 * NHUGE);
-	unsigned char *p = mmap(NULL, NHUGE * HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
-	FID_SETUP(p != MAP_FAILED, "mmap MAP_HUGETLB");
+	int sysv = argc > 2 && strcmp(argv[2], "sysv") == 0, id = -1;
+	unsigned char *p;
+	if (sysv) {
+		id = shmget(IPC_PRIVATE, NHUGE * HUGE, IPC_CREAT | SHM_HUGETLB | 0600);
+		FID_SETUP(id >= 0, "shmget SHM_HUGETLB: %s", strerror(errno));
+		p = shmat(id, NULL, 0);
+		FID_SETUP(p != (void *)-1, "shmat: %s", strerror(errno));
+		FID_SETUP(shmctl(id, IPC_RMID, NULL) == 0, "IPC_RMID: %s", strerror(errno));
+	} else {
+		p = mmap(NULL, NHUGE * HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+		FID_SETUP(p != MAP_FAILED, "mmap MAP_HUGETLB");
+	}
 	/* Pages 0 and 2 written, page 1 never touched. */
 	for (size_t i = 0; i < HUGE; i += 4096) {
 		p[i] = (unsigned char)(i >> 12);
@@ -81,6 +97,13 @@ int main(int argc, char **argv)
 	fid_ready();
 	fid_wait();
 	FID_EXPECT(kernel_page_size(p) == 2048, "KernelPageSize %ld kB, want 2048 (hugetlb)", kernel_page_size(p));
+	if (sysv) {
+		struct shmid_ds ds;
+		FID_EXPECT(shmctl(id, IPC_STAT, &ds) == 0, "IPC_STAT of segment %d: %s", id, strerror(errno));
+		FID_EXPECT(ds.shm_segsz == NHUGE * HUGE && (ds.shm_perm.mode & 0777) == 0600 && ds.shm_nattch == 1,
+			   "segment %d: size %zu mode %o attached %lu times", id, ds.shm_segsz, ds.shm_perm.mode,
+			   (unsigned long)ds.shm_nattch);
+	}
 	int bad = 0;
 	for (size_t i = 0; i < HUGE && bad < 3; i += 4096) {
 		if (p[i] != (unsigned char)(i >> 12) || p[2 * HUGE + i + 7] != (unsigned char)~(i >> 12)) {
