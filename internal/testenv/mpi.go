@@ -31,9 +31,21 @@ type MPILib struct {
 }
 
 // MPICH is MPICH 4 with hydra and its default transport (ch4:ucx, which on
-// one node moves data through shared memory).
+// one node moves data through shared memory), its SysV segments kept off
+// huge pages (UCX_SYSV_HUGETLB_MODE=n): with huge pages free, UCX takes
+// them all for SHM_HUGETLB segments, and tests running beside it that need
+// huge pages (the fidelity suite's) would find none, or take those a
+// killed job freed before its restore could. MPICHHugePages has them.
 func MPICH() MPILib {
-	return MPILib{Name: "mpich", CC: "mpicc.mpich", Launcher: []string{"mpiexec.hydra"}}
+	l := MPICHHugePages()
+	l.Name, l.Env = "mpich", []string{"UCX_SYSV_HUGETLB_MODE=n"}
+	return l
+}
+
+// MPICHHugePages is MPICH with UCX's defaults untouched: its shared memory
+// is SHM_HUGETLB segments when the machine has huge pages free.
+func MPICHHugePages() MPILib {
+	return MPILib{Name: "mpich-hugepages", CC: "mpicc.mpich", Launcher: []string{"mpiexec.hydra"}}
 }
 
 // MPICHOverTCP is MPICH with UCX restricted to TCP (UCX_TLS=tcp,self): the

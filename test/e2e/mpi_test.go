@@ -28,10 +28,12 @@ type mpiCase struct {
 	delay int // ms every rank sleeps after each iteration
 }
 
-// mpiCases are the programs of testdata/mpi with each library: all of
-// them in the soak, one per library in make test (each program with one
-// library; MPICH's slow CG, 4 ranks spinning on 2 cores, only in the soak). A run does 3 iterations, then one or more between each two
-// checkpoints, and waits before its last one until the test is done.
+// mpiCases are the programs of testdata/mpi with each library. The soak
+// runs all of them, with MPICH on huge pages too; make test runs one per
+// library (each program with one library; MPICH's CG, slow with 4 ranks
+// spinning on 2 cores, only in the soak). A run does 3 iterations, then
+// one or more between each two checkpoints, and waits before its last one
+// until the test is done.
 func mpiCases(soak bool, cycles int) []mpiCase {
 	iters := 3 + cycles + 3
 	progs := []testenv.MPIProg{
@@ -40,8 +42,12 @@ func mpiCases(soak bool, cycles int) []mpiCase {
 		{Name: "cg", Iters: iters, Args: []string{"48"}},
 	}
 	short := map[string]string{"mpich": "allreduce", "mpich-tcp": "ring", "openmpi": "cg"}
+	libs := []testenv.MPILib{testenv.MPICH(), testenv.MPICHOverTCP(), testenv.OpenMPI()}
+	if soak {
+		libs = append(libs, testenv.MPICHHugePages())
+	}
 	var out []mpiCase
-	for _, lib := range []testenv.MPILib{testenv.MPICH(), testenv.MPICHOverTCP(), testenv.OpenMPI()} {
+	for _, lib := range libs {
 		for _, p := range progs {
 			if soak || short[lib.Name] == p.Name {
 				out = append(out, mpiCase{lib, p, 10})
