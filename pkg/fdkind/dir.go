@@ -3,6 +3,7 @@ package fdkind
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -74,6 +75,7 @@ func openDir(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 func OpenDeletedDir(env RestoreEnv, ref *image.FileRef, flags int) (*os.File, error) {
 	v, err := env.Once(deletedDirKey{ref.Dev, ref.Ino}, func() (any, error) {
 		defer keepParentTimes(ref.Path)()
+		defer makeParents(filepath.Dir(ref.Path))() // its parents may be gone too
 		if err := unix.Mkdir(ref.Path, ref.Mode&0o7777); err != nil {
 			return nil, fmt.Errorf("deleted directory %s: make it again: %w", ref.Path, err)
 		}

@@ -28,11 +28,16 @@ int main(int argc, char **argv)
 {
 	fid_init(argc, argv);
 	FID_SETUP(argc == 3, "usage: fd_deldirs LOG DIR");
-	char wd[4096], held[4096], gone[4096], file[4200], want[4300];
+	char wd[4096], held[4096], gone[4096], file[4200], want[4300], outer[4096], inner[4200];
 	snprintf(wd, sizeof wd, "%s/wd", argv[2]);
 	snprintf(held, sizeof held, "%s/held", argv[2]);
 	snprintf(gone, sizeof gone, "%s/gone", argv[2]);
 	snprintf(file, sizeof file, "%s/gone/file", argv[2]);
+	snprintf(outer, sizeof outer, "%s/outer", argv[2]);
+	snprintf(inner, sizeof inner, "%s/outer/inner", argv[2]);
+	FID_SETUP(mkdir(outer, 0755) == 0 && mkdir(inner, 0710) == 0, "mkdir outer/inner");
+	int fi = open(inner, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	FID_SETUP(fi >= 0 && rmdir(inner) == 0 && rmdir(outer) == 0, "nested");
 	FID_SETUP(mkdir(wd, 0751) == 0 && mkdir(held, 0705) == 0 && mkdir(gone, 0700) == 0, "mkdir");
 	int fh = open(held, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	int ff = open(file, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0604);
@@ -61,6 +66,12 @@ int main(int argc, char **argv)
 	snprintf(link, sizeof link, "/proc/self/fd/%d", ff);
 	snprintf(want, sizeof want, "%s (deleted)", file);
 	expect_link(link, want);
+	snprintf(link, sizeof link, "/proc/self/fd/%d", fi);
+	snprintf(want, sizeof want, "%s (deleted)", inner);
+	expect_link(link, want);
+	expect_dir(fi, "held directory in a removed one", 0710);
+	struct stat ost;
+	FID_EXPECT(stat(outer, &ost) < 0 && errno == ENOENT, "%s exists after the restore", outer);
 	char buf[32] = {0};
 	FID_EXPECT(pread(ff, buf, sizeof buf - 1, 0) == 13 && strcmp(buf, "in a gone dir") == 0, "file holds '%s'", buf);
 	struct stat st;
