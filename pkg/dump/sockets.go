@@ -30,9 +30,9 @@ type sockState struct {
 	guard *netlock.Guard
 }
 
-// takeSockets gets a copy of every socket of the tree and, if any is an
-// established TCP connection, takes the network lock before anything is
-// read from them.
+// takeSockets gets a copy of every socket of the tree and, if any is a
+// TCP connection (established, connecting or closing) or listener, takes
+// the network lock before anything is read from them.
 func (t *tree) takeSockets() error {
 	t.socks.fds = map[[2]int]int{}
 	t.socks.reuse = map[int]int{}
@@ -76,11 +76,10 @@ func (t *tree) takeSockets() error {
 					conns = append(conns, netlock.Conn{Local: sockets.AddrPort(la)})
 				}
 			}
-			if err == nil && s == sockets.StateEstablished {
-				la, err1 := unix.Getsockname(our)
-				ra, err2 := unix.Getpeername(our)
-				if err1 == nil && err2 == nil {
-					conns = append(conns, netlock.Conn{Local: sockets.AddrPort(la), Remote: sockets.AddrPort(ra)})
+			if err == nil && sockets.Connected(s) {
+				la, ra, err := sockets.Endpoints(our)
+				if err == nil {
+					conns = append(conns, netlock.Conn{Local: la, Remote: ra})
 					reuse := sockets.ReuseAddr(our)
 					t.socks.reuse[our] = reuse
 					// A copy for the guard: an *os.File closes its fd when

@@ -60,7 +60,7 @@ func describeSocket(env DumpEnv, src *Source, f *image.File) error {
 			s.RecvTo = append(s.RecvTo, d.To.String())
 		}
 	}
-	if s.State != sockets.StateEstablished {
+	if s.Protocol != unix.IPPROTO_TCP || !sockets.Connected(s.State) {
 		return nil
 	}
 	st, recvQ, sendQ, err := sockets.DumpTCP(our)
@@ -195,8 +195,10 @@ func ShowSocket(s *image.Socket) string {
 		return fmt.Sprintf("unix %s, connected to socket %d", kind, s.Peer)
 	case s.Family == unix.AF_UNIX:
 		return fmt.Sprintf("unix %s %s", kind, s.Local)
-	case s.TCP != nil:
+	case s.TCP != nil && s.State == sockets.StateEstablished:
 		return fmt.Sprintf("tcp %s -> %s established, %d bytes unsent", s.Local, s.Remote, s.TCP.Unsent)
+	case s.TCP != nil:
+		return fmt.Sprintf("tcp %s -> %s %s, %d bytes unsent", s.Local, s.Remote, sockets.StateName(s.State), s.TCP.Unsent)
 	case s.State == sockets.StateListen:
 		return fmt.Sprintf("tcp %s listening, backlog %d", s.Local, s.Backlog)
 	case s.Protocol == unix.IPPROTO_UDP && s.Remote != "":

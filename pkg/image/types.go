@@ -300,6 +300,9 @@ type Socket struct {
 	Linger  [2]int32  `json:"linger,omitempty"`
 	// Shutdown is what shutdown() closed (SHUT_RD 1, SHUT_WR 2, both 3).
 	Shutdown int `json:"shutdown,omitempty"`
+	// Closed is set on a TCP socket in state CLOSE that had a connection
+	// or tried one (it ended, was reset or refused).
+	Closed bool `json:"closed,omitempty"`
 	// PeerClosed is set on a connected UNIX socket whose peer was closed.
 	PeerClosed bool `json:"peer_closed,omitempty"`
 	// PeerReset is set when the closed peer left ECONNRESET pending (it
@@ -367,7 +370,9 @@ type SockOpt struct {
 	Bytes []byte `json:"bytes,omitempty"`
 }
 
-// TCPRepair is what TCP_REPAIR reads from an established connection.
+// TCPRepair is what TCP_REPAIR reads from a connection (Socket.State is
+// its TCP state: established, SYN_SENT or one of a close). SndSeq and
+// RcvSeq are the kernel's: they count a FIN sent or received.
 type TCPRepair struct {
 	SndSeq    uint32    `json:"snd_seq"` // after the send queue
 	RcvSeq    uint32    `json:"rcv_seq"` // after the receive queue
@@ -380,6 +385,9 @@ type TCPRepair struct {
 	Unsent    int       `json:"unsent"` // bytes at the end of the send queue never sent
 	// ReuseAddr is SO_REUSEADDR, which leaving repair mode clears.
 	ReuseAddr int `json:"reuseaddr,omitempty"`
+	// FinUnsent is set when our FIN had not been sent yet (it waits
+	// behind the unsent data, or for the peer's window).
+	FinUnsent bool `json:"fin_unsent,omitempty"`
 }
 
 // EventFile is the state of an event file: eventfd, timerfd, signalfd,

@@ -6,7 +6,8 @@
 // the kernel would answer it with a RST. The lock is an nftables table in
 // the dumped process's network namespace that drops both directions of
 // every dumped connection: the peer sees silence, and TCP retransmits once
-// the connection is back.
+// the connection is back. Packets marked sockets.InjectMark pass: the
+// segments the restore forges to replay a FIN.
 //
 // Lifetime: the lock is taken by the dump before any queue is read. If the
 // dump fails, it is removed. If ckpt dies before the dump succeeded, a guard
@@ -21,7 +22,9 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/ckpt/ckpt/pkg/sockets"
 	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 )
@@ -69,6 +72,14 @@ func Take(name string, conns []Conn, netns int) (*Lock, error) {
 		Priority: nftables.ChainPriorityRef(-300), Type: nftables.ChainTypeFilter, Policy: &policy})
 	out := c.AddChain(&nftables.Chain{Name: "out", Table: t, Hooknum: nftables.ChainHookOutput,
 		Priority: nftables.ChainPriorityRef(-300), Type: nftables.ChainTypeFilter, Policy: &policy})
+	// The segments a restore forges to replay a FIN (pkg/sockets) pass.
+	for _, ch := range []*nftables.Chain{in, out} {
+		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(sockets.InjectMark)},
+			&expr.Verdict{Kind: expr.VerdictAccept},
+		}})
+	}
 	// One set of connections per address family, keyed by
 	// saddr . sport . daddr . dport, holding both directions of every
 	// connection; one rule per chain and family looks packets up in it.

@@ -4,19 +4,18 @@ import (
 	"fmt"
 
 	"github.com/ckpt/ckpt/pkg/kernelcheck"
-	"github.com/ckpt/ckpt/pkg/sockets"
 	"golang.org/x/sys/unix"
 )
 
 // checkImageFeatures probes the kernel features this image needs beyond
-// what every restore needs (kernelcheck.Restore): TCP_REPAIR for an
-// established TCP connection. A missing one is named with the first
+// what every restore needs (kernelcheck.Restore): TCP_REPAIR for a
+// TCP connection. A missing one is named with the first
 // process and connection that needs it, before anything is built.
 func checkImageFeatures(img *imageMeta) error {
 	for _, p := range img.procs {
 		for _, f := range p.Files {
 			s := f.Socket
-			if s == nil || s.Family == unix.AF_UNIX || s.Type != unix.SOCK_STREAM || s.State != sockets.StateEstablished {
+			if s == nil || s.Family == unix.AF_UNIX || s.Type != unix.SOCK_STREAM || s.TCP == nil {
 				continue
 			}
 			if err := kernelcheck.TCPRepair(); err != nil {

@@ -180,8 +180,7 @@ type repairing struct {
 // all are built; the network lock stays until Release.
 func (t *tree) resumeSockets() error {
 	for _, r := range t.repairs {
-		st := &sockets.TCPState{TCPRepair: *r.s.TCP}
-		if err := sockets.Resume(int(r.f.Fd()), st, r.sendQ); err != nil {
+		if err := sockets.ResumeSocket(int(r.f.Fd()), r.s, r.sendQ); err != nil {
 			return fmt.Errorf("socket %s-%s: %w", r.s.Local, r.s.Remote, err)
 		}
 		// A copy, so that a restore discarded before its release can

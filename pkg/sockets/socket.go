@@ -36,9 +36,9 @@ func Describe(fd int) (*image.Socket, error) {
 			return nil, fmt.Errorf("TCP_INFO: %w", err)
 		}
 		s.State = int(info[0])
-		switch s.State {
-		case StateEstablished:
-		case StateListen:
+		switch {
+		case Connected(s.State):
+		case s.State == StateListen:
 			// For a listener tcp_info has the accept queue length in
 			// tcpi_unacked and the backlog in tcpi_sacked.
 			queued := le32(info[24:])
@@ -48,12 +48,12 @@ func Describe(fd int) (*image.Socket, error) {
 				// --skip-in-flight drops the waiting connections.
 				inFlight = fmt.Errorf("listening socket with %d connections not accepted yet: %w", queued, ErrAcceptQueue)
 			}
-		case tcpClose:
-			// Created, maybe bound, never connected: a socket that was
-			// connected, or tried to, has counted segments.
-			if segsOut, segsIn := le32(info[136:]), le32(info[140:]); segsOut > 0 || segsIn > 0 {
-				return s, fmt.Errorf("TCP socket closed after a connection or a connection attempt (reset, refused or closed by both sides; %d segments out, %d in): %w", segsOut, segsIn, ErrState)
-			}
+		case s.State == tcpClose:
+			// Created, maybe bound, never connected; or closed after a
+			// connection or an attempt (both FINs, a reset, a refused
+			// connect: it has counted segments). A pending error is
+			// refused with the options.
+			s.Closed = le32(info[136:]) > 0 || le32(info[140:]) > 0
 		default:
 			return nil, fmt.Errorf("TCP socket in state %s: %w", tcpStateName(s.State), ErrState)
 		}
@@ -70,24 +70,36 @@ func Describe(fd int) (*image.Socket, error) {
 	if ra, err := unix.Getpeername(fd); err == nil {
 		remote = AddrPort(ra)
 		s.Remote = remote.String()
+	} else if s.Protocol == unix.IPPROTO_TCP && s.State == StateSynSent {
+		if _, remote, err = Endpoints(fd); err != nil {
+			return nil, err
+		}
+		s.Remote = remote.String()
 	}
-	if s.Protocol == unix.IPPROTO_TCP && (s.State == StateEstablished || s.State == StateListen) {
+	tcpConn := s.Protocol == unix.IPPROTO_TCP && Connected(s.State)
+	if tcpConn || s.Protocol == unix.IPPROTO_TCP && s.State == StateListen {
 		if la, err := unix.Getsockname(fd); err == nil {
 			if md5, err := hasMD5Keys(AddrPort(la), remote); err == nil && md5 {
 				return nil, fmt.Errorf("TCP-MD5 keys (TCP_MD5SIG) cannot be read back: %w", ErrState)
 			}
 		}
 	}
-	if s.Options, err = ReadOptions(fd, s.Family, s.Type, s.Protocol, s.State == StateEstablished); err != nil {
+	if s.Options, err = ReadOptions(fd, s.Family, s.Type, s.Protocol, tcpConn && s.State != StateSynSent); err != nil {
 		return nil, err
 	}
-	if s.State == StateEstablished || s.Protocol == unix.IPPROTO_UDP {
+	switch {
+	case s.Protocol == unix.IPPROTO_UDP || tcpConn && s.State != StateSynSent:
 		s.Shutdown = shutdownOf(fd)
+	case s.Protocol == unix.IPPROTO_TCP && s.State == tcpClose:
+		s.Shutdown = closedShutdown(fd, s.Closed)
 	}
 	return s, inFlight
 }
 
 const tcpClose = 7
+
+// StateName names a TCP state (ESTABLISHED, SYN_SENT...).
+func StateName(s int) string { return tcpStateName(s) }
 
 func tcpStateName(s int) string {
 	names := map[int]string{1: "ESTABLISHED", 2: "SYN_SENT", 3: "SYN_RECV", 4: "FIN_WAIT1", 5: "FIN_WAIT2", 6: "TIME_WAIT",
@@ -135,6 +147,24 @@ func shutdownOf(fd int) int {
 	return 0
 }
 
+// closedShutdown reads the shutdown bits of a TCP socket in state CLOSE:
+// poll says POLLHUP for any closed socket, and POLLRDHUP when the receive
+// side is shut. A connection that ended (both FINs, a reset, a refused
+// connect) had both sides shut by the kernel; a socket disconnected
+// (connect AF_UNSPEC) none; the send side shut alone on a socket never
+// connected does not show (and changes nothing a program sees: sending
+// on a closed socket fails with EPIPE either way).
+func closedShutdown(fd int, ended bool) int {
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+	if _, err := unix.Poll(p, 0); err != nil || p[0].Revents&unix.POLLRDHUP == 0 {
+		return 0
+	}
+	if ended {
+		return 3
+	}
+	return 1
+}
+
 // shutdown applies saved shutdown bits; an unconnected socket says
 // ENOTCONN but is shut down all the same.
 func shutdown(fd, bits int) error {
@@ -166,8 +196,12 @@ func Open(s *image.Socket, recvQ, sendQ []byte) (int, error) {
 			unix.Close(fd)
 			return -1, fmt.Errorf("remote address %q: %w", s.Remote, err)
 		}
-		st := &TCPState{Local: local, Remote: remote, TCPRepair: *s.TCP}
-		if err := openConn(fd, s, st, recvQ, sendQ); err != nil {
+		st := &TCPState{Local: local, Remote: remote, State: s.State, TCPRepair: *s.TCP}
+		open := openConn
+		if s.State == StateSynSent {
+			open = openSynSent
+		}
+		if err := open(fd, s, st, recvQ, sendQ); err != nil {
 			setRepair(fd, true) // closing must stay silent
 			unix.Close(fd)
 			return -1, err
@@ -202,10 +236,45 @@ func openConn(fd int, s *image.Socket, st *TCPState, recvQ, sendQ []byte) error 
 	if err := setOptions(fd, mergeOptions(orig, s.Options), late, noReuse); err != nil {
 		return err
 	}
-	if err := shutdown(fd, s.Shutdown); err != nil {
-		return err
+	// The send side is shut by replaying our FIN (Resume).
+	if s.Shutdown&1 != 0 {
+		if err := unix.Shutdown(fd, unix.SHUT_RD); err != nil {
+			return fmt.Errorf("shutdown(SHUT_RD): %w", err)
+		}
 	}
 	return setLinger(fd, s)
+}
+
+// openSynSent prepares a connection in SYN_SENT: its options, its address
+// and initial sequence number; Resume connects.
+func openSynSent(fd int, s *image.Socket, st *TCPState, _, _ []byte) error {
+	noReuse := func(level, name int) bool { return level == unix.SOL_SOCKET && name == unix.SO_REUSEADDR }
+	if err := setOptions(fd, s.Options, early, noReuse); err != nil {
+		return err
+	}
+	if err := setLinger(fd, s); err != nil {
+		return err
+	}
+	if err := prepareSynSent(fd, st); err != nil {
+		return err
+	}
+	return setOptions(fd, s.Options, late, noReuse)
+}
+
+// ResumeSocket is Resume for a connection of an image (Open built it).
+func ResumeSocket(fd int, s *image.Socket, sendQ []byte) error {
+	if s.TCP == nil {
+		return fmt.Errorf("socket %s is not a TCP connection: %w", s.Local, ErrState)
+	}
+	local, err := netip.ParseAddrPort(s.Local)
+	if err != nil {
+		return fmt.Errorf("local address %q: %w", s.Local, err)
+	}
+	remote, err := netip.ParseAddrPort(s.Remote)
+	if err != nil {
+		return fmt.Errorf("remote address %q: %w", s.Remote, err)
+	}
+	return Resume(fd, &TCPState{Local: local, Remote: remote, State: s.State, TCPRepair: *s.TCP}, sendQ)
 }
 
 // mergeOptions is base with the values of over in their place.

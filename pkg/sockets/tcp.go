@@ -60,6 +60,8 @@ const (
 // and what repair mode reads.
 type TCPState struct {
 	Local, Remote netip.AddrPort
+	// State is the TCP state (tcp_info), Connected.
+	State int
 	image.TCPRepair
 }
 
@@ -111,16 +113,22 @@ func State(fd int) (int, error) {
 	return int(info[0]), nil
 }
 
-// DumpTCP puts an established connection in repair mode and reads its
-// state and queues. The socket stays in repair mode: closing it then is
-// silent; LeaveRepair lets it go on instead.
+// DumpTCP puts a connection (Connected: established, SYN_SENT, or one of
+// the states of a close) in repair mode and reads its state and queues.
+// The socket stays in repair mode: closing it then is silent; LeaveRepair
+// lets it go on instead.
 func DumpTCP(fd int) (st *TCPState, recvQ, sendQ []byte, err error) {
 	var info [256]byte
 	if _, err := sys.Getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_INFO, unsafe.Pointer(&info[0]), uintptr(len(info))); err != nil {
 		return nil, nil, nil, fmt.Errorf("TCP_INFO: %w", err)
 	}
-	if info[0] != StateEstablished {
-		return nil, nil, nil, fmt.Errorf("TCP state %d, not established: %w", info[0], ErrState)
+	state := int(info[0])
+	if !Connected(state) {
+		return nil, nil, nil, fmt.Errorf("TCP state %s, not a connection: %w", tcpStateName(state), ErrState)
+	}
+	local, remote, err := Endpoints(fd)
+	if err != nil {
+		return nil, nil, nil, err
 	}
 	reuse := ReuseAddr(fd)
 	if err := setRepair(fd, true); err != nil {
@@ -131,7 +139,8 @@ func DumpTCP(fd int) (st *TCPState, recvQ, sendQ []byte, err error) {
 			LeaveRepair(fd, reuse)
 		}
 	}()
-	st = &TCPState{TCPRepair: image.TCPRepair{Options: info[5], SndWscale: info[6] & 0xf, RcvWscale: info[6] >> 4, ReuseAddr: reuse}}
+	st = &TCPState{Local: local, Remote: remote, State: state,
+		TCPRepair: image.TCPRepair{Options: info[5], SndWscale: info[6] & 0xf, RcvWscale: info[6] >> 4, ReuseAddr: reuse}}
 	// A program's SO_PEEK_OFF would make the peeks below skip bytes.
 	if off, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF); err == nil && off >= 0 {
 		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, -1); err != nil {
@@ -139,15 +148,6 @@ func DumpTCP(fd int) (st *TCPState, recvQ, sendQ []byte, err error) {
 		}
 		defer unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, off)
 	}
-	la, err := unix.Getsockname(fd)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("getsockname: %w", err)
-	}
-	ra, err := unix.Getpeername(fd)
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("getpeername: %w", err)
-	}
-	st.Local, st.Remote = AddrPort(la), AddrPort(ra)
 	if st.MSS, err = unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG); err != nil {
 		return nil, nil, nil, fmt.Errorf("TCP_MAXSEG: %w", err)
 	}
@@ -169,6 +169,17 @@ func DumpTCP(fd int) (st *TCPState, recvQ, sendQ []byte, err error) {
 	}
 	if st.Unsent, err = sys.IoctlInt(fd, unix.SIOCOUTQNSD); err != nil {
 		return nil, nil, nil, fmt.Errorf("SIOCOUTQNSD: %w", err)
+	}
+	// Our FIN, not acknowledged, counts one in the send queue (it has no
+	// data), and in what is unsent if it was not sent.
+	if finInQueue(state) {
+		if outq > 0 {
+			outq--
+		}
+		if st.Unsent > 0 {
+			st.Unsent--
+			st.FinUnsent = true
+		}
 	}
 	if recvQ, st.RcvSeq, err = peekQueue(fd, tcpRecvQueue, inq); err != nil {
 		return nil, nil, nil, fmt.Errorf("receive queue: %w", err)
@@ -270,7 +281,7 @@ func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
 	for _, q := range []struct {
 		q   int
 		seq uint32
-	}{{tcpRecvQueue, st.RcvSeq - uint32(len(recvQ))}, {tcpSendQueue, st.SndSeq - uint32(len(sendQ))}} {
+	}{{tcpRecvQueue, st.recvSeq() - uint32(len(recvQ))}, {tcpSendQueue, st.sendSeq() - uint32(len(sendQ))}} {
 		if err := setQueue(fd, q.q); err != nil {
 			return err
 		}
@@ -316,17 +327,33 @@ func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
 	if err := setQueue(fd, tcpNoQueue); err != nil {
 		return err
 	}
-	w := st.Window
-	if err := sys.Setsockopt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_WINDOW, unsafe.Pointer(&w), unsafe.Sizeof(w)); err != nil {
-		return fmt.Errorf("TCP_REPAIR_WINDOW: %w", err)
-	}
-	return nil
+	return setWindow(fd, windowBeforeFIN(st.Window, st.recvSeq()))
 }
 
 // Resume takes a restored socket out of repair mode, sets SO_REUSEADDR
 // back (leaving repair mode clears it) and sends the part of the send
-// queue that had never been sent.
+// queue that had never been sent. A connection saved in one of the states
+// of a close is brought back to it first (replayClose), one in SYN_SENT
+// connects (resumeSynSent).
 func Resume(fd int, st *TCPState, sendQ []byte) error {
+	if st.State == StateSynSent {
+		return resumeSynSent(fd, st)
+	}
+	orig := bufferSizes(fd)
+	var after func() error
+	if st.State != StateEstablished && st.State != 0 {
+		// The peer's FIN must find room in a receive queue the restore
+		// filled: the buffer is raised while it comes, then put back.
+		if peerFIN(st.State) {
+			if err := raiseBuffers(fd, 0, 1<<20); err != nil {
+				return err
+			}
+		}
+		var err error
+		if after, err = replayClose(fd, st, len(sendQ)); err != nil {
+			return fmt.Errorf("rebuild state %s: %w", tcpStateName(st.State), err)
+		}
+	}
 	if err := setRepair(fd, false); err != nil {
 		return err
 	}
@@ -335,27 +362,33 @@ func Resume(fd int, st *TCPState, sendQ []byte) error {
 			return fmt.Errorf("SO_REUSEADDR: %w", err)
 		}
 	}
-	if st.Unsent == 0 {
-		return nil
-	}
-	// The unsent bytes fitted the buffer before; so that a different
-	// accounting can never block here (the peer may be frozen), the buffer
-	// is raised while they are queued, then put back.
-	orig := bufferSizes(fd)
-	if err := raiseBuffers(fd, st.Unsent, 0); err != nil {
-		return err
-	}
-	for b := sendQ[len(sendQ)-st.Unsent:]; len(b) > 0; {
-		n, err := unix.SendmsgN(fd, b, nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
-		if err == unix.EINTR {
-			continue
+	if st.Unsent > 0 {
+		// The unsent bytes fitted the buffer before; so that a different
+		// accounting can never block here (the peer may be frozen), the
+		// buffer is raised while they are queued, then put back.
+		if err := raiseBuffers(fd, st.Unsent, 0); err != nil {
+			return err
 		}
-		if err != nil {
-			return fmt.Errorf("send the unsent %d bytes: %w", st.Unsent, err)
+		for b := sendQ[len(sendQ)-st.Unsent:]; len(b) > 0; {
+			n, err := unix.SendmsgN(fd, b, nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+			if err == unix.EINTR {
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("send the unsent %d bytes: %w", st.Unsent, err)
+			}
+			b = b[n:]
 		}
-		b = b[n:]
 	}
-	return setOptions(fd, orig, late, nil)
+	if after != nil {
+		if err := after(); err != nil {
+			return fmt.Errorf("rebuild state %s: %w", tcpStateName(st.State), err)
+		}
+	}
+	if st.Unsent > 0 || peerFIN(st.State) {
+		return setOptions(fd, orig, late, nil)
+	}
+	return nil
 }
 
 func sendAll(fd int, b []byte) error {
