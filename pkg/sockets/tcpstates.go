@@ -107,7 +107,7 @@ func Endpoints(fd int) (local, remote netip.AddrPort, err error) {
 		return local, remote, fmt.Errorf("fstat: %w", err)
 	}
 	family := unix.AF_INET
-	if la.(*unix.SockaddrInet6) != nil {
+	if _, ok := la.(*unix.SockaddrInet6); ok {
 		family = unix.AF_INET6
 	}
 	remote, err = diagPeer(family, StateSynSent, uint32(s.Ino))

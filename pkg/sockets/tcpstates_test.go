@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/ckpt/ckpt/pkg/sockets"
 	"github.com/google/nftables"
@@ -327,5 +328,98 @@ func TestTCPStates(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestTCPSynSent dumps a connection whose SYN is not answered (the
+// listener's accept queue is full: it drops SYNs), rebuilds it in
+// SYN_SENT, and lets the listener make room: the listener accepts one
+// connection from the rebuilt socket's port, which reads what it sends.
+func TestTCPSynSent(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("TCP_REPAIR needs root (CAP_NET_ADMIN)")
+	}
+	for _, family := range []string{"tcp4", "tcp6", "mapped"} {
+		t.Run(family, func(t *testing.T) {
+			e := newEnds(t, family) // for its family's addresses only
+			dom := unix.AF_INET
+			if family != "tcp4" {
+				dom = unix.AF_INET6
+			}
+			ln, err := unix.Socket(dom, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			must(t, err)
+			defer unix.Close(ln)
+			must(t, unix.Bind(ln, sockets.Sockaddr(netip.AddrPortFrom(e.remote.Addr(), 0))))
+			must(t, unix.Listen(ln, 0))
+			la, err := unix.Getsockname(ln)
+			must(t, err)
+			// Fill the accept queue (a backlog of 0 holds one).
+			var fillers []int
+			for i := 0; i < 2; i++ {
+				f, err := unix.Socket(dom, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+				must(t, err)
+				defer unix.Close(f)
+				unix.Connect(f, la)
+				fillers = append(fillers, f)
+			}
+			time.Sleep(50 * time.Millisecond)
+			fd, err := unix.Socket(dom, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+			must(t, err)
+			if err := unix.Connect(fd, la); err != unix.EINPROGRESS {
+				t.Fatalf("connect: %v, want EINPROGRESS", err)
+			}
+			time.Sleep(20 * time.Millisecond)
+			if s, _ := sockets.State(fd); s != sockets.StateSynSent {
+				t.Skipf("the SYN was answered (state %s): the accept queue did not fill", sockets.StateName(s))
+			}
+			st, recvQ, sendQ, err := sockets.DumpTCP(fd)
+			must(t, err)
+			if st.Remote != sockets.AddrPort(la) {
+				t.Fatalf("saved peer %v, want %v", st.Remote, sockets.AddrPort(la))
+			}
+			unix.Close(fd)
+			nfd, err := unix.Socket(dom, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+			must(t, err)
+			defer unix.Close(nfd)
+			s := &image.Socket{Family: dom, Type: unix.SOCK_STREAM, Protocol: unix.IPPROTO_TCP, State: st.State,
+				Local: st.Local.String(), Remote: st.Remote.String(), TCP: &st.TCPRepair}
+			unix.Close(nfd)
+			nfd, err = sockets.Open(s, recvQ, sendQ)
+			must(t, err)
+			must(t, sockets.ResumeSocket(nfd, s, sendQ))
+			if s, _ := sockets.State(nfd); s != sockets.StateSynSent {
+				t.Fatalf("restored in state %s, want SYN_SENT", sockets.StateName(s))
+			}
+			// Room in the queue: the next SYN is answered.
+			accepted := 0
+			var conn int
+			deadline := time.Now().Add(10 * time.Second)
+			for time.Now().Before(deadline) && !stateIs(nfd, sockets.StateEstablished)() {
+				c, sa, err := unix.Accept4(ln, unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK)
+				if err == nil {
+					if sockets.AddrPort(sa) == st.Local {
+						accepted++
+						conn = c
+					} else {
+						unix.Close(c)
+					}
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			waitFor(t, "established", stateIs(nfd, sockets.StateEstablished))
+			for time.Now().Before(deadline) && accepted == 0 {
+				if c, sa, err := unix.Accept4(ln, unix.SOCK_CLOEXEC); err == nil && sockets.AddrPort(sa) == st.Local {
+					accepted, conn = accepted+1, c
+				}
+			}
+			if accepted != 1 {
+				t.Fatalf("the listener accepted %d connections from %v, want 1", accepted, st.Local)
+			}
+			defer unix.Close(conn)
+			send(t, conn, []byte("hello|"))
+			if got := readToEOF(t, "restored", nfd, 6, false); string(got) != "hello|" {
+				t.Fatalf("read %q", got)
+			}
+		})
 	}
 }
