@@ -300,9 +300,6 @@ type Socket struct {
 	Linger  [2]int32  `json:"linger,omitempty"`
 	// Shutdown is what shutdown() closed (SHUT_RD 1, SHUT_WR 2, both 3).
 	Shutdown int `json:"shutdown,omitempty"`
-	// Closed is set on a TCP socket in state CLOSE that had a connection
-	// or tried one (it ended, was reset or refused).
-	Closed bool `json:"closed,omitempty"`
 	// PeerClosed is set on a connected UNIX socket whose peer was closed.
 	PeerClosed bool `json:"peer_closed,omitempty"`
 	// PeerReset is set when the closed peer left ECONNRESET pending (it

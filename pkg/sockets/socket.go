@@ -49,11 +49,13 @@ func Describe(fd int) (*image.Socket, error) {
 				inFlight = fmt.Errorf("listening socket with %d connections not accepted yet: %w", queued, ErrAcceptQueue)
 			}
 		case s.State == tcpClose:
-			// Created, maybe bound, never connected; or closed after a
-			// connection or an attempt (both FINs, a reset, a refused
-			// connect: it has counted segments). A pending error is
-			// refused with the options.
-			s.Closed = le32(info[136:]) > 0 || le32(info[140:]) > 0
+			// Created, maybe bound, never connected: a socket that was
+			// connected, or tried to, has counted segments. Such a
+			// socket may show a port it no longer holds (getsockname),
+			// which cannot be rebuilt: it is refused.
+			if segsOut, segsIn := le32(info[136:]), le32(info[140:]); segsOut > 0 || segsIn > 0 {
+				return s, fmt.Errorf("TCP socket closed after a connection or a connection attempt (reset, refused or closed by both sides; %d segments out, %d in): %w", segsOut, segsIn, ErrState)
+			}
 		default:
 			return nil, fmt.Errorf("TCP socket in state %s: %w", tcpStateName(s.State), ErrState)
 		}
@@ -66,6 +68,7 @@ func Describe(fd int) (*image.Socket, error) {
 			s.Local = ap.String()
 		}
 	}
+
 	var remote netip.AddrPort
 	if ra, err := unix.Getpeername(fd); err == nil {
 		remote = AddrPort(ra)
@@ -91,7 +94,7 @@ func Describe(fd int) (*image.Socket, error) {
 	case s.Protocol == unix.IPPROTO_UDP || tcpConn && s.State != StateSynSent:
 		s.Shutdown = shutdownOf(fd)
 	case s.Protocol == unix.IPPROTO_TCP && s.State == tcpClose:
-		s.Shutdown = closedShutdown(fd, s.Closed)
+		s.Shutdown = closedShutdown(fd, false)
 	}
 	return s, inFlight
 }

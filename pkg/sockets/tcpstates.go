@@ -117,9 +117,26 @@ func Endpoints(fd int) (local, remote netip.AddrPort, err error) {
 // diagPeer asks sock_diag for the remote end of the TCP socket with inode
 // ino among those of family in state.
 func diagPeer(family, state int, ino uint32) (netip.AddrPort, error) {
+	d, err := diagFind(family, state, ino)
+	if err != nil {
+		return netip.AddrPort{}, err
+	}
+	if d == nil {
+		return netip.AddrPort{}, fmt.Errorf("sock_diag: no TCP socket with inode %d in state %s", ino, tcpStateName(state))
+	}
+	port := binary.BigEndian.Uint16(d[6:])
+	if family == unix.AF_INET {
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(d[24:28])), port), nil
+	}
+	return netip.AddrPortFrom(netip.AddrFrom16([16]byte(d[24:40])), port), nil
+}
+
+// diagFind asks sock_diag for the TCP socket with inode ino among those of
+// family in state: its inet_diag_msg, nil if there is none.
+func diagFind(family, state int, ino uint32) ([]byte, error) {
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
 	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("sock_diag: %w", err)
+		return nil, fmt.Errorf("sock_diag: %w", err)
 	}
 	defer unix.Close(fd)
 	req := make([]byte, 16+56)
@@ -132,34 +149,30 @@ func diagPeer(family, state int, ino uint32) (netip.AddrPort, error) {
 	r[0], r[1] = byte(family), unix.IPPROTO_TCP
 	le.PutUint32(r[4:], 1<<state)
 	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return netip.AddrPort{}, fmt.Errorf("sock_diag: send: %w", err)
+		return nil, fmt.Errorf("sock_diag: send: %w", err)
 	}
 	buf := make([]byte, 1<<16)
 	for {
 		n, _, err := unix.Recvfrom(fd, buf, 0)
 		if err != nil {
-			return netip.AddrPort{}, fmt.Errorf("sock_diag: receive: %w", err)
+			return nil, fmt.Errorf("sock_diag: receive: %w", err)
 		}
 		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
 		if err != nil {
-			return netip.AddrPort{}, fmt.Errorf("sock_diag: %w", err)
+			return nil, fmt.Errorf("sock_diag: %w", err)
 		}
 		for _, m := range msgs {
 			switch m.Header.Type {
 			case unix.NLMSG_DONE:
-				return netip.AddrPort{}, fmt.Errorf("sock_diag: no TCP socket with inode %d in state %s", ino, tcpStateName(state))
+				return nil, nil
 			case unix.NLMSG_ERROR:
-				return netip.AddrPort{}, fmt.Errorf("sock_diag: error reply")
+				return nil, fmt.Errorf("sock_diag: error reply")
 			}
 			d := m.Data
 			if len(d) < 72 || le.Uint32(d[68:]) != ino {
 				continue
 			}
-			port := binary.BigEndian.Uint16(d[6:])
-			if family == unix.AF_INET {
-				return netip.AddrPortFrom(netip.AddrFrom4([4]byte(d[24:28])), port), nil
-			}
-			return netip.AddrPortFrom(netip.AddrFrom16([16]byte(d[24:40])), port), nil
+			return d, nil
 		}
 	}
 }

@@ -1,0 +1,256 @@
+/*
+ * sock_tcp_states MODE FAMILY (tcp4, tcp6, mapped): TCP sockets in the
+ * states of a close, both ends in the process, with data queued:
+ *   close_wait  the peer sent its FIN: one end in CLOSE_WAIT, the other
+ *               in FIN_WAIT2;
+ *   fin_wait1   our FIN waits behind data the peer has no room for;
+ *   last_ack    the peer's FIN came, then ours, waiting behind data;
+ *   reset       a connection reset by its peer (the error read): CLOSE,
+ *               refused (getsockname shows a port given back);
+ *   refused     a connect refused: disconnected by the kernel, a new socket;
+ *   bound       bound to a port, never connected; unbound: never bound.
+ * After the restore each socket is in its state (TCP_INFO), reads every
+ * byte once then end of file where the peer closed, and the connection
+ * goes on to its end without a reset.
+ */
+#include "sock.h"
+
+static int v6, mapped;
+
+static socklen_t addr_of(struct sockaddr_storage *ss, int port)
+{
+	memset(ss, 0, sizeof *ss);
+	if (!v6) {
+		struct sockaddr_in *a = (struct sockaddr_in *)ss;
+		a->sin_family = AF_INET;
+		a->sin_port = htons(port);
+		a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		return sizeof *a;
+	}
+	struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+	a->sin6_family = AF_INET6;
+	a->sin6_port = htons(port);
+	inet_pton(AF_INET6, mapped ? "::ffff:127.0.0.1" : "::1", &a->sin6_addr);
+	return sizeof *a;
+}
+
+static int new_socket(void)
+{
+	int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
+	FID_SETUP(fd >= 0, "socket");
+	if (v6)
+		SETOPT(fd, IPPROTO_IPV6, IPV6_V6ONLY, !mapped);
+	return fd;
+}
+
+static int state_of(int fd)
+{
+	struct tcp_info ti;
+	socklen_t l = sizeof ti;
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0)
+		return -1;
+	return ti.tcpi_state;
+}
+
+static int wait_state(int fd, int st)
+{
+	for (int i = 0; i < 5000 && state_of(fd) != st; i++)
+		usleep(1000);
+	return state_of(fd) == st;
+}
+
+/* pair connects a client to a listener whose accepted sockets get rcvbuf
+ * (0: the default); the listener is closed. */
+static void pair(int *cli, int *srv, int rcvbuf)
+{
+	struct sockaddr_storage ss;
+	socklen_t l = addr_of(&ss, 0);
+	int ls = new_socket();
+	if (rcvbuf)
+		SETOPT(ls, SOL_SOCKET, SO_RCVBUF, rcvbuf);
+	FID_SETUP(bind(ls, (struct sockaddr *)&ss, l) == 0 && listen(ls, 4) == 0, "listen");
+	FID_SETUP(getsockname(ls, (struct sockaddr *)&ss, &l) == 0, "getsockname");
+	*cli = new_socket();
+	FID_SETUP(connect(*cli, (struct sockaddr *)&ss, l) == 0, "connect");
+	*srv = accept(ls, NULL, NULL);
+	FID_SETUP(*srv >= 0, "accept");
+	close(ls);
+}
+
+/* fill writes to fd until the peer's window and fd's buffer are full; it
+ * returns how many bytes went. */
+static size_t fill(int fd, unsigned seed)
+{
+	size_t n = 0;
+	unsigned char buf[4096];
+	for (int idle = 0; idle < 50;) {
+		for (size_t i = 0; i < sizeof buf; i++)
+			buf[i] = pattern(seed, n + i);
+		ssize_t k = send(fd, buf, sizeof buf, MSG_DONTWAIT | MSG_NOSIGNAL);
+		if (k > 0) {
+			n += k;
+			idle = 0;
+		} else {
+			idle++;
+			usleep(1000);
+		}
+	}
+	return n;
+}
+
+/* expect_stream reads n bytes of the pattern seed, then end of file if
+ * eof: each byte once, no reset. */
+static void expect_stream(int fd, const char *who, unsigned seed, size_t n, int eof)
+{
+	unsigned char buf[4096];
+	size_t got = 0;
+	while (got < n) {
+		size_t want = n - got < sizeof buf ? n - got : sizeof buf;
+		if (read_exact(fd, buf, want) != 0) {
+			fid_fail("%s: read after %zu of %zu bytes: %s", who, got, n, strerror(errno));
+			return;
+		}
+		for (size_t i = 0; i < want; i++)
+			if (buf[i] != pattern(seed, got + i)) {
+				fid_fail("%s: byte %zu differs", who, got + i);
+				return;
+			}
+		got += want;
+	}
+	if (eof) {
+		struct pollfd p = {fd, POLLIN, 0};
+		poll(&p, 1, 10000);
+		char c;
+		ssize_t k = recv(fd, &c, 1, MSG_DONTWAIT);
+		FID_EXPECT(k == 0, "%s: %zd at the end, want end of file (%s)", who, k, k < 0 ? strerror(errno) : "data");
+	}
+}
+
+/* closed_behaviour is what a program sees of a closed socket: poll's
+ * events, a read, a write, its name. */
+static void closed_behaviour(int fd, char *out, size_t len)
+{
+	struct pollfd p = {fd, POLLIN | POLLOUT | POLLRDHUP, 0};
+	poll(&p, 1, 0);
+	char c;
+	errno = 0;
+	ssize_t r = recv(fd, &c, 1, MSG_DONTWAIT);
+	int re = errno;
+	errno = 0;
+	ssize_t w = send(fd, "x", 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+	int we = errno;
+	struct sockaddr_storage ss;
+	socklen_t l = sizeof ss;
+	memset(&ss, 0, sizeof ss);
+	getsockname(fd, (struct sockaddr *)&ss, &l);
+	int port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port);
+	snprintf(out, len, "state %d revents %#x read %zd/%d write %zd/%d port %d", state_of(fd), p.revents, r, re, w, we, port);
+}
+
+int main(int argc, char **argv)
+{
+	fid_init(argc, argv);
+	FID_SETUP(argc == 4, "usage: sock_tcp_states LOG MODE FAMILY");
+	const char *mode = argv[2], *fam = argv[3];
+	v6 = strcmp(fam, "tcp4") != 0;
+	mapped = strcmp(fam, "mapped") == 0;
+	int fd = -1, other = -1;
+	size_t toFd = 0, toOther = 0;
+	int closed = 0;
+	char before[256] = "";
+	if (strcmp(mode, "close_wait") == 0) {
+		pair(&fd, &other, 0);
+		toFd = 3000;
+		unsigned char buf[3000];
+		for (size_t i = 0; i < sizeof buf; i++)
+			buf[i] = pattern(1, i);
+		FID_SETUP(write_all(other, buf, sizeof buf) == 0, "write");
+		FID_SETUP(shutdown(other, SHUT_WR) == 0, "shutdown");
+		FID_SETUP(wait_state(fd, TCP_CLOSE_WAIT) && wait_state(other, TCP_FIN_WAIT2), "CLOSE_WAIT / FIN_WAIT2");
+	} else if (strcmp(mode, "fin_wait1") == 0 || strcmp(mode, "last_ack") == 0) {
+		pair(&fd, &other, 4096);
+		SETOPT(fd, SOL_SOCKET, SO_SNDBUF, 4096);
+		if (strcmp(mode, "last_ack") == 0) {
+			FID_SETUP(shutdown(other, SHUT_WR) == 0, "shutdown");
+			FID_SETUP(wait_state(fd, TCP_CLOSE_WAIT), "CLOSE_WAIT");
+		}
+		toOther = fill(fd, 2);
+		FID_SETUP(shutdown(fd, SHUT_WR) == 0, "shutdown");
+		FID_SETUP(wait_state(fd, strcmp(mode, "last_ack") == 0 ? TCP_LAST_ACK : TCP_FIN_WAIT1), "state after shutdown");
+	} else if (strcmp(mode, "reset") == 0) {
+		pair(&fd, &other, 0);
+		struct linger lg = {1, 0};
+		SETOPTP(other, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+		close(other);
+		other = -1;
+		FID_SETUP(wait_state(fd, TCP_CLOSE), "reset");
+		char c;
+		FID_SETUP(recv(fd, &c, 1, MSG_DONTWAIT) < 0 && errno == ECONNRESET, "ECONNRESET");
+		closed = 1;
+	} else if (strcmp(mode, "refused") == 0) {
+		struct sockaddr_storage ss;
+		socklen_t l = addr_of(&ss, 0);
+		int ls = new_socket(); /* a port nobody listens on */
+		FID_SETUP(bind(ls, (struct sockaddr *)&ss, l) == 0, "bind");
+		FID_SETUP(getsockname(ls, (struct sockaddr *)&ss, &l) == 0, "getsockname");
+		fd = new_socket();
+		FID_SETUP(connect(fd, (struct sockaddr *)&ss, l) < 0 && errno == ECONNREFUSED, "connect refused");
+		close(ls);
+		closed = 1;
+	} else if (strcmp(mode, "bound") == 0 || strcmp(mode, "unbound") == 0) {
+		fd = new_socket();
+		if (strcmp(mode, "bound") == 0) {
+			struct sockaddr_storage ss;
+			socklen_t l = addr_of(&ss, 0);
+			FID_SETUP(bind(fd, (struct sockaddr *)&ss, l) == 0, "bind");
+		}
+		closed = 1;
+	} else {
+		FID_SETUP(0, "unknown mode %s", mode);
+	}
+	int stFd = state_of(fd), stOther = other >= 0 ? state_of(other) : -1;
+	if (closed)
+		closed_behaviour(fd, before, sizeof before);
+	fid_ready();
+	fid_wait();
+	FID_EXPECT(state_of(fd) == stFd, "state %d, want %d", state_of(fd), stFd);
+	if (other >= 0)
+		FID_EXPECT(state_of(other) == stOther, "peer state %d, want %d", state_of(other), stOther);
+	if (closed) {
+		char after[256];
+		closed_behaviour(fd, after, sizeof after);
+		FID_EXPECT(strcmp(before, after) == 0, "closed socket: %s, was %s", after, before);
+		if (strcmp(mode, "bound") == 0) {
+			/* The port is still taken. */
+			struct sockaddr_storage ss;
+			socklen_t l = sizeof ss;
+			getsockname(fd, (struct sockaddr *)&ss, &l);
+			int s2 = new_socket();
+			FID_EXPECT(bind(s2, (struct sockaddr *)&ss, l) < 0 && errno == EADDRINUSE, "the bound port is free after the restore");
+			close(s2);
+		}
+		return fid_done();
+	}
+	/* Every byte once, each FIN once, then the connection ends. */
+	if (strcmp(mode, "close_wait") == 0) {
+		expect_stream(fd, "CLOSE_WAIT end", 1, toFd, 1);
+		FID_EXPECT(write_all(fd, "bye", 3) == 0, "CLOSE_WAIT end: write");
+		char b[3];
+		FID_EXPECT(read_exact(other, b, 3) == 0 && memcmp(b, "bye", 3) == 0, "FIN_WAIT2 end: read");
+		FID_EXPECT(shutdown(fd, SHUT_WR) == 0, "shutdown");
+		expect_stream(other, "FIN_WAIT2 end", 0, 0, 1);
+	} else {
+		expect_stream(other, "peer", 2, toOther, 1);
+		if (strcmp(mode, "fin_wait1") == 0) {
+			FID_EXPECT(wait_state(fd, TCP_FIN_WAIT2), "FIN not acknowledged: state %d", state_of(fd));
+			FID_EXPECT(shutdown(other, SHUT_WR) == 0, "shutdown");
+			expect_stream(fd, "FIN_WAIT1 end", 0, 0, 1);
+		}
+	}
+	FID_EXPECT(wait_state(fd, TCP_CLOSE), "connection end: state %d", state_of(fd));
+	int err = 0;
+	socklen_t l = sizeof err;
+	getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l);
+	FID_EXPECT(err == 0, "SO_ERROR %s", strerror(err));
+	return fid_done();
+}
