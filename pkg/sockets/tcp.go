@@ -339,7 +339,10 @@ func Resume(fd int, st *TCPState, sendQ []byte) error {
 	if st.State == StateSynSent {
 		return resumeSynSent(fd, st)
 	}
-	orig := bufferSizes(fd)
+	var orig []image.SockOpt
+	if st.Unsent > 0 || peerFIN(st.State) {
+		orig = bufferSizes(fd)
+	}
 	var after func() error
 	if st.State != StateEstablished && st.State != 0 {
 		// The peer's FIN must find room in a receive queue the restore
@@ -385,7 +388,7 @@ func Resume(fd int, st *TCPState, sendQ []byte) error {
 			return fmt.Errorf("rebuild state %s: %w", tcpStateName(st.State), err)
 		}
 	}
-	if st.Unsent > 0 || peerFIN(st.State) {
+	if orig != nil {
 		return setOptions(fd, orig, late, nil)
 	}
 	return nil
