@@ -195,7 +195,7 @@ func ShowSocket(s *image.Socket) string {
 		return fmt.Sprintf("unix %s, connected to socket %d", kind, s.Peer)
 	case s.Family == unix.AF_UNIX:
 		return fmt.Sprintf("unix %s %s", kind, s.Local)
-	case s.TCP != nil && s.State == sockets.StateEstablished:
+	case s.TCP != nil && (s.State == sockets.StateEstablished || s.State == 0):
 		return fmt.Sprintf("tcp %s -> %s established, %d bytes unsent", s.Local, s.Remote, s.TCP.Unsent)
 	case s.TCP != nil:
 		return fmt.Sprintf("tcp %s -> %s %s, %d bytes unsent", s.Local, s.Remote, sockets.StateName(s.State), s.TCP.Unsent)
