@@ -20,8 +20,14 @@ import (
 // canonical mode, so that a partial line stays partial.
 //
 // Limits: a line discipline holds 4095 bytes; a dump finding that much
-// queued refuses before reading (more may wait behind). An end-of-file
-// character queued in canonical mode comes back as a NUL byte.
+// queued refuses before reading (more may wait behind), but in canonical
+// mode the kernel counts only complete lines, so a partial line that
+// fills the buffer is not seen (and bytes past it would be lost). An
+// end-of-file character queued in canonical mode comes back as a NUL
+// byte. The bytes written to a master whose slave was never opened are
+// not saved: reading them needs an open of the slave, and its close
+// leaves the master hung up for good (read EIO, poll POLLHUP). Output
+// stopped by flow control (^S) is not saved either.
 
 // ttyBufMax is what a line discipline holds (N_TTY_BUF_SIZE - 1).
 const ttyBufMax = 4095
