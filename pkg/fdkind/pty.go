@@ -175,6 +175,9 @@ func linkPtys(env DumpEnv, fds []Held) error {
 			return fmt.Errorf("%s: it is the controlling terminal of session %d, whose leader is outside the dump: cannot be restored: %w",
 				name, p.Session, ErrUnsupported)
 		}
+		if p.Foreground != 0 && unix.Kill(-p.Foreground, 0) == unix.ESRCH {
+			return fmt.Errorf("%s: its foreground process group %d has no process left: cannot be restored: %w", name, p.Foreground, ErrUnsupported)
+		}
 		if err := checkCtty(p, fds); err != nil {
 			return fmt.Errorf("%s: %w", name, err)
 		}

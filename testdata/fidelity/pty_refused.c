@@ -91,9 +91,8 @@ int main(int argc, char **argv)
 			setsid();
 			pid_t c = fork();
 			if (c == 0) {
-				char x;
-				read(res[0], &x, 1); /* never written: waits */
-				_exit(0);
+				for (;;) /* until killed with the leader's group */
+					pause();
 			}
 			int t = open(slave, O_RDWR); /* becomes the leader's terminal only */
 			char ok = (t >= 0 && tty_nr_of(getpid()) > 0 && tty_nr_of(c) == 0) ? 'y' : 'n';
