@@ -228,7 +228,7 @@ func fdLine(s *imageSummary, p *image.Process, fd image.FD) string {
 // is not /, the root directory (chroot).
 func showCwd(m *image.ProcMisc) string {
 	s := m.Cwd
-	if m.DeletedCwd != nil {
+	if m.CwdRef != nil && m.CwdRef.Deleted {
 		s += " (deleted)"
 	}
 	if m.Root != "" && m.Root != "/" {

@@ -127,7 +127,7 @@ func (d *dumper) collectMisc(p *image.Process, status *proc.Status) error {
 		return err
 	}
 	p.Misc.Umask = status.Umask
-	if p.Misc.Cwd, p.Misc.DeletedCwd, p.Misc.Root, err = fdkind.DescribeDirs(pid); err != nil {
+	if err := fdkind.DescribeDirs(pid, &p.Misc); err != nil {
 		return err
 	}
 	if b, err := os.ReadFile(proc.Path(pid, "personality")); err == nil {

@@ -5,31 +5,59 @@ import (
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
+	"golang.org/x/sys/unix"
 )
 
 // DescribeDirs describes the working and root directories of a frozen
-// process: the working directory's path, and its description if it was
-// removed (made again at restore, like a deleted directory held open);
-// the root directory's path (chroot), which the restore enters again. A
-// root directory that was removed or moved is refused.
-func DescribeDirs(pid int) (cwd string, deleted *image.FileRef, root string, err error) {
+// process: their paths and identities (a removed working directory is
+// made again at restore, like a deleted directory held open). A root
+// directory that was removed or moved is refused.
+func DescribeDirs(pid int, m *image.ProcMisc) error {
 	lf, err := proc.ReadLinkedFile(proc.Path(pid, "cwd"))
 	if err != nil {
-		return "", nil, "", fmt.Errorf("working directory: %w", err)
+		return fmt.Errorf("working directory: %w", err)
 	}
-	ref, err := DirRef(lf)
+	cwd, err := DirRef(lf)
 	if err != nil {
-		return "", nil, "", fmt.Errorf("working directory: %w", err)
-	}
-	if ref.Deleted {
-		deleted = &ref
+		return fmt.Errorf("working directory: %w", err)
 	}
 	rl, err := proc.ReadLinkedFile(proc.Path(pid, "root"))
 	if err != nil {
-		return "", nil, "", fmt.Errorf("root directory: %w", err)
+		return fmt.Errorf("root directory: %w", err)
 	}
 	if rl.Unlinked {
-		return "", nil, "", fmt.Errorf("root directory (chroot) %s was removed or moved: cannot be restored: %w", rl.Path, ErrUnsupported)
+		return fmt.Errorf("root directory (chroot) %s was removed or moved: cannot be restored: %w", rl.Path, ErrUnsupported)
 	}
-	return lf.Path, deleted, rl.Path, nil
+	root, err := DirRef(rl)
+	if err != nil {
+		return fmt.Errorf("root directory: %w", err)
+	}
+	m.Cwd, m.CwdRef, m.Root, m.RootRef = lf.Path, &cwd, rl.Path, &root
+	return nil
+}
+
+// CheckDirs refuses, on the machine of the dump, a working or root
+// directory that is another directory than at the dump (removed and made
+// again, or another moved there): the process would go on elsewhere.
+func CheckDirs(env RestoreEnv, m *image.ProcMisc) error {
+	if !env.SameBoot() {
+		return nil
+	}
+	for _, d := range []struct {
+		what, path string
+		ref        *image.FileRef
+	}{{"working directory", m.Cwd, m.CwdRef}, {"root directory", m.Root, m.RootRef}} {
+		if d.ref == nil || d.ref.Deleted {
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Stat(d.path, &st); err != nil {
+			return fmt.Errorf("%s %s: %w", d.what, d.path, err)
+		}
+		if st.Dev != d.ref.Dev || st.Ino != d.ref.Ino {
+			return fmt.Errorf("%s %s is another directory than at the dump (device %#x inode %d, was device %#x inode %d: made again or replaced): %w",
+				d.what, d.path, st.Dev, st.Ino, d.ref.Dev, d.ref.Ino, ErrFileChanged)
+		}
+	}
+	return nil
 }

@@ -756,15 +756,17 @@ type Creds struct {
 type ProcMisc struct {
 	Umask int    `json:"umask"`
 	Cwd   string `json:"cwd"`
-	// DeletedCwd is set when the working directory had been removed: it
-	// is made again, entered and removed again (like a deleted directory
-	// held open).
-	DeletedCwd *FileRef `json:"deleted_cwd,omitempty"`
-	// Root is the root directory (chroot), as ckpt sees it.
-	Root        string `json:"root"`
-	Personality uint64 `json:"personality"`
-	PdeathSig   int    `json:"pdeath_sig"`
-	Dumpable    int    `json:"dumpable"`
+	// CwdRef identifies the working directory (device, inode, mode,
+	// owner, times). One that had been removed (Deleted) is made again,
+	// entered and removed again, like a deleted directory held open.
+	CwdRef *FileRef `json:"cwd_ref,omitempty"`
+	// Root is the root directory (chroot), as ckpt sees it, and RootRef
+	// identifies it.
+	Root        string   `json:"root"`
+	RootRef     *FileRef `json:"root_ref,omitempty"`
+	Personality uint64   `json:"personality"`
+	PdeathSig   int      `json:"pdeath_sig"`
+	Dumpable    int      `json:"dumpable"`
 	// Stopped is set when the process was in group-stop (SIGSTOP).
 	Stopped bool `json:"stopped,omitempty"`
 	// StopSignal is the signal that stopped it (SIGSTOP, SIGTSTP, SIGTTIN

@@ -43,7 +43,7 @@ type builder struct {
 
 	mapFD map[int]int // index of Process.Mapped -> fd
 	exeFD int
-	cwdFD int // the deleted working directory made again (Misc.DeletedCwd)
+	cwdFD int // the deleted working directory made again (Misc.CwdRef)
 
 	target int // pid of the process being built, 0 once handed over
 	tasks  []int
@@ -190,7 +190,7 @@ func (b *builder) misc() error {
 	if _, err := b.call("umask", unix.SYS_UMASK, uint64(p.Misc.Umask)); err != nil {
 		return err
 	}
-	if p.Misc.DeletedCwd == nil { // a deleted one was entered with the fds (fds.go)
+	if b.cwdFD == 0 { // a deleted one was entered with the fds (fds.go)
 		if err := b.writeString(scratchPathOff, p.Misc.Cwd); err != nil {
 			return err
 		}

@@ -50,7 +50,7 @@ func (b *builder) fds() error {
 			return fmt.Errorf("%s: %w", fdkind.Show(f), err)
 		}
 	}
-	if b.p.Misc.DeletedCwd != nil {
+	if b.cwdFD != 0 {
 		if _, err := b.call("fchdir to the deleted "+b.p.Misc.Cwd, unix.SYS_FCHDIR, uint64(b.cwdFD)); err != nil {
 			return err
 		}
@@ -97,11 +97,15 @@ func (b *builder) chroot() error {
 	return err
 }
 
-// prepareCwd makes again the working directory of a process that had
-// been removed, and passes it to the process (entered in fds).
+// prepareCwd checks the working and root directories, and makes again
+// the working directory of a process that had been removed, passing it
+// to the process (entered in fds).
 func (b *builder) prepareCwd(env fdkind.RestoreEnv) error {
-	ref := b.p.Misc.DeletedCwd
-	if ref == nil {
+	if err := fdkind.CheckDirs(env, &b.p.Misc); err != nil {
+		return err
+	}
+	ref := b.p.Misc.CwdRef
+	if ref == nil || !ref.Deleted {
 		return nil
 	}
 	f, err := fdkind.OpenDeletedDir(env, ref, unix.O_RDONLY|unix.O_DIRECTORY)

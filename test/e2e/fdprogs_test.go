@@ -204,3 +204,39 @@ func TestRestoreRefusesChangedFiles(t *testing.T) {
 		})
 	}
 }
+
+// TestRestoreRefusesReplacedCwd: a working directory removed and made
+// again at its path between the dump and the restore (its files moved
+// over) is another directory: the restore fails naming it.
+func TestRestoreRefusesReplacedCwd(t *testing.T) {
+	e := setup(t)
+	v := e.startVictim(t, "dynamic_counter")
+	img := filepath.Join(t.TempDir(), "img")
+	e.dumpKill(t, v, img)
+	if err := os.Rename(v.dir, v.dir+".tmp"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(v.dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(v.dir + ".tmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, en := range ents {
+		if err := os.Rename(filepath.Join(v.dir+".tmp", en.Name()), filepath.Join(v.dir, en.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	defer os.RemoveAll(v.dir + ".tmp")
+	res := e.runRedo(t, nil, img)
+	if res.code == 0 {
+		t.Fatalf("ckpt-redo succeeded although the working directory %s was made again", v.dir)
+	}
+	for _, want := range []string{"working directory " + v.dir + " is another directory than at the dump", "file changed since the dump"} {
+		if !strings.Contains(res.stderr, want) {
+			t.Errorf("ckpt-redo: stderr %q, want it to say %q", res.stderr, want)
+		}
+	}
+	e.expectGone(t, v.pid, "after the refused restore")
+}
