@@ -1,6 +1,6 @@
 // Command ckpt-redo restores a process from a ckpt image.
 //
-//	ckpt-redo [--shell-job] [--inherit-fd N]... [--stdio FILE] [--rules FILE] DIR
+//	ckpt-redo [--shell-job] [--inherit-fd N]... [--stdio FILE] [--rules FILE] [--tcp-close] DIR
 //	ckpt-redo --listen HOST:PORT [--keep DIR] [options]
 //
 // It returns once the process runs again under its old PID, detached: its
@@ -39,6 +39,7 @@ func main() {
 			&cli.StringSliceFlag{Name: "inherit-fd", Usage: "give the process's fd `N` this ckpt-redo's own fd N (repeatable)"},
 			&cli.StringFlag{Name: "stdio", Usage: "replace fds 0-2 that cannot be restored (a pipe or terminal outside the dump) with `FILE`, e.g. /dev/null"},
 			&cli.StringFlag{Name: "rules", Usage: "endpoint rewrite rules `FILE` (default: $" + rewrite.EnvVar + "): move TCP and UDP endpoints to new addresses"},
+			&cli.BoolFlag{Name: "tcp-close", Usage: "restore every TCP connection closed (the program reads end of file): for a process moved where its peers cannot follow"},
 			&cli.StringFlag{Name: "listen", Usage: "receive one image (sent by ckpt dump --to) on `HOST:PORT` (port 0: any) and restore it while it arrives"},
 			&cli.StringFlag{Name: "keep", Usage: "with --listen, also store the received image in `DIR`"},
 			&cli.IntFlag{Name: "control", Value: -1, Usage: "agent control socket `FD` (group operations; see ckpt agent)"},
@@ -67,6 +68,7 @@ func run(c *cli.Context) error {
 	}
 	opts := restore.Options{
 		ShellJob: c.Bool("shell-job"),
+		TCPClose: c.Bool("tcp-close"),
 		Stdio:    c.String("stdio"),
 		Inherit:  map[int]*os.File{},
 		Fault:    cliutil.PhaseHook("ckpt-redo"),

@@ -256,6 +256,9 @@ func (t *tree) takeLock() error {
 		}
 	}
 	if len(conns) == 0 {
+		if t.opts.TCPClose {
+			return t.adoptDumpLock()
+		}
 		return nil
 	}
 	name := strings.TrimPrefix(t.img.hdr.NetLock, netlock.TablePrefix)

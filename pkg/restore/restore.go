@@ -85,6 +85,11 @@ type Options struct {
 	// UDP sockets) to new addresses: both ends of a connection must move
 	// consistently for it to carry on.
 	Rules *rewrite.Rules
+	// TCPClose restores every TCP connection as a socket whose connection
+	// ended (state CLOSE, shut down both ways, queues dropped): for a
+	// process moved where its peers cannot follow. The dump's network
+	// lock is lifted on Release.
+	TCPClose bool
 	// Progress, if set, is called as pages are written.
 	Progress func(done, total int64)
 	// Fault, if set, is called at the start of each phase with its name.
@@ -226,6 +231,9 @@ func Build(rd io.Reader, opts Options) (r *Restored, err error) {
 	}()
 	if err := machine.Check(&img.hdr); err != nil {
 		return nil, err
+	}
+	if opts.TCPClose {
+		closeConnections(img)
 	}
 	if err := checkImageFeatures(img); err != nil {
 		return nil, err

@@ -167,6 +167,57 @@ func TestTCPStatesOutside(t *testing.T) {
 	}
 }
 
+// TestTCPClose restores an established connection with ckpt-redo
+// --tcp-close: the program finds it closed (state CLOSE, end of file,
+// EPIPE), the dump's network lock is lifted, and the peer, outside the
+// dump, is reset when it sends.
+func TestTCPClose(t *testing.T) {
+	e := setup(t)
+	bin := compileC(t, "tcpstate.c")
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	tcpMust(t, err)
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	v := e.startLogged(t, "tcpstate", func(log string) []string {
+		return []string{bin, log, "tcp_close", "127.0.0.1", strconv.Itoa(port)}
+	})
+	conn, err := ln.Accept()
+	tcpMust(t, err)
+	defer conn.Close()
+	tcpMust(t, tcpWrite(conn, []byte("unread by the program")))
+	ready := v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "ready") || strings.HasPrefix(l, "FAIL") })
+	if !strings.HasPrefix(ready, "ready") {
+		t.Fatalf("victim: %s", ready)
+	}
+	img := t.TempDir() + "/img"
+	e.dumpKill(t, v, img)
+	if res := e.runRedo(t, nil, "--tcp-close", img); res.code != 0 {
+		t.Fatalf("ckpt-redo --tcp-close: %v", res)
+	}
+	if tables := lockTables(t, v.pid); len(tables) != 0 {
+		t.Fatalf("lock tables after ckpt-redo --tcp-close: %v", tables)
+	}
+	tcpMust(t, unix.Kill(v.pid, unix.SIGTERM))
+	verdict := v.waitLine(t, func(l string) bool { return l == "PASS" || strings.HasPrefix(l, "FAIL") })
+	if verdict != "PASS" {
+		t.Fatalf("restored program: %s", verdict)
+	}
+	// The peer: what the program had sent, then a reset once it sends.
+	expectAll(t, conn, []byte("unacked?"))
+	deadline := time.Now().Add(wait)
+	for {
+		conn.SetDeadline(time.Now().Add(time.Second))
+		conn.Write([]byte("ping"))
+		_, err := conn.Read(make([]byte, 1))
+		if err != nil && strings.Contains(err.Error(), "reset") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("peer: %v, want a reset", err)
+		}
+	}
+}
+
 func tcpWrite(c net.Conn, b []byte) error {
 	c.SetWriteDeadline(time.Now().Add(wait))
 	_, err := c.Write(b)

@@ -12,7 +12,9 @@
  *   fin_wait1   we filled the peer's window, then our FIN: the peer reads
  *               everything and our FIN; end of file when it closes;
  *   syn_sent    our SYN is not answered (the listener's queue is full):
- *               once connected, read "hi".
+ *               once connected, read "hi";
+ *   tcp_close   an established connection restored with --tcp-close: in
+ *               state CLOSE, read gives end of file, write EPIPE.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -161,6 +163,12 @@ int main(int argc, char **argv)
 	size_t sent = 0;
 	if (strcmp(mode, "close_wait") == 0) {
 		want = TCP_CLOSE_WAIT;
+	} else if (strcmp(mode, "tcp_close") == 0) {
+		if (write(fd, "unacked?", 8) != 8) {
+			say("FAIL: setup: write");
+			return 1;
+		}
+		want = TCP_ESTABLISHED;
 	} else if (strcmp(mode, "fin_wait2") == 0) {
 		if (write(fd, "data", 4) != 4 || shutdown(fd, SHUT_WR) < 0) {
 			say("FAIL: setup: write");
@@ -197,11 +205,12 @@ int main(int argc, char **argv)
 		;
 	/* From inside: the same state, the timestamp clock went on from
 	 * where it was. */
-	if (state_of(fd) != want)
-		fail("state %d, want %d", state_of(fd), want);
+	int closed = strcmp(mode, "tcp_close") == 0;
+	if (state_of(fd) != (closed ? TCP_CLOSE : want))
+		fail("state %d, want %d", state_of(fd), closed ? TCP_CLOSE : want);
 	unsigned ts1 = 0;
 	tl = sizeof ts1;
-	if (want != 2) {
+	if (want != 2 && !closed) {
 		getsockopt(fd, IPPROTO_TCP, TCP_TIMESTAMP, &ts1, &tl);
 		if ((int)(ts1 - ts0) < 0 || ts1 - ts0 > 60000)
 			fail("TCP_TIMESTAMP %u, was %u", ts1, ts0);
@@ -221,6 +230,13 @@ int main(int argc, char **argv)
 		if (state_of(fd) != TCP_FIN_WAIT2 && state_of(fd) != TCP_CLOSE)
 			fail("our FIN not acknowledged: state %d", state_of(fd));
 		expect(fd, 0, NULL, 1);
+	} else if (closed) {
+		char c;
+		ssize_t r = read(fd, &c, 1);
+		if (r != 0)
+			fail("read: %zd (%s), want end of file", r, r < 0 ? strerror(errno) : "data");
+		if (send(fd, "x", 1, MSG_NOSIGNAL) != -1 || errno != EPIPE)
+			fail("write: %s, want EPIPE", strerror(errno));
 	} else if (strcmp(mode, "syn_sent") == 0) {
 		struct pollfd p = {fd, POLLOUT, 0};
 		poll(&p, 1, 20000);
