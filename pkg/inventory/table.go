@@ -447,7 +447,7 @@ func socketAttrs() []Attr {
 		{Name: "TCP timestamp clock and windows", Family: "socket", Status: Restored,
 			Seen:    Seen{Other: "getsockopt TCP_TIMESTAMP, TCP_INFO (tcpi_snd_wnd, tcpi_rcv_wnd), the peer's PAWS check"},
 			Save:    "TCP_TIMESTAMP, TCP_REPAIR_WINDOW in every connected state",
-			Restore: "TCP_TIMESTAMP and TCP_REPAIR_WINDOW in repair mode; the window set again after the replayed FINs", CRIU: "same", Case: "pkg/sockets TestTCPStates (TCP_TIMESTAMP continuous)"},
+			Restore: "TCP_TIMESTAMP and TCP_REPAIR_WINDOW in repair mode; the window set again after the replayed FINs", CRIU: "same", Case: "pkg/sockets TestTCPStates (TCP_TIMESTAMP continuous; snd_wnd and max_window equal), e2e TestTCPStatesOutside (TCP_TIMESTAMP from inside)"},
 	}
 }
 

@@ -294,6 +294,18 @@ func TestTCPStates(t *testing.T) {
 				if ts, _ := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_TIMESTAMP); uint32(ts-ts0) > 5000 {
 					t.Fatalf("TCP_TIMESTAMP %d after the restore, %d before", ts, ts0)
 				}
+				// The peer's window as it was (the lock still holds: nothing
+				// came from the peer): snd_wnd, max_window. (snd_wl1 is
+				// set back by the kernel's window probe when a socket
+				// leaves repair mode established, so that the peer's
+				// answer updates the window.)
+				must(t, sockets.EnterRepair(fd))
+				w, err := sockets.RepairWindow(fd)
+				must(t, err)
+				must(t, sockets.LeaveRepair(fd, 0))
+				if [2]uint32(w[1:3]) != [2]uint32(st.Window[1:3]) {
+					t.Fatalf("window (snd_wnd, max_window) %v after the restore, %v before", w[1:3], st.Window[1:3])
+				}
 				e.release()
 				// From the peer: every byte cli had sent, then its FIN.
 				got := readToEOF(t, "peer", e.srv, len(e.toSrv), e.cliClosed)
