@@ -3,16 +3,18 @@
  *
  * The main process fills 64 MiB of private anonymous memory (every page
  * different), then forks 3 children; child 0 writes every 64th page of it
- * (256 pages), children 1 and 2 write nothing. Each child then waits on
- * its own pipe.
+ * (256 pages), child 1 drops pages 1000-1099 (MADV_DONTNEED: they read
+ * zero), child 2 drops the last 10 pages and zeroes page 2000 (a page of
+ * its own that holds zeros). Each child then waits on its own pipe.
  *
  * After the restore, the main process checks its own content, then reads
  * /proc/CHILD/pagemap (root sees the page frames): every page a child did
- * not write must be the main process's own frame (shared again, not a
- * copy), every page child 0 wrote must be its own. Then each child checks
- * its content and writes one more page (page 5); the main process checks
- * that its page 5 did not change. A child reports through its exit status
- * and a result pipe.
+ * not touch must be the main process's own frame (shared again, not a
+ * copy), every page child 0 wrote must be its own, no page a child dropped
+ * or zeroed may be the main process's. Then each child checks its content
+ * and writes one more page (page 5); the main process checks that its page
+ * 5 did not change. A child reports through its exit status and a result
+ * pipe.
  */
 #include "fidelity.h"
 
@@ -56,18 +58,41 @@ static int holds(int gen, size_t p)
 	return 1;
 }
 
+#define ZERO (-1) /* a page that reads zero */
+
 /* gen_of is the generation page p must hold in child k before its last
- * write (k < 0: the main process). */
-static int gen_of(int k, size_t p) { return k == 0 && p % STRIDE == 0 ? 1 : 0; }
+ * write (k < 0: the main process), or ZERO. */
+static int gen_of(int k, size_t p)
+{
+	switch (k) {
+	case 0:
+		return p % STRIDE == 0 ? 1 : 0;
+	case 1:
+		return p >= 1000 && p < 1100 ? ZERO : 0;
+	case 2:
+		return p >= NPAGES - 10 || p == 2000 ? ZERO : 0;
+	}
+	return 0;
+}
+
+static int holds_zero(size_t p)
+{
+	for (size_t i = 0; i < PG / 8; i++)
+		if (((uint64_t *)(mem + p * PG))[i] != 0)
+			return 0;
+	return 1;
+}
 
 /* check_content checks every page; it returns the number that differ and
  * names the first in why. */
 static int check_content(int k, char *why, size_t len)
 {
 	int bad = 0;
-	for (size_t p = 0; p < NPAGES; p++)
-		if (!holds(gen_of(k, p), p) && bad++ == 0)
-			snprintf(why, len, "page %zu does not hold what generation %d wrote", p, gen_of(k, p));
+	for (size_t p = 0; p < NPAGES; p++) {
+		int g = gen_of(k, p);
+		if (!(g == ZERO ? holds_zero(p) : holds(g, p)) && bad++ == 0)
+			snprintf(why, len, "page %zu does not hold what generation %d wrote", p, g);
+	}
 	return bad;
 }
 
@@ -98,6 +123,15 @@ static void child(int k, int go, int res)
 	if (k == 0)
 		for (size_t p = 0; p < NPAGES; p += STRIDE)
 			fill(1, p);
+	if (k == 1 && madvise(mem + 1000 * PG, 100 * PG, MADV_DONTNEED) != 0)
+		_exit(5);
+	if (k == 2) {
+		if (madvise(mem + (NPAGES - 10) * PG, 10 * PG, MADV_DONTNEED) != 0)
+			_exit(5);
+		memset(mem + 2000 * PG, 0, PG);
+	}
+	if (write(res, "s", 1) != 1) /* set up */
+		_exit(4);
 	char c;
 	ssize_t n;
 	do
@@ -151,16 +185,13 @@ int main(int argc, char **argv)
 		go[k] = g[1];
 		res[k] = r[0];
 	}
-	/* Child 0 has written its pages once every one of them is its own. */
-	for (int tries = 0;; tries++) {
-		FID_SETUP(frames(kids[0], theirs) == 0, "read the pagemap of child 0");
-		int own = 0;
-		for (size_t p = 0; p < NPAGES; p += STRIDE)
-			own += (theirs[p] & PRESENT) && (theirs[p] & PFN_MASK) != (mine[p] & PFN_MASK);
-		if (own == NPAGES / STRIDE)
-			break;
-		FID_SETUP(tries < 10000, "child 0 did not write its pages in 10 s");
-		usleep(1000);
+	for (int k = 0; k < NCHILD; k++) {
+		char c;
+		ssize_t n;
+		do
+			n = read(res[k], &c, 1);
+		while (n < 0 && errno == EINTR);
+		FID_SETUP(n == 1 && c == 's', "child %d did not set up", k);
 	}
 	fid_ready();
 	fid_wait();
@@ -178,17 +209,17 @@ int main(int argc, char **argv)
 		size_t shared = 0, own = 0, want_own = 0, first_bad = NPAGES;
 		for (size_t p = 0; p < NPAGES; p++) {
 			int same = (mine[p] & PRESENT) && (theirs[p] & PRESENT) && (mine[p] & PFN_MASK) == (theirs[p] & PFN_MASK);
-			int written = gen_of(k, p) != 0;
-			want_own += written;
-			if (same && !written)
+			int g = gen_of(k, p);
+			want_own += g != 0;
+			if (same && g == 0)
 				shared++;
-			else if (!same && written && (theirs[p] & PRESENT))
+			else if (!same && g != 0 && (g == ZERO || (theirs[p] & PRESENT)))
 				own++;
 			else if (first_bad == NPAGES)
 				first_bad = p;
 		}
 		FID_EXPECT(shared == NPAGES - want_own && own == want_own,
-			   "child %d: %zu of %zu unwritten pages shared with the main process, %zu of %zu written ones its own (first wrong: page %zu)",
+			   "child %d: %zu of %zu untouched pages shared with the main process, %zu of %zu written or dropped ones not (first wrong: page %zu)",
 			   k, shared, NPAGES - want_own, own, want_own, first_bad);
 	}
 	for (int k = 0; k < NCHILD; k++)
