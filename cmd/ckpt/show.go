@@ -22,8 +22,11 @@ type imageSummary struct {
 	Records   int              `json:"records"`
 	Pages     int64            `json:"pages"`
 	ZeroPages int64            `json:"zero_pages"`
-	FileData  int64            `json:"file_data_bytes"`
-	Bytes     int64            `json:"bytes"`
+	// ParentPages are pages stored as their parent's (shared
+	// copy-on-write since a fork): no data.
+	ParentPages int64 `json:"parent_pages"`
+	FileData    int64 `json:"file_data_bytes"`
+	Bytes       int64 `json:"bytes"`
 
 	meta *image.Meta
 }
@@ -62,9 +65,12 @@ func summarize(r io.Reader) (*imageSummary, error) {
 			return nil, err
 		}
 		for _, run := range pg.Runs {
-			if run.Zero {
+			switch {
+			case run.Zero:
 				s.ZeroPages += int64(run.Pages)
-			} else {
+			case run.Parent:
+				s.ParentPages += int64(run.Pages)
+			default:
 				s.Pages += int64(run.Pages)
 			}
 		}
@@ -148,7 +154,11 @@ func printSummary(w io.Writer, s *imageSummary) {
 	fmt.Fprintf(w, "image: %d records, %s; taken %s on %s (kernel %s, %s)\n", s.Records, size(uint64(s.Bytes)),
 		h.Created.Format("2006-01-02 15:04:05 MST"), h.Hostname, h.Kernel, h.Machine)
 	fmt.Fprintf(w, "cpu: %s, xcr0 %#x, xstate %d bytes\n", h.CPU.Model, h.CPU.XCR0, h.CPU.XSaveSize)
-	fmt.Fprintf(w, "memory: %d pages with data (%s), %d zero pages\n", s.Pages, size(uint64(s.Pages)*image.PageSize), s.ZeroPages)
+	fmt.Fprintf(w, "memory: %d pages with data (%s), %d zero pages", s.Pages, size(uint64(s.Pages)*image.PageSize), s.ZeroPages)
+	if s.ParentPages > 0 {
+		fmt.Fprintf(w, ", %d pages shared with the parent (copy-on-write, stored once)", s.ParentPages)
+	}
+	fmt.Fprintln(w)
 	if h.NetLock != "" {
 		fmt.Fprintf(w, "network lock: %s (lifted by the restore, or by ckpt unlock)\n", h.NetLock)
 	}
@@ -171,7 +181,11 @@ func printSummary(w io.Writer, s *imageSummary) {
 		fmt.Fprintf(w, "  VMAs (%d):\n", len(p.VMAs))
 		tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
 		for _, v := range p.VMAs {
-			fmt.Fprintf(tw, "    %012x-%012x\t%s\t%s\t%s\t%d pages\t%s\n", v.Start, v.End, protString(v.Prot, v.Shared), size(v.Len()), v.Kind, v.Pages, v.Name)
+			pages := fmt.Sprintf("%d pages", v.Pages)
+			if v.ParentPages > 0 {
+				pages += fmt.Sprintf(" (%d the parent's)", v.ParentPages)
+			}
+			fmt.Fprintf(tw, "    %012x-%012x\t%s\t%s\t%s\t%s\t%s\n", v.Start, v.End, protString(v.Prot, v.Shared), size(v.Len()), v.Kind, pages, v.Name)
 		}
 		tw.Flush()
 		fmt.Fprintf(w, "  fds (%d):\n", len(p.FDs))

@@ -15,7 +15,11 @@
 //     VMA at its original address, file-backed ones from files opened by
 //     ckpt-redo and inherited through the helper;
 //  4. writes the pages with process_vm_writev in large batches while the
-//     next batch is read from the image, then sets the final protections;
+//     next batch is read from the image, then sets the final protections.
+//     Steps 1-4 run process by process in image order, so that each child
+//     is forked from its parent once the parent's memory is in place: it
+//     keeps the VMAs it shares copy-on-write with it (the pages the image
+//     stores as the parent's) instead of unmapping them (see cow.go);
 //  5. restores the mm (PR_SET_MM_MAP, with exe and auxv), file descriptors
 //     (dup3 of the inherited files), signal handlers, sigaltstack, timers,
 //     rlimits, umask, cwd, rseq, robust list, pending signals, and

@@ -8,6 +8,7 @@ package fidelity
 
 import (
 	"bytes"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -508,6 +509,17 @@ func TestCOWImageSize(t *testing.T) {
 		t.Errorf("image of %d MiB, want about 64 (+256 pages of child 0): shared pages stored more than once", fi.Size()/mib)
 	}
 	t.Logf("image %.1f MiB for 4 processes sharing 64 MiB", float64(fi.Size())/mib)
+	res := e.ckpt(t, nil, "show", "--json", img)
+	var show struct {
+		ParentPages int64 `json:"parent_pages"`
+	}
+	if err := json.Unmarshal([]byte(res.stdout), &show); res.code != 0 || err != nil {
+		t.Fatalf("ckpt show --json: %v: %v", res, err)
+	}
+	// 3 children of 16384 pages, less those they wrote, dropped or zeroed.
+	if want := int64(3*16384 - 256 - 100 - 11); show.ParentPages < want {
+		t.Errorf("ckpt show: %d pages stored as the parent's, want at least %d", show.ParentPages, want)
+	}
 	e.redo(t, p)
 	e.verify(t, p)
 }
