@@ -171,6 +171,9 @@ func linkPtys(env DumpEnv, fds []Held) error {
 		if holder := ptsOpenElsewhere(idx, inDump); holder != "" {
 			return fmt.Errorf("%s: its slave is open in %s, outside the dump: cannot be restored: %w", name, holder, ErrUnsupported)
 		}
+		if err := ptsInode(p, pp.slaves); err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
 		if p.Session != 0 && !env.InDump(p.Session) {
 			return fmt.Errorf("%s: it is the controlling terminal of session %d, whose leader is outside the dump: cannot be restored: %w",
 				name, p.Session, ErrUnsupported)
@@ -195,6 +198,26 @@ func linkPtys(env DumpEnv, fds []Held) error {
 		c.Master, c.DevTTY = false, true
 		h.File.Pty = &c
 	}
+	return nil
+}
+
+// ptsInode records the owner and mode of /dev/pts/N, checking first that
+// ckpt sees the same pty there as the dump's slaves (a pty of another
+// devpts instance, a container's, is refused: the restore reopens
+// /dev/pts/N).
+func ptsInode(p *image.Pty, slaves []Held) error {
+	path := fmt.Sprintf("/dev/pts/%d", p.Index)
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return fmt.Errorf("%s: %v: a pty of another devpts instance: cannot be restored: %w", path, err, ErrUnsupported)
+	}
+	for _, s := range slaves {
+		if s.File.Ref.Dev != st.Dev || s.File.Rdev != st.Rdev {
+			return fmt.Errorf("process %d fd %d: the slave is not ckpt's %s: a pty of another devpts instance: cannot be restored: %w",
+				s.PID, s.FD, path, ErrUnsupported)
+		}
+	}
+	p.UID, p.GID, p.Mode = int(st.Uid), int(st.Gid), st.Mode&0o7777
 	return nil
 }
 
@@ -407,6 +430,12 @@ func makePair(env RestoreEnv, p *image.Pty) (*ptyPair, error) {
 	}
 	mf := os.NewFile(uintptr(master), "/dev/ptmx")
 	env.Keep(mf)
+	if err := unix.Chown(path, p.UID, p.GID); err != nil {
+		return nil, fmt.Errorf("chown %s %d:%d: %w", path, p.UID, p.GID, err)
+	}
+	if err := unix.Chmod(path, p.Mode); err != nil {
+		return nil, fmt.Errorf("chmod %s %#o: %w", path, p.Mode, err)
+	}
 	if err := settlePair(env, master, p); err != nil {
 		return nil, err
 	}

@@ -496,6 +496,11 @@ type Pty struct {
 	Packet    bool `json:"packet,omitempty"`
 	Locked    bool `json:"locked,omitempty"`
 	Exclusive bool `json:"exclusive,omitempty"`
+	// UID, GID and Mode are those of the slave's inode /dev/pts/N (its
+	// creator's, or what grantpt or the program set).
+	UID  int    `json:"uid"`
+	GID  int    `json:"gid"`
+	Mode uint32 `json:"mode"`
 	// SlaveClosed: the slave had been opened and every fd of it closed
 	// (the master reads EIO, polls POLLHUP).
 	SlaveClosed bool `json:"slave_closed,omitempty"`

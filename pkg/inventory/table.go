@@ -330,7 +330,7 @@ func fdAttrs() []Attr {
 			Seen:    Seen{Other: "ptsname/ttyname (/dev/pts/N), tcgetattr, TIOCGWINSZ, TIOCGPKT, TIOCGPTLCK, TIOCGEXCL, queued bytes, tcgetpgrp, getsid, /proc/PID/stat tty_nr"},
 			Save:    "ioctls on ckpt's copy of the master (TIOCGPTN, TCGETS2, ...); the bytes queued both ways read and put back at once with TIOCSTI (a tty cannot be peeked)",
 			Restore: "/dev/ptmx opened until the same index comes; settings, TIOCSTI of the queued bytes; slaves reopened; TIOCSCTTY by the session leader after its setsid, TIOCSPGRP once the groups exist",
-			Reason:  "refused: a slave open outside the dump, a session led from outside, a packet-mode event pending, a full line discipline (4095 bytes); an index taken at restore fails by name",
+			Reason:  "refused: a slave open outside the dump, a pty of another devpts instance, a session led from outside or with members lacking the terminal, a foreground group with no process, a packet-mode event pending, a full line discipline (4095 bytes); an index taken at restore fails by name",
 			CRIU:    "same (CRIU does not save queued bytes)", Case: "pty_pair, pty_packet_event, pty_queue_full, pty_ctty_mixed (refusals), e2e TestPtyScript, TestPtyTmux, TestPtyIndexTaken, TestPtySlaveOutside"},
 		{Name: "file opened or mapped by path: the same file at restore", Family: "fd", Status: Restored,
 			Seen:    Seen{Other: "fstat, read, mmap of the file"},

@@ -130,7 +130,8 @@ func checkTypescript(t *testing.T, ts string) {
 
 // TestPtyScript checkpoints `script` running a counting shell loop on
 // its pty (script holds the master, the shell leads a session whose
-// controlling terminal is the slave), kills it and restores it twice:
+// controlling terminal is the slave), once with --leave-running, then
+// kills it and restores it twice:
 // the loop goes on counting on the same /dev/pts/N, as its controlling
 // terminal, and the typescript shows every number once.
 func TestPtyScript(t *testing.T) {
@@ -138,6 +139,11 @@ func TestPtyScript(t *testing.T) {
 	testenv.LockPtys(t)
 	pid, ts := startScript(t, e)
 	n := ptyOf(t, pid)
+	// A --leave-running dump first: script and its shell go on, without a
+	// byte lost or doubled in the pty (the dump reads the queues and puts
+	// them back).
+	e.dump(t, pid, filepath.Join(t.TempDir(), "img"), "--leave-running")
+	waitTypescript(t, ts, waitTypescript(t, ts, 0)+3)
 	for round := 1; round <= 2; round++ {
 		img := filepath.Join(t.TempDir(), "img")
 		e.dump(t, pid, img)

@@ -173,6 +173,7 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 5000 && (ioctl(m, TIOCINQ, &q) < 0 || q < (int)sizeof out - 1); i++)
 		usleep(1000);
 	FID_SETUP(ioctl(s, TIOCEXCL) == 0, "TIOCEXCL");
+	FID_SETUP(fchown(s, 4321, 5) == 0 && fchmod(s, 0640) == 0, "chown, chmod %s", slave);
 
 	/* A second master, left locked, its slave never opened. */
 	int m2 = posix_openpt(O_RDWR | O_NOCTTY | O_NONBLOCK);
@@ -187,6 +188,9 @@ int main(int argc, char **argv)
 	char name[64];
 	snprintf(name, sizeof name, "%s", ttyname(s) ? ttyname(s) : "none");
 	FID_EXPECT(strcmp(name, slave) == 0, "ttyname %s, want %s", name, slave);
+	struct stat sst;
+	FID_EXPECT(stat(slave, &sst) == 0 && sst.st_uid == 4321 && sst.st_gid == 5 && (sst.st_mode & 07777) == 0640, "%s: owner %d:%d mode %o",
+		   slave, sst.st_uid, sst.st_gid, sst.st_mode & 07777);
 	struct termios2 t2;
 	FID_EXPECT(ioctl(s, TCGETS2, &t2) == 0 && memcmp(&t, &t2, sizeof t) == 0,
 		   "termios iflag %#x oflag %#x cflag %#x lflag %#x speed %u, want %#x %#x %#x %#x %u", t2.c_iflag, t2.c_oflag, t2.c_cflag,
