@@ -240,3 +240,68 @@ func TestRestoreRefusesReplacedCwd(t *testing.T) {
 	}
 	e.expectGone(t, v.pid, "after the refused restore")
 }
+
+// TestSqliteCLITransaction: the sqlite3 shell, fed through a FIFO, holds
+// a write transaction across a checkpoint and restore: a second writer
+// started after the restore is locked out, and the restored COMMIT
+// succeeds with exactly the rows of the transaction.
+func TestSqliteCLITransaction(t *testing.T) {
+	if _, err := exec.LookPath("sqlite3"); err != nil {
+		t.Skip("no sqlite3")
+	}
+	e := setup(t)
+	dir := t.TempDir()
+	db, fifo := filepath.Join(dir, "db"), filepath.Join(dir, "in")
+	sql := func(q string) (string, error) {
+		out, err := exec.Command("sqlite3", "-batch", "-cmd", ".timeout 0", db, q).CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	if out, err := sql("CREATE TABLE t(x); INSERT INTO t VALUES(0);"); err != nil {
+		t.Fatalf("create: %v %s", err, out)
+	}
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Read-write: never blocks, and keeps the FIFO open for the shell.
+	in, err := os.OpenFile(fifo, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	send := func(s string) {
+		t.Helper()
+		if _, err := in.WriteString(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	send("BEGIN IMMEDIATE; INSERT INTO t VALUES(1);\n")
+	locked := func() bool {
+		out, err := sql("INSERT INTO t VALUES(99);")
+		return err != nil && strings.Contains(out, "locked")
+	}
+	pid := e.startProg(t, dir, func(int) bool { return locked() },
+		"sh", "-c", fmt.Sprintf("exec sqlite3 -batch %s < %s", db, fifo))
+	defer func() {
+		syscall.Kill(pid, syscall.SIGKILL)
+		e.r.WaitExit(t, pid, wait)
+	}()
+	t0 := time.Now()
+	e.dumpRestorePID(t, pid)
+	t.Logf("checkpointed and restored in %v", time.Since(t0))
+	if !locked() {
+		t.Fatalf("a second writer got in after the restore")
+	}
+	t1 := time.Now()
+	send("COMMIT;\n")
+	defer func() { t.Logf("committed %v after the restore", time.Since(t1)) }()
+	waitFor(t, "the restored shell commits its row", func() bool {
+		out, err := sql("SELECT group_concat(x) FROM t;")
+		return err == nil && out == "0,1"
+	})
+	if out, err := sql("INSERT INTO t VALUES(2);"); err != nil {
+		t.Errorf("a writer after the COMMIT: %v %s", err, out)
+	}
+	if s := readFile(filepath.Join(dir, "stderr")); s != "" {
+		t.Errorf("sqlite3 stderr: %q", s)
+	}
+}
