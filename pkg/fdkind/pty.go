@@ -65,6 +65,11 @@ func describePtmx(env DumpEnv, s *Source, f *image.File) error {
 	}
 	p := &image.Pty{Index: idx, Master: true}
 	what := fmt.Sprintf("pseudo-terminal master of /dev/pts/%d", idx)
+	// The queues are read and put back through the default line
+	// discipline (N_TTY) on both sides.
+	if ld, err := unix.IoctlGetInt(fd, unix.TIOCGETD); err != nil || ld != nTTY {
+		return fmt.Errorf("%s: line discipline %d (%v): cannot be restored: %w", what, ld, err, ErrUnsupported)
+	}
 	t, err := unix.IoctlGetTermios(fd, unix.TCGETS2)
 	if err != nil {
 		return fmt.Errorf("%s: TCGETS2: %w", what, err)

@@ -29,6 +29,10 @@ import (
 // leaves the master hung up for good (read EIO, poll POLLHUP). Output
 // stopped by flow control (^S) is not saved either.
 
+// nTTY is the default line discipline (N_TTY, which x/sys/unix does not
+// name).
+const nTTY = 0
+
 // ttyBufMax is what a line discipline holds (N_TTY_BUF_SIZE - 1).
 const ttyBufMax = 4095
 
@@ -73,6 +77,9 @@ func ptyQueues(env DumpEnv, pp *ptyHeld, p *image.Pty) error {
 	}
 	t := termiosFromImage(p.Termios)
 	if slave >= 0 {
+		if ld, err := unix.IoctlGetInt(slave, unix.TIOCGETD); err != nil || ld != nTTY {
+			return fmt.Errorf("the slave's line discipline is %d (%v): cannot be restored: %w", ld, err, ErrUnsupported)
+		}
 		ex, err := unix.IoctlGetInt(slave, unix.TIOCGEXCL)
 		if err != nil {
 			return fmt.Errorf("TIOCGEXCL: %w", err)

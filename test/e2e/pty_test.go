@@ -312,6 +312,14 @@ func TestPtyTmux(t *testing.T) {
 	e.dump(t, server, img)
 	e.expectGone(t, server, "the dumped tmux server")
 	e.expectGone(t, shell[0], "the dumped pane shell")
+	show := e.runCkpt(t, nil, "show", img)
+	for _, want := range []string{fmt.Sprintf("ptmx     pty master of /dev/pts/%d (80x24, terminal of session %d, foreground group %d)", n, shell[0], shell[0]),
+		fmt.Sprintf("tty      pty slave /dev/pts/%d (master in the dump)", n),
+		fmt.Sprintf("tty      /dev/tty: the controlling terminal /dev/pts/%d (master in the dump)", n)} {
+		if !strings.Contains(show.stdout, want) {
+			t.Errorf("ckpt show does not say %q:\n%s", want, show.stdout)
+		}
+	}
 	if _, err := os.Lstat(sock); err != nil {
 		t.Fatalf("the killed server's socket file: %v (want it left behind, stale)", err)
 	}
