@@ -1,0 +1,254 @@
+package ptrace
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// A Batch is a list of system calls one tracee makes in one go: the
+// tracer writes a small piece of code that loads each call's number and
+// arguments, runs it and stores its result, then marks the batch done and
+// waits in pause(2). The task runs it from an interrupt stop with
+// PTRACE_CONT; the tracer sees the mark and interrupts it again. A call
+// costs no ptrace stop of its own (an injected Syscall costs two), and no
+// signal is raised: the end is an ordinary interrupt stop, as after Park.
+//
+// The calls run in order, each whatever the previous ones returned;
+// RunBatch returns every result for the caller to check.
+type Batch struct {
+	calls []batchCall
+}
+
+type batchCall struct {
+	nr   uint64
+	args [6]uint64
+}
+
+// Add appends a call and returns its index in the results.
+func (b *Batch) Add(nr uint64, args ...uint64) int {
+	c := batchCall{nr: nr}
+	copy(c.args[:], args)
+	b.calls = append(b.calls, c)
+	return len(b.calls) - 1
+}
+
+// Len is the number of calls.
+func (b *Batch) Len() int { return len(b.calls) }
+
+// Reset empties the batch.
+func (b *Batch) Reset() { b.calls = b.calls[:0] }
+
+const (
+	callCodeSize = 7*10 + 2 + 10 // seven movabs, syscall, store of rax
+	tailCodeSize = 10 + 10 + 10 + 2 + 2
+	sysPause     = 34
+)
+
+// BatchCodeSize is the size of the code of a batch of n calls.
+func BatchCodeSize(n int) int { return n*callCodeSize + tailCodeSize }
+
+// BatchOutSize is the size of the memory a batch of n calls writes its
+// results (and its done mark) to.
+func BatchOutSize(n int) int { return 8 * (n + 1) }
+
+// movabs $imm, reg: the REX prefix and opcode of each register the calls
+// use.
+var (
+	movRAX = []byte{0x48, 0xb8}
+	movArg = [6][]byte{
+		{0x48, 0xbf}, // rdi
+		{0x48, 0xbe}, // rsi
+		{0x48, 0xba}, // rdx
+		{0x49, 0xba}, // r10
+		{0x49, 0xb8}, // r8
+		{0x49, 0xb9}, // r9
+	}
+)
+
+// code assembles the batch: results go to out+8*i, the done mark to
+// out+8*n.
+func (b *Batch) code(out, mark uint64) []byte {
+	le := binary.LittleEndian
+	c := make([]byte, 0, BatchCodeSize(len(b.calls)))
+	mov := func(op []byte, v uint64) {
+		c = append(c, op...)
+		c = le.AppendUint64(c, v)
+	}
+	store := func(addr uint64) { // movabs %rax, addr
+		c = append(c, 0x48, 0xa3)
+		c = le.AppendUint64(c, addr)
+	}
+	for i, call := range b.calls {
+		mov(movRAX, call.nr)
+		for k, a := range call.args {
+			mov(movArg[k], a)
+		}
+		c = append(c, 0x0f, 0x05)
+		store(out + 8*uint64(i))
+	}
+	mov(movRAX, mark)
+	store(out + 8*uint64(len(b.calls)))
+	// 1: pause(); jmp 1b
+	mov(movRAX, sysPause)
+	c = append(c, 0x0f, 0x05, 0xeb, 0xf2)
+	return c
+}
+
+// batchTimeout bounds a batch: its calls do not block, so one that does
+// not finish is stuck in the kernel.
+const batchTimeout = 10 * time.Second
+
+// ErrBatchTimeout means a batch did not finish in time.
+var ErrBatchTimeout = errors.New("batch did not finish")
+
+// RunBatch runs the calls of b in the tracee, which must be in an
+// interrupt stop (or at the syscall-exit stop of an injected call). code
+// is memory the tracee can execute and the tracer can write (through
+// /proc/PID/mem if it is not writable), BatchCodeSize bytes; out is
+// memory the tracee can write, BatchOutSize bytes. pid is the process of
+// the tracee. The task ends in an interrupt stop with its registers as
+// they were. Signals that stop the task meanwhile are taken off the queue
+// and added to in.Signals, as Syscall does.
+func (in *Injector) RunBatch(pid int, b *Batch, code, out uint64) ([]uint64, error) {
+	if len(b.calls) == 0 {
+		return nil, nil
+	}
+	saved, err := GetRegs(in.TID)
+	if err != nil {
+		return nil, err
+	}
+	mark := uint64(time.Now().UnixNano()) | 1
+	n := len(b.calls)
+	if err := WriteMem(pid, out+8*uint64(n), make([]byte, 8)); err != nil {
+		return nil, fmt.Errorf("batch in %d: clear mark: %w", in.TID, err)
+	}
+	if err := WriteMem(pid, code, b.code(out, mark)); err != nil {
+		return nil, fmt.Errorf("batch in %d: write code: %w", in.TID, err)
+	}
+	r := saved
+	r.Rip = code
+	r.Orig_rax = ^uint64(0) // no syscall restart on the way out
+	if err := SetRegs(in.TID, &r); err != nil {
+		return nil, err
+	}
+	res, err := in.runUntilMark(pid, out, n, mark, &saved)
+	if err != nil {
+		return nil, err
+	}
+	if err := SetRegs(in.TID, &saved); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// runUntilMark resumes the task and waits until the mark at out+8n is
+// set, then puts it back in an interrupt stop and returns the results.
+func (in *Injector) runUntilMark(pid int, out uint64, n int, mark uint64, saved *unix.PtraceRegs) ([]uint64, error) {
+	if err := Cont(in.TID, 0); err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 8*(n+1))
+	deadline := time.Now().Add(batchTimeout)
+	sleep := time.Duration(0)
+	for i := 0; ; i++ {
+		stopped, err := in.pollStop(saved)
+		if err != nil {
+			return nil, err
+		}
+		if stopped {
+			if err := Cont(in.TID, 0); err != nil {
+				return nil, err
+			}
+		}
+		if err := ReadMem(pid, out, buf); err != nil {
+			return nil, fmt.Errorf("batch in %d: read results: %w", in.TID, err)
+		}
+		if binary.LittleEndian.Uint64(buf[8*n:]) == mark {
+			break
+		}
+		if time.Now().After(deadline) {
+			Interrupt(in.TID)
+			in.waitInterrupt()
+			SetRegs(in.TID, saved)
+			return nil, fmt.Errorf("batch of %d calls in %d: %w within %v", n, in.TID, ErrBatchTimeout, batchTimeout)
+		}
+		if i > 20 {
+			sleep = min(max(2*sleep, 2*time.Microsecond), 200*time.Microsecond)
+			time.Sleep(sleep)
+		}
+	}
+	if err := Interrupt(in.TID); err != nil {
+		return nil, err
+	}
+	if err := in.waitInterrupt(); err != nil {
+		return nil, err
+	}
+	res := make([]uint64, n)
+	for i := range res {
+		res[i] = binary.LittleEndian.Uint64(buf[8*i:])
+	}
+	return res, nil
+}
+
+// pollStop collects a stop of the running batch without waiting: a
+// signal (taken off the queue, kept in in.Signals) or an event. It tells
+// whether the task stopped (and must be resumed).
+func (in *Injector) pollStop(saved *unix.PtraceRegs) (bool, error) {
+	var ws unix.WaitStatus
+	got, err := unix.Wait4(in.TID, &ws, unix.WALL|unix.WNOHANG, nil)
+	if err == unix.EINTR || (err == nil && got != in.TID) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("wait %d: %w", in.TID, err)
+	}
+	st := Stop{Status: ws}
+	if ws.Stopped() {
+		st.Event = int(ws>>16) & 0xff
+	}
+	if st.Exited() {
+		return false, fmt.Errorf("batch in %d: %s: %w", in.TID, st, ErrExited)
+	}
+	if st.Event == 0 {
+		info, _ := GetSigInfo(in.TID)
+		if fault(st.Sig(), info) {
+			r, _ := GetRegs(in.TID)
+			SetRegs(in.TID, saved)
+			return false, fmt.Errorf("batch in %d: %v at %#x", in.TID, st.Sig(), r.Rip)
+		}
+		in.Signals = append(in.Signals, Signal{Sig: st.Sig(), Info: info})
+	}
+	return true, nil
+}
+
+// waitInterrupt waits for the interrupt stop asked for, keeping signals
+// that stop the task first (a trap clears a pending interrupt: it is
+// asked again).
+func (in *Injector) waitInterrupt() error {
+	for {
+		st, err := Wait(in.TID)
+		if err != nil {
+			return err
+		}
+		if st.Exited() {
+			return fmt.Errorf("batch in %d: %s: %w", in.TID, st, ErrExited)
+		}
+		if st.IsEventStop() {
+			return nil
+		}
+		if st.Event == 0 {
+			info, _ := GetSigInfo(in.TID)
+			in.Signals = append(in.Signals, Signal{Sig: st.Sig(), Info: info})
+		}
+		if err := Cont(in.TID, 0); err != nil {
+			return err
+		}
+		if err := Interrupt(in.TID); err != nil {
+			return err
+		}
+	}
+}
