@@ -5,10 +5,10 @@ package restore
 // pkg/dump/collect.go and procattrs.go.
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/ckpt/ckpt/pkg/image"
-	"github.com/ckpt/ckpt/pkg/ptrace"
 	"golang.org/x/sys/unix"
 )
 
@@ -43,17 +43,16 @@ func (b *builder) afterCreds() error {
 	return nil
 }
 
-// seccomp sets no_new_privs and installs the seccomp filters of thread i,
-// oldest first, with the flags they had. ckpt-redo traces with
+// seccomp adds to tb (the batch of setCreds) the calls that set
+// no_new_privs and install the seccomp filters of thread i, oldest first,
+// with the flags they had. ckpt-redo traces with
 // PTRACE_O_SUSPEND_SECCOMP, so the filters do not apply to the calls it
-// still injects; setCreds calls it while the thread still has
-// CAP_SYS_ADMIN, which a filter without no_new_privs needs.
-func (b *builder) seccomp(i int) error {
-	c, in := b.threadCreds(i), b.ins[i]
+// still makes in the thread; setCreds calls it while the thread still
+// has CAP_SYS_ADMIN, which a filter without no_new_privs needs.
+func (b *builder) seccomp(tb *threadBatch, i int) error {
+	c := b.threadCreds(i)
 	if c.NoNewPrivs {
-		if _, err := in.Call("prctl(PR_SET_NO_NEW_PRIVS)", unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
-			return err
-		}
+		tb.add("prctl(PR_SET_NO_NEW_PRIVS)", unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 	}
 	for k := len(c.Filters) - 1; k >= 0; k-- {
 		f := c.Filters[k]
@@ -64,28 +63,26 @@ func (b *builder) seccomp(i int) error {
 		if k < len(c.FilterFlags) {
 			flags = c.FilterFlags[k]
 		}
-		if err := b.write(scratchOff+16, f); err != nil {
+		// struct sock_fprog {u16 len; struct sock_filter *filter}, then
+		// the filter.
+		prog := make([]byte, 16+len(f))
+		binary.LittleEndian.PutUint16(prog, uint16(len(f)/8))
+		copy(prog[16:], f)
+		addr, err := tb.put(prog)
+		if err != nil {
 			return err
 		}
-		prog := struct {
-			Len    uint16
-			_      [6]byte
-			Filter uint64
-		}{Len: uint16(len(f) / 8), Filter: b.gadget + scratchOff + 16}
-		if err := b.write(scratchOff, ptrace.Bytes(&prog)); err != nil {
+		binary.LittleEndian.PutUint64(prog[8:], addr+16)
+		if err := b.write(addr-b.gadget, prog[:16]); err != nil {
 			return err
 		}
-		if _, err := in.Call("seccomp(SECCOMP_SET_MODE_FILTER)", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, b.gadget+scratchOff); err != nil {
-			return err
-		}
+		tb.add("seccomp(SECCOMP_SET_MODE_FILTER)", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, flags, addr)
 	}
-	// Strict mode after the filters: the calls ckpt-redo still injects
-	// run because seccomp is suspended while it traces
+	// Strict mode after the filters: the calls ckpt-redo still makes run
+	// because seccomp is suspended while it traces
 	// (PTRACE_O_SUSPEND_SECCOMP).
 	if b.p.Threads[i].SeccompStrict {
-		if _, err := in.Call("seccomp(SECCOMP_SET_MODE_STRICT)", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_STRICT, 0, 0); err != nil {
-			return err
-		}
+		tb.add("seccomp(SECCOMP_SET_MODE_STRICT)", unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_STRICT, 0, 0)
 	}
 	return nil
 }

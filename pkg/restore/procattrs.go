@@ -11,7 +11,6 @@ import (
 	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
-	"github.com/ckpt/ckpt/pkg/ptrace"
 	"golang.org/x/sys/unix"
 )
 
@@ -123,12 +122,13 @@ func (b *builder) loginUID() error {
 // threadSched sets thread i's timer slack, scheduling policy and
 // parameters, CPU affinity and I/O priority. ckpt-redo sets them from
 // outside, by TID (root may), which costs no injected call. The slack
-// goes first: a real-time policy makes the kernel ignore it.
-func (b *builder) threadSched(i int) error {
+// goes first: a real-time policy makes the kernel ignore it. cur holds
+// the thread controls the thread has now (see threadCtl).
+func (b *builder) threadSched(i int, cur threadControls) error {
 	th := &b.p.Threads[i]
 	s := th.Sched
 	if s == nil {
-		return nil
+		return nil // an image without thread attributes
 	}
 	slack := strconv.FormatUint(th.TimerSlack, 10)
 	if err := os.WriteFile(proc.Path(th.TID, "timerslack_ns"), []byte(slack), 0); err != nil {
@@ -176,27 +176,21 @@ func (b *builder) threadSched(i int) error {
 	if err := sys.IoprioSet(sys.TID(th.TID), th.IOPrio); err != nil {
 		return err
 	}
-	return b.threadCtl(i)
+	return b.threadCtl(i, cur)
 }
 
 // threadCtl sets thread i's speculation controls, TSC and machine-check
-// policies where they differ from what the new thread has.
-func (b *builder) threadCtl(i int) error {
+// policies where they differ from what the new thread has (cur, asked
+// in threadMisc's batch).
+func (b *builder) threadCtl(i int, cur threadControls) error {
 	th, in := &b.p.Threads[i], b.ins[i]
 	for w, want := range th.SpecCtrl {
-		if want < 0 {
-			continue // the control did not exist where it was dumped
-		}
-		cur, err := in.Syscall(unix.SYS_PRCTL, unix.PR_GET_SPECULATION_CTRL, uint64(w), 0, 0, 0)
-		if err != nil {
-			return err
-		}
-		if int(int32(cur)) == want {
-			continue
+		if want < 0 || cur.spec[w] == want {
+			continue // the control did not exist where it was dumped, or is the same
 		}
 		mode := uint64(want) &^ unix.PR_SPEC_PRCTL
 		if want&unix.PR_SPEC_PRCTL == 0 || mode == 0 {
-			return fmt.Errorf("speculation control %d is %#x here, the image has %#x, which a prctl cannot set: %w", w, int32(cur), want, ErrIncompatible)
+			return fmt.Errorf("speculation control %d is %#x here, the image has %#x, which a prctl cannot set: %w", w, int32(cur.spec[w]), want, ErrIncompatible)
 		}
 		if _, err := in.Call(fmt.Sprintf("prctl(PR_SET_SPECULATION_CTRL %d %#x)", w, mode), unix.SYS_PRCTL, unix.PR_SET_SPECULATION_CTRL, uint64(w), mode, 0, 0); err != nil {
 			return err
@@ -207,19 +201,13 @@ func (b *builder) threadCtl(i int) error {
 			return err
 		}
 	}
-	{
-		cur, err := in.Call("prctl(PR_MCE_KILL_GET)", unix.SYS_PRCTL, unix.PR_MCE_KILL_GET, 0, 0, 0, 0)
-		if err != nil {
-			return err
+	if cur.mce != th.MCEKill {
+		how, policy := uint64(unix.PR_MCE_KILL_SET), uint64(th.MCEKill)
+		if th.MCEKill == unix.PR_MCE_KILL_DEFAULT {
+			how, policy = unix.PR_MCE_KILL_CLEAR, 0
 		}
-		if int(cur) != th.MCEKill {
-			how, policy := uint64(unix.PR_MCE_KILL_SET), uint64(th.MCEKill)
-			if th.MCEKill == unix.PR_MCE_KILL_DEFAULT {
-				how, policy = unix.PR_MCE_KILL_CLEAR, 0
-			}
-			if _, err := in.Call("prctl(PR_MCE_KILL)", unix.SYS_PRCTL, unix.PR_MCE_KILL, how, policy, 0, 0); err != nil {
-				return err
-			}
+		if _, err := in.Call("prctl(PR_MCE_KILL)", unix.SYS_PRCTL, unix.PR_MCE_KILL, how, policy, 0, 0); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -239,7 +227,7 @@ func (b *builder) threadCreds(i int) *image.Creds {
 // set still there), the ambient set, the bounding set, the securebits
 // (locks included), no_new_privs and the seccomp filters (while
 // CAP_SYS_ADMIN is still there), and last the permitted and effective
-// sets.
+// sets. The calls are made in one batch (threadBatch).
 func (b *builder) setCreds(i int) error {
 	c, in := b.threadCreds(i), b.ins[i]
 	st, err := proc.ReadStatus(in.TID)
@@ -247,65 +235,47 @@ func (b *builder) setCreds(i int) error {
 		return err
 	}
 	curPrm, curBnd := st.CapPrm, st.CapBnd
-	if _, err := in.Call("prctl(PR_SET_SECUREBITS keep-caps)", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, secbitKeepCaps|secbitNoFixup); err != nil {
-		return err
-	}
+	tb := b.batch(i)
+	tb.add("prctl(PR_SET_SECUREBITS keep-caps)", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, secbitKeepCaps|secbitNoFixup)
 	groups := make([]byte, 4*len(c.Groups))
 	for k, g := range c.Groups {
 		binary.LittleEndian.PutUint32(groups[4*k:], uint32(g))
 	}
-	if err := b.write(scratchOff, groups); err != nil {
+	ga, err := tb.put(groups)
+	if err != nil {
 		return err
 	}
-	calls := []struct {
-		name string
-		nr   uint64
-		args []uint64
-	}{
-		{"setgroups", unix.SYS_SETGROUPS, []uint64{uint64(len(c.Groups)), b.gadget + scratchOff}},
-		{"setresgid", unix.SYS_SETRESGID, []uint64{uint64(c.GID[0]), uint64(c.GID[1]), uint64(c.GID[2])}},
-		{"setfsgid", unix.SYS_SETFSGID, []uint64{uint64(c.GID[3])}},
-		{"setresuid", unix.SYS_SETRESUID, []uint64{uint64(c.UID[0]), uint64(c.UID[1]), uint64(c.UID[2])}},
-		{"setfsuid", unix.SYS_SETFSUID, []uint64{uint64(c.UID[3])}},
-	}
-	for _, call := range calls {
-		ret, err := in.Syscall(call.nr, call.args...)
-		if err != nil {
-			return err
-		}
-		// setfsuid/setfsgid return the previous id, not an error.
-		if e := ptrace.Errno(ret); e != nil && call.nr != unix.SYS_SETFSUID && call.nr != unix.SYS_SETFSGID {
-			return fmt.Errorf("%s in %d: %w", call.name, in.TID, e)
-		}
-	}
-	if err := b.capset(in, curPrm, curPrm, c.CapInh); err != nil {
+	tb.add("setgroups", unix.SYS_SETGROUPS, uint64(len(c.Groups)), ga)
+	tb.add("setresgid", unix.SYS_SETRESGID, uint64(c.GID[0]), uint64(c.GID[1]), uint64(c.GID[2]))
+	tb.addAny(unix.SYS_SETFSGID, uint64(c.GID[3])) // returns the previous id, not an error
+	tb.add("setresuid", unix.SYS_SETRESUID, uint64(c.UID[0]), uint64(c.UID[1]), uint64(c.UID[2]))
+	tb.addAny(unix.SYS_SETFSUID, uint64(c.UID[3]))
+	if err := capset(tb, curPrm, curPrm, c.CapInh); err != nil {
 		return err
 	}
 	for capn := 0; capn < 64; capn++ {
 		if c.CapAmb&(1<<capn) != 0 {
-			if _, err := in.Call(fmt.Sprintf("prctl(PR_CAP_AMBIENT_RAISE %d)", capn), unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uint64(capn), 0, 0); err != nil {
-				return err
-			}
+			tb.add(fmt.Sprintf("prctl(PR_CAP_AMBIENT_RAISE %d)", capn), unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uint64(capn), 0, 0)
 		}
 	}
 	for capn := 0; capn < 64; capn++ {
 		if curBnd&(1<<capn) != 0 && c.CapBnd&(1<<capn) == 0 {
-			if _, err := in.Call(fmt.Sprintf("prctl(PR_CAPBSET_DROP %d)", capn), unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uint64(capn)); err != nil {
-				return err
-			}
+			tb.add(fmt.Sprintf("prctl(PR_CAPBSET_DROP %d)", capn), unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uint64(capn))
 		}
 	}
-	if _, err := in.Call(fmt.Sprintf("prctl(PR_SET_SECUREBITS %#x)", c.Securebits), unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, uint64(c.Securebits)); err != nil {
-		return err
-	}
-	if err := b.seccomp(i); err != nil {
+	tb.add(fmt.Sprintf("prctl(PR_SET_SECUREBITS %#x)", c.Securebits), unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, uint64(c.Securebits))
+	if err := b.seccomp(tb, i); err != nil {
 		return fmt.Errorf("seccomp: %w", err)
 	}
-	return b.capset(in, c.CapEff, c.CapPrm, c.CapInh)
+	if err := capset(tb, c.CapEff, c.CapPrm, c.CapInh); err != nil {
+		return err
+	}
+	_, err = tb.run()
+	return err
 }
 
-// capset sets the three capability sets of the thread in.
-func (b *builder) capset(in *ptrace.Injector, eff, prm, inh uint64) error {
+// capset adds to tb the call that sets the three capability sets.
+func capset(tb *threadBatch, eff, prm, inh uint64) error {
 	// struct __user_cap_header_struct {u32 version; int pid}, then two
 	// struct __user_cap_data_struct {u32 effective, permitted, inheritable}.
 	var buf [8 + 24]byte
@@ -315,11 +285,12 @@ func (b *builder) capset(in *ptrace.Injector, eff, prm, inh uint64) error {
 		le.PutUint32(buf[8+4*k:], uint32(v))
 		le.PutUint32(buf[8+12+4*k:], uint32(v>>32))
 	}
-	if err := b.write(scratchOff, buf[:]); err != nil {
+	a, err := tb.put(buf[:])
+	if err != nil {
 		return err
 	}
-	_, err := in.Call(fmt.Sprintf("capset(eff %#x prm %#x inh %#x)", eff, prm, inh), unix.SYS_CAPSET, b.gadget+scratchOff, b.gadget+scratchOff+8)
-	return err
+	tb.add(fmt.Sprintf("capset(eff %#x prm %#x inh %#x)", eff, prm, inh), unix.SYS_CAPSET, a, a+8)
+	return nil
 }
 
 // mdwe turns memory-deny-write-execute back on, once no more executable
