@@ -23,6 +23,7 @@ type remote struct {
 	pid     int
 	scratch uint64
 	saved   []byte
+	err     error // the first error of ask
 }
 
 func (d *dumper) newRemote(tid int, gadget uint64) (*remote, error) {
@@ -77,6 +78,171 @@ func (r *remote) call(name string, n int, nr uint64, args ...uint64) (uint64, []
 	return ret, out, nil
 }
 
+// outArg stands, in the arguments of an asked call, for the address of
+// the call's output buffer.
+const outArg uint64 = 0x0ddba11000000000
+
+// withOut returns args with outArg replaced by addr.
+func withOut(args []uint64, addr uint64) []uint64 {
+	out := append([]uint64(nil), args...)
+	for k, a := range out {
+		if a == outArg {
+			out[k] = addr
+		}
+	}
+	return out
+}
+
+// An asker makes system calls in one thread of the process: one at a time
+// (remote), or all in one go when flushed (batch). ask adds a call whose
+// output buffer is n bytes at the address given for outArg; done gets its
+// result and output once it is made. With a name a failure (a negative
+// errno) is an error naming it; with "" done sees every result. The first
+// error stops the asking and is returned by flush.
+type asker interface {
+	ask(name string, n int, done func(ret uint64, out []byte) error, nr uint64, args ...uint64)
+	flush() error
+}
+
+// ask makes the call at once, its output in the scratch buffer.
+func (r *remote) ask(name string, n int, done func(uint64, []byte) error, nr uint64, args ...uint64) {
+	if r.err != nil {
+		return
+	}
+	args = withOut(args, r.scratch)
+	var ret uint64
+	var out []byte
+	var err error
+	if name == "" {
+		ret, err = r.in.Syscall(nr, args...)
+		if err == nil && n > 0 {
+			out = make([]byte, n)
+			err = readMem(r.pid, r.scratch, out)
+		}
+	} else {
+		ret, out, err = r.call(name, n, nr, args...)
+	}
+	if err == nil && done != nil {
+		err = done(ret, out)
+	}
+	r.err = err
+}
+
+func (r *remote) flush() error { return r.err }
+
+// The batch area: memory mapped in the process while it is injected
+// into, which holds a batch's code, its results and the calls' outputs.
+const (
+	batchAreaSize = 64 << 10
+	batchOutOff   = 40 << 10
+	batchDataOff  = 44 << 10
+	batchMaxCalls = 480 // (batchOutOff - 64) / 82 bytes of code a call
+)
+
+// A callBatch asks one thread for everything at once (ptrace.Batch): one
+// ptrace stop, where each call made alone costs two.
+type callBatch struct {
+	pid     int
+	in      *ptrace.Injector
+	area    uint64
+	calls   ptrace.Batch
+	pending []asked
+	data    uint64 // next free output offset in the area
+	err     error
+}
+
+type asked struct {
+	name   string
+	off, n uint64
+	done   func(uint64, []byte) error
+}
+
+func newBatch(pid int, in *ptrace.Injector, area uint64) *callBatch {
+	return &callBatch{pid: pid, in: in, area: area, data: batchDataOff}
+}
+
+func (b *callBatch) ask(name string, n int, done func(uint64, []byte) error, nr uint64, args ...uint64) {
+	size := (uint64(n) + 7) &^ 7
+	if b.calls.Len() == batchMaxCalls || b.data+size > batchAreaSize {
+		b.flush()
+	}
+	if b.err != nil {
+		return
+	}
+	off := b.data
+	b.data += size
+	b.calls.Add(nr, withOut(args, b.area+off)...)
+	b.pending = append(b.pending, asked{name: name, off: off, n: uint64(n), done: done})
+}
+
+func (b *callBatch) flush() error {
+	if b.err != nil || b.calls.Len() == 0 {
+		return b.err
+	}
+	pending, used := b.pending, b.data
+	b.pending, b.data = nil, batchDataOff
+	res, err := b.in.RunBatch(b.pid, &b.calls, b.area, b.area+batchOutOff)
+	b.calls.Reset()
+	if err != nil {
+		b.err = err
+		return err
+	}
+	data := make([]byte, used-batchDataOff)
+	if err := readMem(b.pid, b.area+batchDataOff, data); err != nil {
+		b.err = err
+		return err
+	}
+	for k, a := range pending {
+		if e := ptrace.Errno(res[k]); e != nil && a.name != "" {
+			b.err = fmt.Errorf("%s in %d: %w", a.name, b.in.TID, e)
+			return b.err
+		}
+		if a.done != nil {
+			o := a.off - batchDataOff
+			if err := a.done(res[k], data[o:o+a.n]); err != nil {
+				b.err = err
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// mapBatchArea maps the batch area in the process, through the leader's
+// remote, after everything about its memory has been read; unmapBatchArea
+// removes it before the memory is. It returns 0 (calls are made one at a
+// time) where a mapping both writable and executable is refused (memory
+// deny-write-execute, a security module) or a thread could be killed by
+// its seccomp filter for a call the dump makes only in a batch (pause).
+func (d *dumper) mapBatchArea(r *remote) (uint64, error) {
+	for _, t := range d.fz.tasks {
+		st, err := t.readStatus()
+		if err != nil {
+			return 0, fmt.Errorf("thread %d: read status: %w", t.tid, err)
+		}
+		if st.Seccomp != 0 && !t.suspended {
+			return 0, nil
+		}
+	}
+	ret, err := r.in.Syscall(unix.SYS_MMAP, 0, batchAreaSize, unix.PROT_READ|unix.PROT_WRITE|unix.PROT_EXEC,
+		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE, ^uint64(0), 0)
+	if err != nil {
+		return 0, err
+	}
+	if ptrace.Errno(ret) != nil {
+		return 0, nil
+	}
+	return ret, nil
+}
+
+func unmapBatchArea(r *remote, area uint64) error {
+	if area == 0 {
+		return nil
+	}
+	_, _, err := r.call("munmap batch area", 0, unix.SYS_MUNMAP, area, batchAreaSize)
+	return err
+}
+
 // syscallGadget finds a `syscall` instruction to run injected calls at:
 // in the vDSO, or, in a process without one (it may unmap it), in any
 // other executable mapping. Nothing is written into the process.
@@ -106,59 +272,95 @@ func execAreas(vmas []image.VMA) []ptrace.Area {
 }
 
 // inject asks the process what only it can tell. This is the only time the
-// target's registers are changed; each call puts them back.
+// target's registers are changed; each call puts them back. The leader
+// maps a batch area, where every thread then makes its calls in one
+// batch; without one, each call is injected alone.
 func (d *dumper) inject(p *image.Process) (err error) {
 	gadget, err := syscallGadget(d.pid, p.VMAs)
 	if err != nil {
 		return err
 	}
-	for i, t := range d.fz.tasks {
+	lead := d.fz.tasks[0]
+	r, err := d.newRemote(lead.tid, gadget)
+	if err != nil {
+		return err
+	}
+	ierr := r.block()
+	if ierr == nil {
+		// Before the batch area exists: the probe compares VmLck.
+		p.LockFuture, ierr = lockFuture(r)
+	}
+	var area uint64
+	if ierr == nil {
+		area, ierr = d.mapBatchArea(r)
+	}
+	if ierr == nil {
+		var a asker = r
+		if area != 0 {
+			a = newBatch(d.pid, &r.in, area)
+		}
+		ierr = d.injectThread(a, p, &p.Threads[0], true)
+	}
+	for i, t := range d.fz.tasks[1:] {
+		if ierr != nil {
+			break
+		}
+		ierr = d.injectOther(t, &p.Threads[i+1], gadget, area)
+	}
+	if err := unmapBatchArea(r, area); err != nil && ierr == nil {
+		ierr = fmt.Errorf("thread %d: %w", lead.tid, err)
+	}
+	if err := r.done(lead); err != nil && ierr == nil {
+		ierr = fmt.Errorf("thread %d: restore stack: %w", lead.tid, err)
+	}
+	return ierr
+}
+
+// injectOther asks a thread other than the leader, in one batch in area
+// if there is one.
+func (d *dumper) injectOther(t *task, th *image.Thread, gadget, area uint64) error {
+	if area == 0 {
 		r, err := d.newRemote(t.tid, gadget)
 		if err != nil {
 			return err
 		}
 		ierr := r.block()
 		if ierr == nil {
-			ierr = d.injectThread(r, p, &p.Threads[i], i == 0)
+			ierr = d.injectThread(r, nil, th, false)
 		}
 		if err := r.done(t); err != nil && ierr == nil {
 			ierr = fmt.Errorf("thread %d: restore stack: %w", t.tid, err)
 		}
-		if ierr != nil {
-			return ierr
-		}
+		return ierr
 	}
-	return nil
+	in := &ptrace.Injector{TID: t.tid}
+	ierr := ptrace.SetSigMask(t.tid, ^uint64(0))
+	if ierr == nil {
+		ierr = d.injectThread(newBatch(d.pid, in, area), nil, th, false)
+	}
+	// The batch ends in an interrupt stop: no Park.
+	if err := ptrace.SetSigMask(t.tid, t.mask); err != nil && ierr == nil {
+		ierr = err
+	}
+	t.signals = append(t.signals, in.Signals...)
+	return ierr
 }
 
-func (d *dumper) injectThread(r *remote, p *image.Process, th *image.Thread, leader bool) error {
-	s := r.scratch
-	_, b, err := r.call("sigaltstack", 24, unix.SYS_SIGALTSTACK, 0, s)
-	if err != nil {
-		return err
-	}
-	th.AltStack = image.AltStack{SP: le64(b), Flags: int32(binary.LittleEndian.Uint32(b[8:])), Size: le64(b[16:])}
-	if _, b, err = r.call("prctl(PR_GET_TID_ADDRESS)", 8, unix.SYS_PRCTL, prGetTIDAddress, s); err != nil {
-		return err
-	}
-	th.ClearTID = le64(b)
-	if err := memPolicy(r, th); err != nil {
-		return err
-	}
-	if leader {
-		if p.LockFuture, err = lockFuture(r); err != nil {
-			return err
-		}
-	}
-	if err := injectThreadAttrs(r, th); err != nil {
-		return err
-	}
-	if !leader {
+func (d *dumper) injectThread(a asker, p *image.Process, th *image.Thread, leader bool) error {
+	a.ask("sigaltstack", 24, func(_ uint64, b []byte) error {
+		th.AltStack = image.AltStack{SP: le64(b), Flags: int32(binary.LittleEndian.Uint32(b[8:])), Size: le64(b[16:])}
 		return nil
+	}, unix.SYS_SIGALTSTACK, 0, outArg)
+	a.ask("prctl(PR_GET_TID_ADDRESS)", 8, func(_ uint64, b []byte) error {
+		th.ClearTID = le64(b)
+		return nil
+	}, unix.SYS_PRCTL, prGetTIDAddress, outArg)
+	memPolicy(a, th)
+	injectThreadAttrs(a, d.pid, th)
+	if !leader {
+		return a.flush()
 	}
-	if err := injectProcAttrs(r, p); err != nil {
-		return err
-	}
+	injectProcAttrs(a, p)
 	// Only caught and ignored signals can have a handler; the others are
 	// SIG_DFL. SIGCHLD is always asked: SA_NOCLDWAIT and SA_NOCLDSTOP
 	// matter even with SIG_DFL.
@@ -167,55 +369,51 @@ func (d *dumper) injectThread(r *remote, p *image.Process, th *image.Thread, lea
 		return fmt.Errorf("read status: %w", err)
 	}
 	handled := status.SigCgt | status.SigIgn | 1<<(unix.SIGCHLD-1)
+	p.Signals.Actions = make([]image.Sigaction, 64)
 	for sig := 1; sig <= 64; sig++ {
 		if sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) || handled&(1<<(sig-1)) == 0 {
-			p.Signals.Actions = append(p.Signals.Actions, image.Sigaction{})
 			continue
 		}
-		_, b, err := r.call("rt_sigaction", 32, unix.SYS_RT_SIGACTION, uint64(sig), 0, s, 8)
-		if err != nil {
-			return err
-		}
-		p.Signals.Actions = append(p.Signals.Actions, image.Sigaction{
-			Handler: le64(b), Flags: le64(b[8:]), Restorer: le64(b[16:]), Mask: le64(b[24:]),
-		})
+		act := &p.Signals.Actions[sig-1]
+		a.ask("rt_sigaction", 32, func(_ uint64, b []byte) error {
+			*act = image.Sigaction{Handler: le64(b), Flags: le64(b[8:]), Restorer: le64(b[16:]), Mask: le64(b[24:])}
+			return nil
+		}, unix.SYS_RT_SIGACTION, uint64(sig), 0, outArg, 8)
 	}
 	for which, it := range []*image.ITimer{&p.Timers.Real, &p.Timers.Virtual, &p.Timers.Prof} {
-		_, b, err := r.call("getitimer", 32, unix.SYS_GETITIMER, uint64(which), s)
-		if err != nil {
-			return err
-		}
-		it.IntervalUs = int64(le64(b))*1e6 + int64(le64(b[8:]))
-		it.ValueUs = int64(le64(b[16:]))*1e6 + int64(le64(b[24:]))
+		a.ask("getitimer", 32, func(_ uint64, b []byte) error {
+			it.IntervalUs = int64(le64(b))*1e6 + int64(le64(b[8:]))
+			it.ValueUs = int64(le64(b[16:]))*1e6 + int64(le64(b[24:]))
+			return nil
+		}, unix.SYS_GETITIMER, uint64(which), outArg)
 	}
-	if _, b, err = r.call("prctl(PR_GET_PDEATHSIG)", 4, unix.SYS_PRCTL, unix.PR_GET_PDEATHSIG, s); err != nil {
-		return err
-	}
-	p.Misc.PdeathSig = int(binary.LittleEndian.Uint32(b))
-	ret, _, err := r.call("prctl(PR_GET_DUMPABLE)", 0, unix.SYS_PRCTL, unix.PR_GET_DUMPABLE)
-	if err != nil {
-		return err
-	}
-	p.Misc.Dumpable = int(ret)
+	a.ask("prctl(PR_GET_PDEATHSIG)", 4, func(_ uint64, b []byte) error {
+		p.Misc.PdeathSig = int(binary.LittleEndian.Uint32(b))
+		return nil
+	}, unix.SYS_PRCTL, unix.PR_GET_PDEATHSIG, outArg)
+	a.ask("prctl(PR_GET_DUMPABLE)", 0, func(ret uint64, _ []byte) error {
+		p.Misc.Dumpable = int(ret)
+		return nil
+	}, unix.SYS_PRCTL, unix.PR_GET_DUMPABLE)
 	timers, err := readPosixTimers(d.pid)
 	if err != nil {
 		return err
 	}
 	for i := range timers {
-		_, b, err := r.call("timer_gettime", 32, unix.SYS_TIMER_GETTIME, uint64(timers[i].ID), s)
-		if err != nil {
-			return err
-		}
-		timers[i].IntervalNs = int64(le64(b))*1e9 + int64(le64(b[8:]))
-		timers[i].ValueNs = int64(le64(b[16:]))*1e9 + int64(le64(b[24:]))
-		ov, _, err := r.call("timer_getoverrun", 0, unix.SYS_TIMER_GETOVERRUN, uint64(timers[i].ID))
-		if err != nil {
-			return err
-		}
-		timers[i].Overrun = int(ov)
+		pt := &timers[i]
+		a.ask("timer_gettime", 32, func(_ uint64, b []byte) error {
+			pt.IntervalNs = int64(le64(b))*1e9 + int64(le64(b[8:]))
+			pt.ValueNs = int64(le64(b[16:]))*1e9 + int64(le64(b[24:]))
+			return nil
+		}, unix.SYS_TIMER_GETTIME, uint64(pt.ID), outArg)
+		a.ask("timer_getoverrun", 0, func(ov uint64, _ []byte) error {
+			pt.Overrun = int(ov)
+			return nil
+		}, unix.SYS_TIMER_GETOVERRUN, uint64(pt.ID))
 	}
 	p.Timers.Posix = timers
-	return d.stopReports(r)
+	d.stopReports(a)
+	return a.flush()
 }
 
 // Options of waitid(2) not in x/sys/unix.
@@ -228,7 +426,7 @@ const (
 // tree, whether it has collected that child's stop with wait already
 // (waitid with WNOWAIT, which collects nothing): the restore reports again
 // exactly the stops that were still to be reported.
-func (d *dumper) stopReports(r *remote) error {
+func (d *dumper) stopReports(a asker) {
 	for _, m := range d.t.members {
 		if m.fz == nil || len(m.fz.tasks) == 0 || !m.fz.tasks[0].stopped {
 			continue
@@ -237,19 +435,17 @@ func (d *dumper) stopReports(r *remote) error {
 		if err != nil || st.PPID != d.pid {
 			continue
 		}
-		_, b, err := r.call("waitid", 24, unix.SYS_WAITID, unix.P_PID, uint64(m.pid), r.scratch,
-			unix.WSTOPPED|unix.WNOHANG|waitNoWait|waitAll, 0)
-		if err != nil {
-			return fmt.Errorf("waitid for the stopped child %d: %w", m.pid, err)
-		}
-		if int(binary.LittleEndian.Uint32(b[16:])) == m.pid {
-			if d.t.stopUnreported == nil {
-				d.t.stopUnreported = map[int]bool{}
+		child := m.pid
+		a.ask(fmt.Sprintf("waitid for the stopped child %d", child), 128, func(_ uint64, b []byte) error {
+			if int(binary.LittleEndian.Uint32(b[16:])) == child {
+				if d.t.stopUnreported == nil {
+					d.t.stopUnreported = map[int]bool{}
+				}
+				d.t.stopUnreported[child] = true
 			}
-			d.t.stopUnreported[m.pid] = true
-		}
+			return nil
+		}, unix.SYS_WAITID, unix.P_PID, uint64(child), outArg, unix.WSTOPPED|unix.WNOHANG|waitNoWait|waitAll, 0)
 	}
-	return nil
 }
 
 func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }

@@ -16,15 +16,13 @@ import (
 // memPolicy refuses a thread whose NUMA memory policy (set_mempolicy) is
 // not the default: it is per thread, visible to the thread only
 // (get_mempolicy), and not restored.
-func memPolicy(r *remote, th *image.Thread) error {
-	_, b, err := r.call("get_mempolicy", 4, unix.SYS_GET_MEMPOLICY, r.scratch, 0, 0, 0, 0)
-	if err != nil {
-		return err
-	}
-	if mode := binary.LittleEndian.Uint32(b); mode != 0 {
-		return fmt.Errorf("thread %d: NUMA memory policy (set_mempolicy mode %#x): cannot be restored: %w", th.TID, mode, ErrUnsupported)
-	}
-	return nil
+func memPolicy(a asker, th *image.Thread) {
+	a.ask("get_mempolicy", 4, func(_ uint64, b []byte) error {
+		if mode := binary.LittleEndian.Uint32(b); mode != 0 {
+			return fmt.Errorf("thread %d: NUMA memory policy (set_mempolicy mode %#x): cannot be restored: %w", th.TID, mode, ErrUnsupported)
+		}
+		return nil
+	}, unix.SYS_GET_MEMPOLICY, outArg, 0, 0, 0, 0)
 }
 
 // vmaPolicies refuses mappings with a NUMA memory policy other than the

@@ -186,95 +186,94 @@ func auditSession(pid int) (id uint32, ok bool, err error) {
 	return uint32(v), true, nil
 }
 
-// injectThreadAttrs asks a thread what only it can tell: its
-// securebits, speculation controls and TSC policy; and refuses a
+// injectThreadAttrs asks a thread of process pid what only it can tell:
+// its securebits, speculation controls and TSC policy; and refuses a
 // core-scheduling cookie.
-func injectThreadAttrs(r *remote, th *image.Thread) error {
+func injectThreadAttrs(a asker, pid int, th *image.Thread) {
 	// Speculation controls a prctl cannot change here are the same in
 	// every process (-1: nothing to restore); only the others are asked.
+	th.SpecCtrl = make([]int, 3)
 	for w := uint64(0); w < 3; w++ {
+		th.SpecCtrl[w] = -1
 		own, err := unix.PrctlRetInt(unix.PR_GET_SPECULATION_CTRL, uintptr(w), 0, 0, 0)
 		if err != nil || own&unix.PR_SPEC_PRCTL == 0 {
-			th.SpecCtrl = append(th.SpecCtrl, -1)
 			continue
 		}
-		v, err := r.in.Syscall(unix.SYS_PRCTL, unix.PR_GET_SPECULATION_CTRL, w, 0, 0, 0)
-		if err != nil {
-			return err
+		v := &th.SpecCtrl[w]
+		a.ask("", 0, func(ret uint64, _ []byte) error {
+			if ptrace.Errno(ret) != nil {
+				ret = ^uint64(0)
+			}
+			*v = int(int32(ret))
+			return nil
+		}, unix.SYS_PRCTL, unix.PR_GET_SPECULATION_CTRL, w, 0, 0, 0)
+	}
+	a.ask("", 4, func(ret uint64, b []byte) error {
+		if ptrace.Errno(ret) == nil {
+			th.TSC = int(int32(binary.LittleEndian.Uint32(b)))
 		}
-		if ptrace.Errno(v) != nil {
-			v = ^uint64(0)
+		return nil
+	}, unix.SYS_PRCTL, unix.PR_GET_TSC, outArg)
+	a.ask("prctl(PR_GET_SECUREBITS)", 0, func(bits uint64, _ []byte) error {
+		if th.Creds != nil {
+			th.Creds.Securebits = int(bits)
 		}
-		th.SpecCtrl = append(th.SpecCtrl, int(int32(v)))
-	}
-	if _, b, err := r.call("prctl(PR_GET_TSC)", 4, unix.SYS_PRCTL, unix.PR_GET_TSC, r.scratch); err == nil {
-		th.TSC = int(int32(binary.LittleEndian.Uint32(b)))
-	}
-	bits, _, err := r.call("prctl(PR_GET_SECUREBITS)", 0, unix.SYS_PRCTL, unix.PR_GET_SECUREBITS)
-	if err != nil {
-		return err
-	}
-	if th.Creds != nil {
-		th.Creds.Securebits = int(bits)
-	}
-	return refuseCoreCookie(r, th)
+		return nil
+	}, unix.SYS_PRCTL, unix.PR_GET_SECUREBITS)
+	refuseCoreCookie(a, pid, th)
 }
 
 // refuseCoreCookie refuses a thread with a core-scheduling cookie.
-func refuseCoreCookie(r *remote, th *image.Thread) error {
+func refuseCoreCookie(a asker, pid int, th *image.Thread) {
 	// Without core scheduling in the kernel (ckpt's own call fails) no
 	// thread has a cookie.
 	var own uint64
 	if _, _, e := unix.Syscall6(unix.SYS_PRCTL, unix.PR_SCHED_CORE, unix.PR_SCHED_CORE_GET, 0, 0, uintptr(unsafe.Pointer(&own)), 0); e != 0 {
+		return
+	}
+	a.ask("", 8, func(ret uint64, c []byte) error {
+		if ptrace.Errno(ret) != nil {
+			return nil
+		}
+		if cookie := binary.LittleEndian.Uint64(c); cookie != 0 {
+			return refuse(pid, fmt.Sprintf("thread %d", th.TID), "core-scheduling cookie %#x (PR_SCHED_CORE) is not restored", cookie)
+		}
 		return nil
-	}
-	if _, _, err := r.call("prctl(PR_SCHED_CORE_GET)", 0, unix.SYS_PRCTL, unix.PR_SCHED_CORE, unix.PR_SCHED_CORE_GET, 0, 0, r.scratch); err == nil {
-		var c [8]byte
-		if err := readMem(r.pid, r.scratch, c[:]); err != nil {
-			return err
-		}
-		if cookie := binary.LittleEndian.Uint64(c[:]); cookie != 0 {
-			return refuse(r.pid, fmt.Sprintf("thread %d", th.TID), "core-scheduling cookie %#x (PR_SCHED_CORE) is not restored", cookie)
-		}
-	}
-	return nil
+	}, unix.SYS_PRCTL, unix.PR_SCHED_CORE, unix.PR_SCHED_CORE_GET, 0, 0, outArg)
 }
 
 // injectProcAttrs asks the process (through its leader) for its
 // process-wide prctl state and membarrier registrations, and refuses what
 // cannot be restored.
-func injectProcAttrs(r *remote, p *image.Process) error {
-	s := r.scratch
-	_, b, err := r.call("prctl(PR_GET_CHILD_SUBREAPER)", 4, unix.SYS_PRCTL, unix.PR_GET_CHILD_SUBREAPER, s)
-	if err != nil {
-		return err
-	}
-	p.Misc.ChildSubreaper = binary.LittleEndian.Uint32(b) != 0
-	thp, _, err := r.call("prctl(PR_GET_THP_DISABLE)", 0, unix.SYS_PRCTL, unix.PR_GET_THP_DISABLE)
-	if err != nil {
-		return err
-	}
-	p.Misc.THPDisable = int(thp)
-	if mdwe, err := r.in.Syscall(unix.SYS_PRCTL, prGetMDWE, 0, 0, 0, 0); err != nil {
-		return err
-	} else if ptrace.Errno(mdwe) == nil {
-		p.Misc.MDWE = int(mdwe)
-	}
+func injectProcAttrs(a asker, p *image.Process) {
+	a.ask("prctl(PR_GET_CHILD_SUBREAPER)", 4, func(_ uint64, b []byte) error {
+		p.Misc.ChildSubreaper = binary.LittleEndian.Uint32(b) != 0
+		return nil
+	}, unix.SYS_PRCTL, unix.PR_GET_CHILD_SUBREAPER, outArg)
+	a.ask("prctl(PR_GET_THP_DISABLE)", 0, func(thp uint64, _ []byte) error {
+		p.Misc.THPDisable = int(thp)
+		return nil
+	}, unix.SYS_PRCTL, unix.PR_GET_THP_DISABLE)
+	a.ask("", 0, func(mdwe uint64, _ []byte) error {
+		if ptrace.Errno(mdwe) == nil {
+			p.Misc.MDWE = int(mdwe)
+		}
+		return nil
+	}, unix.SYS_PRCTL, prGetMDWE, 0, 0, 0, 0)
 	// KSM merge-all needs CAP_SYS_RESOURCE to set again.
-	if merge, err := r.in.Syscall(unix.SYS_PRCTL, prGetMemoryMerge, 0, 0, 0, 0); err != nil {
-		return err
-	} else if ptrace.Errno(merge) == nil && merge != 0 {
-		return refuse(p.PID, "KSM merge-all (PR_SET_MEMORY_MERGE)", "cannot be set again without CAP_SYS_RESOURCE")
-	}
-	regs, err := r.in.Syscall(unix.SYS_MEMBARRIER, membarrierGetRegs, 0, 0)
-	if err != nil {
-		return err
-	}
-	if e := ptrace.Errno(regs); e != nil {
-		return fmt.Errorf("membarrier(MEMBARRIER_CMD_GET_REGISTRATIONS): %w", e)
-	}
-	p.Misc.Membarrier = int(regs)
-	return nil
+	a.ask("", 0, func(merge uint64, _ []byte) error {
+		if ptrace.Errno(merge) == nil && merge != 0 {
+			return refuse(p.PID, "KSM merge-all (PR_SET_MEMORY_MERGE)", "cannot be set again without CAP_SYS_RESOURCE")
+		}
+		return nil
+	}, unix.SYS_PRCTL, prGetMemoryMerge, 0, 0, 0, 0)
+	a.ask("", 0, func(regs uint64, _ []byte) error {
+		if e := ptrace.Errno(regs); e != nil {
+			return fmt.Errorf("membarrier(MEMBARRIER_CMD_GET_REGISTRATIONS): %w", e)
+		}
+		p.Misc.Membarrier = int(regs)
+		return nil
+	}, unix.SYS_MEMBARRIER, membarrierGetRegs, 0, 0)
 }
 
 // threadCreds moves each thread's credentials into Process.Creds (the
