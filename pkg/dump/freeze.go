@@ -88,8 +88,10 @@ func tgidOf(tid int) int {
 }
 
 // freeze seizes and stops every thread of pid. Threads created meanwhile are
-// caught by rescanning until the set is stable. On error everything seized
-// is released.
+// caught by rescanning until the set is stable. Each round seizes and
+// interrupts every new thread first and then waits for them: they stop
+// together, not one after the other. On error everything seized is
+// released.
 func freeze(pid int) (*frozen, error) {
 	fz := &frozen{pid: pid}
 	seen := map[int]bool{}
@@ -99,25 +101,41 @@ func freeze(pid int) (*frozen, error) {
 			fz.release()
 			return nil, fmt.Errorf("list threads of %d: %w", pid, err)
 		}
-		added := false
+		var started []*task
+		fail := func(err error) (*frozen, error) {
+			for _, t := range started {
+				ptrace.Detach(t.tid, 0)
+			}
+			fz.release()
+			return nil, fmt.Errorf("freeze %d: %w", pid, err)
+		}
 		for _, tid := range tids {
 			if seen[tid] {
 				continue
 			}
 			seen[tid] = true
-			added = true
-			t, err := seizeTask(tid)
+			t, err := startSeize(tid)
 			if err != nil {
 				if errors.Is(err, unix.ESRCH) && tid != pid {
 					continue // thread exited meanwhile
 				}
-				fz.release()
-				return nil, fmt.Errorf("freeze %d: %w", pid, err)
+				return fail(err)
 			}
-			fz.tasks = append(fz.tasks, t)
+			started = append(started, t)
 		}
-		if !added {
+		if len(started) == 0 {
 			return fz, nil
+		}
+		deadline := time.Now().Add(stopTimeout)
+		for len(started) > 0 {
+			t := started[0]
+			err := t.waitSeized(deadline)
+			if err == nil {
+				fz.tasks = append(fz.tasks, t)
+			} else if !errors.Is(err, unix.ESRCH) || t.tid == pid {
+				return fail(err) // detaches it too, and the ones not waited for
+			}
+			started = started[1:]
 		}
 		if round > 100 {
 			fz.release()
@@ -126,7 +144,8 @@ func freeze(pid int) (*frozen, error) {
 	}
 }
 
-func seizeTask(tid int) (*task, error) {
+// startSeize seizes a thread and asks it to stop (see waitSeized).
+func startSeize(tid int) (*task, error) {
 	suspended := true
 	if err := ptrace.Seize(tid, ptrace.OptSuspendSeccomp); err != nil {
 		suspended = false
@@ -144,16 +163,21 @@ func seizeTask(tid int) (*task, error) {
 		ptrace.Detach(tid, 0)
 		return nil, err
 	}
-	t := &task{tid: tid, suspended: suspended, wchan: wchan}
-	deadline := time.Now().Add(stopTimeout)
+	return &task{tid: tid, suspended: suspended, wchan: wchan}, nil
+}
+
+// waitSeized waits until a thread startSeize asked to stop is in its
+// interrupt (or group) stop; it is detached if that fails.
+func (t *task) waitSeized(deadline time.Time) error {
+	tid := t.tid
 	for {
 		st, err := waitStop(tid, deadline)
 		if err != nil {
 			ptrace.Detach(tid, 0)
-			return nil, err
+			return err
 		}
 		if st.Exited() {
-			return nil, fmt.Errorf("thread %d %s: %w", tid, st, unix.ESRCH)
+			return fmt.Errorf("thread %d %s: %w", tid, st, unix.ESRCH)
 		}
 		if st.IsEventStop() {
 			if t.stopped = st.IsGroupStop(); t.stopped {
@@ -161,14 +185,14 @@ func seizeTask(tid int) (*task, error) {
 			}
 			// The process's own mask, before the dump changes it.
 			if t.mask, err = ptrace.GetSigMask(tid); err != nil {
-				return nil, err
+				return err
 			}
-			return t, nil
+			return nil
 		}
 		if st.Event != 0 {
 			// Some other event stop: let it go on, the interrupt is pending.
 			if err := ptrace.Cont(tid, 0); err != nil {
-				return nil, err
+				return err
 			}
 			continue
 		}
@@ -181,12 +205,12 @@ func seizeTask(tid int) (*task, error) {
 		// si_value, a POSIX timer's id and overrun) or reorder real-time
 		// signals.
 		if err := ptrace.Cont(tid, st.Sig()); err != nil {
-			return nil, err
+			return err
 		}
 		// A trap clears a pending interrupt (ptrace_stop): ask again,
 		// or a thread that gets no further signal would run on.
 		if err := ptrace.Interrupt(tid); err != nil {
-			return nil, err
+			return err
 		}
 	}
 }

@@ -131,13 +131,31 @@ func (r *remote) ask(name string, n int, done func(uint64, []byte) error, nr uin
 func (r *remote) flush() error { return r.err }
 
 // The batch area: memory mapped in the process while it is injected
-// into, which holds a batch's code, its results and the calls' outputs.
+// into, which holds the batches' code, results and the calls' outputs:
+// the leader's region first, then one slot for each other thread of a
+// wave (the threads of a wave run their batches at the same time).
 const (
-	batchAreaSize = 64 << 10
-	batchOutOff   = 40 << 10
-	batchDataOff  = 44 << 10
-	batchMaxCalls = 480 // (batchOutOff - 64) / 82 bytes of code a call
+	leaderRegion  = 64 << 10
+	slotSize      = 2 << 10
+	waveThreads   = 64
+	batchAreaSize = leaderRegion + waveThreads*slotSize
 )
+
+// A region is where in the batch area one batch keeps its code, results
+// and outputs (offsets).
+type region struct {
+	code, out, data, end uint64
+	maxCalls             int
+}
+
+// leader is the region of the leader's batches; slot k that of the k-th
+// other thread of a wave.
+var leaderBatch = region{code: 0, out: 40 << 10, data: 44 << 10, end: leaderRegion, maxCalls: 480}
+
+func slot(k int) region {
+	base := uint64(leaderRegion + k*slotSize)
+	return region{data: base, out: base + 256, code: base + 512, end: base + 256, maxCalls: 18}
+}
 
 // A callBatch asks one thread for everything at once (ptrace.Batch): one
 // ptrace stop, where each call made alone costs two.
@@ -145,9 +163,11 @@ type callBatch struct {
 	pid     int
 	in      *ptrace.Injector
 	area    uint64
+	reg     region
 	calls   ptrace.Batch
 	pending []asked
 	data    uint64 // next free output offset in the area
+	running *ptrace.RunningBatch
 	err     error
 }
 
@@ -157,16 +177,20 @@ type asked struct {
 	done   func(uint64, []byte) error
 }
 
-func newBatch(pid int, in *ptrace.Injector, area uint64) *callBatch {
-	return &callBatch{pid: pid, in: in, area: area, data: batchDataOff}
+func newBatch(pid int, in *ptrace.Injector, area uint64, reg region) *callBatch {
+	return &callBatch{pid: pid, in: in, area: area, reg: reg, data: reg.data}
 }
 
 func (b *callBatch) ask(name string, n int, done func(uint64, []byte) error, nr uint64, args ...uint64) {
 	size := (uint64(n) + 7) &^ 7
-	if b.calls.Len() == batchMaxCalls || b.data+size > batchAreaSize {
+	if b.calls.Len() == b.reg.maxCalls || b.data+size > b.reg.end {
 		b.flush()
 	}
 	if b.err != nil {
+		return
+	}
+	if b.data+size > b.reg.end {
+		b.err = fmt.Errorf("thread %d: an output of %d bytes: more than a batch holds", b.in.TID, n)
 		return
 	}
 	off := b.data
@@ -175,20 +199,35 @@ func (b *callBatch) ask(name string, n int, done func(uint64, []byte) error, nr 
 	b.pending = append(b.pending, asked{name: name, off: off, n: uint64(n), done: done})
 }
 
+// flush makes the calls asked so far.
 func (b *callBatch) flush() error {
+	b.start()
+	return b.finish()
+}
+
+// start starts the calls asked so far; finish waits for them.
+func (b *callBatch) start() {
 	if b.err != nil || b.calls.Len() == 0 {
+		return
+	}
+	b.running, b.err = b.in.StartBatch(b.pid, &b.calls, b.area+b.reg.code, b.area+b.reg.out)
+}
+
+func (b *callBatch) finish() error {
+	if b.running == nil {
 		return b.err
 	}
 	pending, used := b.pending, b.data
-	b.pending, b.data = nil, batchDataOff
-	res, err := b.in.RunBatch(b.pid, &b.calls, b.area, b.area+batchOutOff)
+	b.pending, b.data = nil, b.reg.data
+	res, err := b.running.Finish()
+	b.running = nil
 	b.calls.Reset()
 	if err != nil {
 		b.err = err
 		return err
 	}
-	data := make([]byte, used-batchDataOff)
-	if err := readMem(b.pid, b.area+batchDataOff, data); err != nil {
+	data := make([]byte, used-b.reg.data)
+	if err := readMem(b.pid, b.area+b.reg.data, data); err != nil {
 		b.err = err
 		return err
 	}
@@ -198,7 +237,7 @@ func (b *callBatch) flush() error {
 			return b.err
 		}
 		if a.done != nil {
-			o := a.off - batchDataOff
+			o := a.off - b.reg.data
 			if err := a.done(res[k], data[o:o+a.n]); err != nil {
 				b.err = err
 				return err
@@ -297,15 +336,12 @@ func (d *dumper) inject(p *image.Process) (err error) {
 	if ierr == nil {
 		var a asker = r
 		if area != 0 {
-			a = newBatch(d.pid, &r.in, area)
+			a = newBatch(d.pid, &r.in, area, leaderBatch)
 		}
 		ierr = d.injectThread(a, p, &p.Threads[0], true)
 	}
-	for i, t := range d.fz.tasks[1:] {
-		if ierr != nil {
-			break
-		}
-		ierr = d.injectOther(t, &p.Threads[i+1], gadget, area)
+	if ierr == nil {
+		ierr = d.injectOthers(p, gadget, area)
 	}
 	if err := unmapBatchArea(r, area); err != nil && ierr == nil {
 		ierr = fmt.Errorf("thread %d: %w", lead.tid, err)
@@ -316,37 +352,67 @@ func (d *dumper) inject(p *image.Process) (err error) {
 	return ierr
 }
 
-// injectOther asks a thread other than the leader, in one batch in area
-// if there is one.
-func (d *dumper) injectOther(t *task, th *image.Thread, gadget, area uint64) error {
+// injectOthers asks the threads other than the leader: in waves of
+// batches that run at the same time if there is a batch area, else one
+// call at a time.
+func (d *dumper) injectOthers(p *image.Process, gadget, area uint64) error {
+	tasks, threads := d.fz.tasks[1:], p.Threads[1:]
 	if area == 0 {
-		r, err := d.newRemote(t.tid, gadget)
-		if err != nil {
-			return err
+		for i, t := range tasks {
+			r, err := d.newRemote(t.tid, gadget)
+			if err != nil {
+				return err
+			}
+			ierr := r.block()
+			if ierr == nil {
+				ierr = d.injectThread(r, nil, &threads[i], false)
+			}
+			if err := r.done(t); err != nil && ierr == nil {
+				ierr = fmt.Errorf("thread %d: restore stack: %w", t.tid, err)
+			}
+			if ierr != nil {
+				return ierr
+			}
 		}
-		ierr := r.block()
-		if ierr == nil {
-			ierr = d.injectThread(r, nil, th, false)
+		return nil
+	}
+	for w := 0; w < len(tasks); w += waveThreads {
+		wave := tasks[w:min(w+waveThreads, len(tasks))]
+		batches := make([]*callBatch, len(wave))
+		var ierr error
+		for k, t := range wave {
+			if ierr = ptrace.SetSigMask(t.tid, ^uint64(0)); ierr != nil {
+				break
+			}
+			b := newBatch(d.pid, &ptrace.Injector{TID: t.tid}, area, slot(k))
+			batches[k] = b
+			d.askThread(b, &threads[w+k])
+			b.start()
 		}
-		if err := r.done(t); err != nil && ierr == nil {
-			ierr = fmt.Errorf("thread %d: restore stack: %w", t.tid, err)
+		// Every batch started is finished, even after an error: each
+		// task ends in its interrupt stop with its own mask.
+		for k, b := range batches {
+			if b == nil {
+				continue
+			}
+			if err := b.finish(); err != nil && ierr == nil {
+				ierr = err
+			}
+			t := wave[k]
+			if err := ptrace.SetSigMask(t.tid, t.mask); err != nil && ierr == nil {
+				ierr = err
+			}
+			t.signals = append(t.signals, b.in.Signals...)
 		}
-		return ierr
+		if ierr != nil {
+			return ierr
+		}
 	}
-	in := &ptrace.Injector{TID: t.tid}
-	ierr := ptrace.SetSigMask(t.tid, ^uint64(0))
-	if ierr == nil {
-		ierr = d.injectThread(newBatch(d.pid, in, area), nil, th, false)
-	}
-	// The batch ends in an interrupt stop: no Park.
-	if err := ptrace.SetSigMask(t.tid, t.mask); err != nil && ierr == nil {
-		ierr = err
-	}
-	t.signals = append(t.signals, in.Signals...)
-	return ierr
+	return nil
 }
 
-func (d *dumper) injectThread(a asker, p *image.Process, th *image.Thread, leader bool) error {
+// askThread asks a thread what it has of its own.
+func (d *dumper) askThread(a asker, th *image.Thread) {
 	a.ask("sigaltstack", 24, func(_ uint64, b []byte) error {
 		th.AltStack = image.AltStack{SP: le64(b), Flags: int32(binary.LittleEndian.Uint32(b[8:])), Size: le64(b[16:])}
 		return nil
@@ -357,6 +423,12 @@ func (d *dumper) injectThread(a asker, p *image.Process, th *image.Thread, leade
 	}, unix.SYS_PRCTL, prGetTIDAddress, outArg)
 	memPolicy(a, th)
 	injectThreadAttrs(a, d.pid, th)
+}
+
+// injectThread asks a thread what it has of its own, and the leader also
+// what the process has.
+func (d *dumper) injectThread(a asker, p *image.Process, th *image.Thread, leader bool) error {
+	d.askThread(a, th)
 	if !leader {
 		return a.flush()
 	}

@@ -114,6 +114,28 @@ var ErrBatchTimeout = errors.New("batch did not finish")
 // they were. Signals that stop the task meanwhile are taken off the queue
 // and added to in.Signals, as Syscall does.
 func (in *Injector) RunBatch(pid int, b *Batch, code, out uint64) ([]uint64, error) {
+	rb, err := in.StartBatch(pid, b, code, out)
+	if err != nil {
+		return nil, err
+	}
+	return rb.Finish()
+}
+
+// A RunningBatch is a batch started (StartBatch) and not yet finished:
+// batches of several threads run at the same time, each with its own
+// code and out memory.
+type RunningBatch struct {
+	in    *Injector
+	pid   int
+	n     int
+	out   uint64
+	mark  uint64
+	saved unix.PtraceRegs
+}
+
+// StartBatch starts a batch as RunBatch does, and returns without
+// waiting for it. Finish must be called next for this tracee.
+func (in *Injector) StartBatch(pid int, b *Batch, code, out uint64) (*RunningBatch, error) {
 	if len(b.calls) == 0 {
 		return nil, nil
 	}
@@ -121,12 +143,11 @@ func (in *Injector) RunBatch(pid int, b *Batch, code, out uint64) ([]uint64, err
 	if err != nil {
 		return nil, err
 	}
-	mark := uint64(time.Now().UnixNano()) | 1
-	n := len(b.calls)
-	if err := WriteMem(pid, out+8*uint64(n), make([]byte, 8)); err != nil {
+	rb := &RunningBatch{in: in, pid: pid, n: len(b.calls), out: out, mark: uint64(time.Now().UnixNano()) | 1, saved: saved}
+	if err := WriteMem(pid, out+8*uint64(rb.n), make([]byte, 8)); err != nil {
 		return nil, fmt.Errorf("batch in %d: clear mark: %w", in.TID, err)
 	}
-	if err := WriteMem(pid, code, b.code(out, mark)); err != nil {
+	if err := WriteMem(pid, code, b.code(out, rb.mark)); err != nil {
 		return nil, fmt.Errorf("batch in %d: write code: %w", in.TID, err)
 	}
 	r := saved
@@ -135,22 +156,33 @@ func (in *Injector) RunBatch(pid int, b *Batch, code, out uint64) ([]uint64, err
 	if err := SetRegs(in.TID, &r); err != nil {
 		return nil, err
 	}
-	res, err := in.runUntilMark(pid, out, n, mark, &saved)
+	if err := Cont(in.TID, 0); err != nil {
+		SetRegs(in.TID, &saved)
+		return nil, err
+	}
+	return rb, nil
+}
+
+// Finish waits for a started batch to end and returns its results (nil
+// for an empty batch).
+func (rb *RunningBatch) Finish() ([]uint64, error) {
+	if rb == nil {
+		return nil, nil
+	}
+	in := rb.in
+	res, err := in.runUntilMark(rb.pid, rb.out, rb.n, rb.mark, &rb.saved)
 	if err != nil {
 		return nil, err
 	}
-	if err := SetRegs(in.TID, &saved); err != nil {
+	if err := SetRegs(in.TID, &rb.saved); err != nil {
 		return nil, err
 	}
 	return res, nil
 }
 
-// runUntilMark resumes the task and waits until the mark at out+8n is
-// set, then puts it back in an interrupt stop and returns the results.
+// runUntilMark waits until the mark at out+8n is set, then puts the
+// running task back in an interrupt stop and returns the results.
 func (in *Injector) runUntilMark(pid int, out uint64, n int, mark uint64, saved *unix.PtraceRegs) ([]uint64, error) {
-	if err := Cont(in.TID, 0); err != nil {
-		return nil, err
-	}
 	buf := make([]byte, 8*(n+1))
 	deadline := time.Now().Add(batchTimeout)
 	sleep := time.Duration(0)
@@ -163,6 +195,8 @@ func (in *Injector) runUntilMark(pid int, out uint64, n int, mark uint64, saved 
 			if err := Cont(in.TID, 0); err != nil {
 				return nil, err
 			}
+			i, sleep = 0, 0 // the batch goes on: poll closely again
+			continue
 		}
 		if err := ReadMem(pid, out, buf); err != nil {
 			return nil, fmt.Errorf("batch in %d: read results: %w", in.TID, err)

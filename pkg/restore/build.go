@@ -204,10 +204,8 @@ func (b *builder) misc() error {
 	if err := b.procAttrs(); err != nil {
 		return err
 	}
-	for i := range p.Threads {
-		if err := b.threadMisc(i); err != nil {
-			return fmt.Errorf("thread %d: %w", p.Threads[i].TID, err)
-		}
+	if err := b.threadsMisc(); err != nil {
+		return err
 	}
 	return b.chroot() // last: the calls above name files from ckpt's root
 }

@@ -12,15 +12,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// creds gives every thread its own credentials (setCreds), last: the
-// calls before needed privilege.
+// creds gives every thread its own credentials (askCreds), last: the
+// calls before needed privilege. The batches of a wave of threads run at
+// the same time.
 func (b *builder) creds() error {
-	for i := range b.ins {
-		if err := b.setCreds(i); err != nil {
-			return fmt.Errorf("thread %d: %w", b.p.Threads[i].TID, err)
-		}
-	}
-	return nil
+	return b.inWaves(b.askCreds, func(int, []uint64) error { return nil })
 }
 
 // afterCreds sets what a change of credentials resets: the parent-death
@@ -43,11 +39,11 @@ func (b *builder) afterCreds() error {
 	return nil
 }
 
-// seccomp adds to tb (the batch of setCreds) the calls that set
+// seccomp adds to tb (the batch of askCreds) the calls that set
 // no_new_privs and install the seccomp filters of thread i, oldest first,
 // with the flags they had. ckpt-redo traces with
 // PTRACE_O_SUSPEND_SECCOMP, so the filters do not apply to the calls it
-// still makes in the thread; setCreds calls it while the thread still
+// still makes in the thread; askCreds calls it while the thread still
 // has CAP_SYS_ADMIN, which a filter without no_new_privs needs.
 func (b *builder) seccomp(tb *threadBatch, i int) error {
 	c := b.threadCreds(i)

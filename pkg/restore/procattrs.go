@@ -181,7 +181,7 @@ func (b *builder) threadSched(i int, cur threadControls) error {
 
 // threadCtl sets thread i's speculation controls, TSC and machine-check
 // policies where they differ from what the new thread has (cur, asked
-// in threadMisc's batch).
+// in threadsMisc' batch).
 func (b *builder) threadCtl(i int, cur threadControls) error {
 	th, in := &b.p.Threads[i], b.ins[i]
 	for w, want := range th.SpecCtrl {
@@ -221,21 +221,29 @@ func (b *builder) threadCreds(i int) *image.Creds {
 	return &b.p.Creds
 }
 
-// setCreds gives thread i its credentials, in an order where each step
-// still has the privilege it needs: keep-caps and no setuid fixup while
-// the ids change, then the inheritable set (with ckpt-redo's permitted
-// set still there), the ambient set, the bounding set, the securebits
-// (locks included), no_new_privs and the seccomp filters (while
-// CAP_SYS_ADMIN is still there), and last the permitted and effective
-// sets. The calls are made in one batch (threadBatch).
-func (b *builder) setCreds(i int) error {
+// askCreds fills tb with the calls that give thread i its credentials,
+// in an order where each step still has the privilege it needs:
+// keep-caps and no setuid fixup while the ids change, then the
+// inheritable set (with ckpt-redo's permitted set still there), the
+// ambient set, the bounding set, the securebits (locks included),
+// no_new_privs and the seccomp filters (while CAP_SYS_ADMIN is still
+// there), and last the permitted and effective sets. It returns false if
+// their data (groups, filters) do not fit tb.
+func (b *builder) askCreds(i int, tb *threadBatch) bool {
 	c, in := b.threadCreds(i), b.ins[i]
+	size := 4*len(c.Groups) + 2*48
+	for _, f := range c.Filters {
+		size += 16 + len(f) + 16
+	}
+	if !tb.fits(size) {
+		return false
+	}
 	st, err := proc.ReadStatus(in.TID)
 	if err != nil {
-		return err
+		tb.err = err
+		return true
 	}
 	curPrm, curBnd := st.CapPrm, st.CapBnd
-	tb := b.batch(i)
 	tb.add("prctl(PR_SET_SECUREBITS keep-caps)", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, secbitKeepCaps|secbitNoFixup)
 	groups := make([]byte, 4*len(c.Groups))
 	for k, g := range c.Groups {
@@ -243,7 +251,8 @@ func (b *builder) setCreds(i int) error {
 	}
 	ga, err := tb.put(groups)
 	if err != nil {
-		return err
+		tb.err = err
+		return true
 	}
 	tb.add("setgroups", unix.SYS_SETGROUPS, uint64(len(c.Groups)), ga)
 	tb.add("setresgid", unix.SYS_SETRESGID, uint64(c.GID[0]), uint64(c.GID[1]), uint64(c.GID[2]))
@@ -251,7 +260,8 @@ func (b *builder) setCreds(i int) error {
 	tb.add("setresuid", unix.SYS_SETRESUID, uint64(c.UID[0]), uint64(c.UID[1]), uint64(c.UID[2]))
 	tb.addAny(unix.SYS_SETFSUID, uint64(c.UID[3]))
 	if err := capset(tb, curPrm, curPrm, c.CapInh); err != nil {
-		return err
+		tb.err = err
+		return true
 	}
 	for capn := 0; capn < 64; capn++ {
 		if c.CapAmb&(1<<capn) != 0 {
@@ -265,13 +275,13 @@ func (b *builder) setCreds(i int) error {
 	}
 	tb.add(fmt.Sprintf("prctl(PR_SET_SECUREBITS %#x)", c.Securebits), unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, uint64(c.Securebits))
 	if err := b.seccomp(tb, i); err != nil {
-		return fmt.Errorf("seccomp: %w", err)
+		tb.err = fmt.Errorf("seccomp: %w", err)
+		return true
 	}
 	if err := capset(tb, c.CapEff, c.CapPrm, c.CapInh); err != nil {
-		return err
+		tb.err = err
 	}
-	_, err = tb.run()
-	return err
+	return true
 }
 
 // capset adds to tb the call that sets the three capability sets.

@@ -13,19 +13,36 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// threadMisc restores what each thread has of its own: its name, rseq
+// threadsMisc restores what each thread has of its own: its name, rseq
 // area, robust futex list, clear-child-tid address and alternate signal
-// stack in one batch of calls, which also reads the speculation controls
-// and machine-check policy the new thread has; then its scheduling
-// attributes from outside, and the controls that differ.
-func (b *builder) threadMisc(i int) error {
+// stack in one batch of calls for each thread (the batches of a wave of
+// threads run at the same time), which also reads the speculation
+// controls and machine-check policy the new thread has; then its
+// scheduling attributes from outside, and the controls that differ.
+func (b *builder) threadsMisc() error {
+	cur := make([]threadControls, len(b.ins))
+	return b.inWaves(func(i int, tb *threadBatch) bool {
+		var ok bool
+		cur[i], ok = b.askThreadMisc(i, tb)
+		return ok
+	}, func(i int, res []uint64) error {
+		return b.threadSched(i, cur[i].values(res))
+	})
+}
+
+// askThreadMisc fills tb for threadsMisc; false if the data do not fit.
+func (b *builder) askThreadMisc(i int, tb *threadBatch) (threadControls, bool) {
 	th := &b.p.Threads[i]
-	tb := b.batch(i)
-	name, err := tb.put(append([]byte(th.Comm), 0))
-	if err != nil {
-		return err
+	name := append([]byte(th.Comm), 0)
+	if !tb.fits(len(name) + 32) {
+		return threadControls{}, false
 	}
-	tb.add("prctl(PR_SET_NAME)", unix.SYS_PRCTL, unix.PR_SET_NAME, name)
+	addr, err := tb.put(name)
+	if err != nil {
+		tb.err = err
+		return threadControls{}, true
+	}
+	tb.add("prctl(PR_SET_NAME)", unix.SYS_PRCTL, unix.PR_SET_NAME, addr)
 	if th.Rseq.Ptr != 0 {
 		tb.add("rseq", unix.SYS_RSEQ, th.Rseq.Ptr, uint64(th.Rseq.Size), 0, uint64(th.Rseq.Sig))
 	}
@@ -42,7 +59,8 @@ func (b *builder) threadMisc(i int) error {
 		}{SP: th.AltStack.SP, Flags: th.AltStack.Flags &^ ssOnStack, Size: th.AltStack.Size}
 		addr, err := tb.put(ptrace.Bytes(&ss))
 		if err != nil {
-			return err
+			tb.err = err
+			return threadControls{}, true
 		}
 		tb.add("sigaltstack", unix.SYS_SIGALTSTACK, addr, 0)
 	}
@@ -54,11 +72,7 @@ func (b *builder) threadMisc(i int) error {
 		}
 	}
 	cur.mce = tb.add("prctl(PR_MCE_KILL_GET)", unix.SYS_PRCTL, unix.PR_MCE_KILL_GET, 0, 0, 0, 0)
-	res, err := tb.run()
-	if err != nil {
-		return err
-	}
-	return b.threadSched(i, cur.values(res))
+	return cur, true
 }
 
 // threadControls holds the indices in a batch's results of the
@@ -80,26 +94,36 @@ func (c threadControls) values(res []uint64) threadControls {
 	return out
 }
 
-// createThreads clones every thread but the leader with its old TID. Each
-// starts as a copy of the leader stopped at the gadget; its own registers
+// createThreads clones every thread but the leader with its old TID, in
+// one batch of clone3 calls in the leader (a call each, and the clone
+// event each makes the leader stop at), then waits for the new threads'
+// first stops. Each starts as a copy of the leader; its own registers
 // are set at the end.
 func (b *builder) createThreads() error {
 	b.ins = []*ptrace.Injector{&b.in}
 	const flags = unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND | unix.CLONE_THREAD | unix.CLONE_SYSVSEM
-	for _, th := range b.p.Threads[1:] {
+	threads := b.p.Threads[1:]
+	tb := b.batch(0, wholeRegion)
+	for _, th := range threads {
 		var args [cloneArgsSize + 8]byte
 		le := binary.LittleEndian
 		le.PutUint64(args[0:], flags)
-		le.PutUint64(args[64:], b.gadget+scratchOff+cloneArgsSize) // set_tid
-		le.PutUint64(args[72:], 1)
+		le.PutUint64(args[72:], 1) // set_tid_size
 		le.PutUint32(args[cloneArgsSize:], uint32(th.TID))
-		if err := b.write(scratchOff, args[:]); err != nil {
-			return err
-		}
-		ret, err := b.in.Syscall(unix.SYS_CLONE3, b.gadget+scratchOff, cloneArgsSize)
+		addr, err := tb.putAt(args[:], func(addr uint64, data []byte) {
+			le.PutUint64(data[64:], addr+cloneArgsSize) // set_tid
+		})
 		if err != nil {
 			return err
 		}
+		tb.addAny(unix.SYS_CLONE3, addr, cloneArgsSize)
+	}
+	res, err := tb.run()
+	if err != nil {
+		return err
+	}
+	for k, th := range threads {
+		ret := res[k]
 		if e := ptrace.Errno(ret); e != nil {
 			if e == unix.EEXIST {
 				return fmt.Errorf("clone3 thread with tid %d: %w", th.TID, ErrPIDInUse)
@@ -110,6 +134,8 @@ func (b *builder) createThreads() error {
 			return fmt.Errorf("clone3 gave tid %d, not %d", ret, th.TID)
 		}
 		b.tasks = append(b.tasks, th.TID)
+	}
+	for _, th := range threads {
 		if err := waitNewTask(th.TID); err != nil {
 			return err
 		}
@@ -137,48 +163,78 @@ func waitNewTask(tid int) error {
 	}
 }
 
-// Where a threadBatch keeps what its calls point to, its results and its
-// code, in the gadget area (the scratch offsets the single calls use lie
-// below batchOutOff; a batch runs between two of them, never during one).
+// A batchRegion is where in the gadget area a threadBatch keeps what its
+// calls point to (data up to dataEnd), its results (out) and its code
+// (offsets). The scratch offsets the single calls use lie in the whole
+// region; a batch never runs during one of them.
+type batchRegion struct {
+	data, dataEnd, out, code uint64
+	maxCalls                 int
+}
+
+// wholeRegion is the region of a batch that runs alone; slot(k) that of
+// the k-th thread of a wave, whose batches run at the same time.
+var wholeRegion = batchRegion{data: scratchOff, dataEnd: 10 * image.PageSize, out: 10 * image.PageSize, code: 11 * image.PageSize,
+	maxCalls: (gadgetSize - 11*image.PageSize - 64) / 82}
+
 const (
-	batchDataOff = scratchOff
-	batchOutOff  = 10 * image.PageSize
-	batchCodeOff = 11 * image.PageSize
-	batchMax     = (gadgetSize - batchCodeOff - 64) / 82 // calls that fit the code pages
+	slotSize   = 2 << 10
+	slotData   = 512
+	slotOut    = 256
+	waveSlots  = (gadgetSize - scratchOff) / slotSize
+	slotMaxRes = slotOut/8 - 1
 )
+
+func slot(k int) batchRegion {
+	base := uint64(scratchOff + k*slotSize)
+	return batchRegion{data: base, dataEnd: base + slotData, out: base + slotData, code: base + slotData + slotOut,
+		maxCalls: min(slotMaxRes, (slotSize-slotData-slotOut-64)/82)}
+}
 
 // A threadBatch collects the calls to make in one thread of a process
 // being built, and the data they point to, and makes them in one go
-// (ptrace.Batch): one ptrace stop for all instead of two for each.
+// (ptrace.Batch): one ptrace stop for all instead of two for each. When
+// its region is full the calls so far are made first.
 type threadBatch struct {
-	b     *builder
-	in    *ptrace.Injector
-	calls ptrace.Batch
-	names []string // "" for a call whose result the caller checks
-	data  uint64   // next free offset for data
-	res   []uint64 // results of the calls run so far (flushes included)
-	err   error    // the first error, returned by run
+	b       *builder
+	in      *ptrace.Injector
+	reg     batchRegion
+	calls   ptrace.Batch
+	names   []string // "" for a call whose result the caller checks
+	data    uint64   // next free offset for data
+	res     []uint64 // results of the calls made so far
+	running *ptrace.RunningBatch
+	err     error // the first error, returned by run
 }
 
-// batch starts a batch of calls for thread i.
-func (b *builder) batch(i int) *threadBatch {
-	return &threadBatch{b: b, in: b.ins[i], data: batchDataOff}
+// batch starts a batch of calls for thread i in region reg.
+func (b *builder) batch(i int, reg batchRegion) *threadBatch {
+	return &threadBatch{b: b, in: b.ins[i], reg: reg, data: reg.data}
 }
+
+// fits tells whether data of n bytes fit the region at all.
+func (tb *threadBatch) fits(n int) bool { return tb.reg.data+uint64(n+15)&^15 <= tb.reg.dataEnd }
 
 // put copies data into the gadget area for a call of the batch and
-// returns its address there. When the area is full the calls so far
-// are made first.
-func (tb *threadBatch) put(data []byte) (uint64, error) {
+// returns its address there.
+func (tb *threadBatch) put(data []byte) (uint64, error) { return tb.putAt(data, nil) }
+
+// putAt is put with fix, which may change data once its address is known
+// (a pointer inside it), before it is written.
+func (tb *threadBatch) putAt(data []byte, fix func(addr uint64, data []byte)) (uint64, error) {
 	n := (uint64(len(data)) + 15) &^ 15
-	if tb.data+n > batchOutOff {
+	if tb.data+n > tb.reg.dataEnd {
 		if err := tb.flush(); err != nil {
 			return 0, err
 		}
-		if tb.data+n > batchOutOff {
-			return 0, fmt.Errorf("%d bytes of call data: more than the batch area holds", len(data))
+		if tb.data+n > tb.reg.dataEnd {
+			return 0, fmt.Errorf("%d bytes of call data: more than a batch holds", len(data))
 		}
 	}
 	off := tb.data
+	if fix != nil {
+		fix(tb.b.gadget+off, data)
+	}
 	if err := tb.b.write(off, data); err != nil {
 		return 0, err
 	}
@@ -189,7 +245,7 @@ func (tb *threadBatch) put(data []byte) (uint64, error) {
 // add appends a call whose failure is an error naming it, and returns
 // its index in the results.
 func (tb *threadBatch) add(name string, nr uint64, args ...uint64) int {
-	if tb.calls.Len() == batchMax {
+	if tb.calls.Len() == tb.reg.maxCalls {
 		tb.flush() // an error is kept for run
 	}
 	tb.names = append(tb.names, name)
@@ -202,30 +258,47 @@ func (tb *threadBatch) addAny(nr uint64, args ...uint64) int { return tb.add("",
 
 // flush makes the calls so far.
 func (tb *threadBatch) flush() error {
-	if tb.err != nil {
-		return tb.err
-	}
-	tb.err = tb.runCalls()
-	return tb.err
+	tb.start()
+	return tb.finish()
 }
 
-func (tb *threadBatch) runCalls() error {
+// start starts the calls so far; finish waits for them.
+func (tb *threadBatch) start() {
+	if tb.err != nil || tb.calls.Len() == 0 {
+		return
+	}
 	b := tb.b
-	res, err := tb.in.RunBatch(b.target, &tb.calls, b.gadget+batchCodeOff, b.gadget+batchOutOff)
+	tb.running, tb.err = tb.in.StartBatch(b.target, &tb.calls, b.gadget+tb.reg.code, b.gadget+tb.reg.out)
+}
+
+func (tb *threadBatch) finish() error {
+	if tb.err != nil || tb.running == nil {
+		tb.drop()
+		return tb.err
+	}
+	res, err := tb.running.Finish()
+	names := tb.names
+	tb.drop()
 	if err != nil {
+		tb.err = err
 		return err
 	}
-	names := tb.names
-	tb.calls.Reset()
-	tb.names = nil
-	tb.data = batchDataOff
 	tb.res = append(tb.res, res...)
 	for k, r := range res {
 		if e := ptrace.Errno(r); e != nil && names[k] != "" {
-			return fmt.Errorf("%s in %d: %w", names[k], tb.in.TID, e)
+			tb.err = fmt.Errorf("%s in %d: %w", names[k], tb.in.TID, e)
+			return tb.err
 		}
 	}
 	return nil
+}
+
+// drop forgets the calls asked so far.
+func (tb *threadBatch) drop() {
+	tb.running = nil
+	tb.calls.Reset()
+	tb.names = nil
+	tb.data = tb.reg.data
 }
 
 // run makes the calls left and returns the results of all.
@@ -234,4 +307,58 @@ func (tb *threadBatch) run() ([]uint64, error) {
 		return nil, err
 	}
 	return tb.res, nil
+}
+
+// inWaves runs, for the threads of the process in waves of waveSlots,
+// ask(i, tb) to fill a batch for thread i in its slot (false: thread i
+// is done alone afterwards, by ask with the whole region), starts the
+// batches of a wave together, and calls then(i, results) for each once
+// all of the wave are done.
+func (b *builder) inWaves(ask func(i int, tb *threadBatch) bool, then func(i int, res []uint64) error) error {
+	var alone []int
+	for w := 0; w < len(b.ins); w += waveSlots {
+		n := min(waveSlots, len(b.ins)-w)
+		batches := make([]*threadBatch, n)
+		for k := range batches {
+			tb := b.batch(w+k, slot(k))
+			if !ask(w+k, tb) {
+				alone = append(alone, w+k)
+				continue
+			}
+			batches[k] = tb
+			tb.start()
+		}
+		var err error
+		for _, tb := range batches {
+			if tb != nil {
+				if ferr := tb.finish(); ferr != nil && err == nil {
+					err = ferr
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+		for k, tb := range batches {
+			if tb != nil {
+				if err := then(w+k, tb.res); err != nil {
+					return fmt.Errorf("thread %d: %w", b.p.Threads[w+k].TID, err)
+				}
+			}
+		}
+	}
+	for _, i := range alone {
+		tb := b.batch(i, wholeRegion)
+		if !ask(i, tb) {
+			return fmt.Errorf("thread %d: its calls do not fit a batch", b.p.Threads[i].TID)
+		}
+		res, err := tb.run()
+		if err == nil {
+			err = then(i, res)
+		}
+		if err != nil {
+			return fmt.Errorf("thread %d: %w", b.p.Threads[i].TID, err)
+		}
+	}
+	return nil
 }
