@@ -183,7 +183,7 @@ func (d *dumper) collectThread(t *task) (*image.Thread, error) {
 	if b, err := os.ReadFile(proc.Path(d.pid, "task", strconv.Itoa(t.tid), "comm")); err == nil {
 		th.Comm = strings.TrimSuffix(string(b), "\n")
 	}
-	if s, err := proc.ReadStat(d.pid, t.tid); err == nil {
+	if s, err := t.readStat(d.pid); err == nil {
 		th.State = string(s.State)
 	}
 	status, err := t.readStatus()
@@ -196,7 +196,7 @@ func (d *dumper) collectThread(t *task) (*image.Thread, error) {
 	if err := collectSched(t.tid, th); err != nil {
 		return nil, err
 	}
-	if err := threadFlags(d.pid, t.tid, th); err != nil {
+	if err := threadFlags(d.pid, t, th); err != nil {
 		return nil, err
 	}
 	return th, nil

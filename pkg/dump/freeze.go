@@ -45,6 +45,7 @@ type task struct {
 	// status caches /proc/TID/status once the task is frozen (see
 	// task.readStatus): reading it is the dearest part of a thread's dump.
 	status *proc.Status
+	stat   *proc.Stat // /proc/PID/task/TID/stat, the same way (task.readStat)
 }
 
 // frozen is a process whose every thread is seized and stopped.

@@ -111,17 +111,18 @@ func collectSched(tid int, th *image.Thread) error {
 	return nil
 }
 
-// threadFlags reads the machine-check policy of thread tid of process
+// threadFlags reads the machine-check policy of thread t of process
 // pid from its task flags (what PR_MCE_KILL_GET answers), and refuses
 // syscall user dispatch and the I/O flusher flag, which ckpt does not
 // restore.
-func threadFlags(pid, tid int, th *image.Thread) error {
+func threadFlags(pid int, t *task, th *image.Thread) error {
+	tid := t.tid
 	sud := struct{ Mode, Selector, Offset, Len uint64 }{}
 	_, _, e := unix.Syscall6(unix.SYS_PTRACE, ptraceGetSUDConfig, uintptr(tid), unsafe.Sizeof(sud), uintptr(unsafe.Pointer(&sud)), 0, 0)
 	if e == 0 && sud.Mode != 0 {
 		return refuse(pid, fmt.Sprintf("thread %d", tid), "syscall user dispatch (PR_SET_SYSCALL_USER_DISPATCH) is not restored")
 	}
-	st, err := proc.ReadStat(pid, tid)
+	st, err := t.readStat(pid)
 	if err != nil {
 		return fmt.Errorf("read stat: %w", err)
 	}

@@ -16,3 +16,17 @@ func (t *task) readStatus() (*proc.Status, error) {
 	t.status = st
 	return st, nil
 }
+
+// readStat returns the task's /proc/PID/task/TID/stat (pid is its
+// process), read once for the same reason (its state and flags).
+func (t *task) readStat(pid int) (*proc.Stat, error) {
+	if t.stat != nil {
+		return t.stat, nil
+	}
+	st, err := proc.ReadStat(pid, t.tid)
+	if err != nil {
+		return nil, err
+	}
+	t.stat = st
+	return st, nil
+}
