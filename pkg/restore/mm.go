@@ -73,6 +73,7 @@ func mapProt(v *image.VMA) int {
 // memory last (see mapShared), once everything else is in place.
 func (b *builder) mapVMAs() error {
 	var shared, sysv, aio []*image.VMA
+	batch := b.newMapBatch()
 	for i := range b.p.VMAs {
 		v := &b.p.VMAs[i]
 		if v.Start < b.gadget+gadgetSize && b.gadget < v.End {
@@ -109,9 +110,12 @@ func (b *builder) mapVMAs() error {
 		if v.GrowsDown {
 			flags |= unix.MAP_GROWSDOWN
 		}
-		if err := b.mapAt(v, flags, fd, off); err != nil {
+		if err := batch.mapAt(v, flags, fd, off); err != nil {
 			return err
 		}
+	}
+	if err := batch.run(); err != nil {
+		return err
 	}
 	if err := b.mapShared(shared); err != nil {
 		return err
