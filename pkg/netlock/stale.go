@@ -2,17 +2,22 @@ package netlock
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
 )
 
 // Holding returns a lock table in the network namespace netns (see conn)
 // that drops the packets of one of conns, and that connection: a lock left
 // behind by a dump whose image was not restored, or by a failed restore.
+// The lock of a dump or restore still at work (of another member of the
+// same group checkpoint, say) is not stale: its process still exists.
 // A dump of a connection such a lock holds would save it stalled, and the
 // restore would not lift someone else's lock. ok is false when no lock
 // holds any of conns.
@@ -26,10 +31,13 @@ func Holding(conns []Conn, netns int) (table string, held Conn, ok bool, err err
 		return "", Conn{}, false, fmt.Errorf("netlock: list tables: %w", err)
 	}
 	for _, t := range ts {
-		if !strings.HasPrefix(t.Name, TablePrefix) {
+		if !strings.HasPrefix(t.Name, TablePrefix) || inProgress(t.Name) {
 			continue
 		}
 		keys, ports, err := lockContent(c, t)
+		if gone(err) {
+			continue // lifted meanwhile (another dump's, done)
+		}
 		if err != nil {
 			return "", Conn{}, false, fmt.Errorf("netlock: table %s: %w", t.Name, err)
 		}
@@ -105,4 +113,24 @@ func rulePort(es []expr.Any) (netip.AddrPort, bool) {
 		addr = netip.IPv4Unspecified()
 	}
 	return netip.AddrPortFrom(addr, port), true
+}
+
+// gone reports whether err says that the table read was removed meanwhile.
+func gone(err error) bool {
+	return err != nil && (errors.Is(err, unix.ENOENT) || strings.Contains(err.Error(), "no such file"))
+}
+
+// inProgress reports whether the lock table name belongs to a dump or a
+// restore still at work: the dump's root process ("ckpt-lock-PID-N") or
+// the restoring ckpt-redo ("ckpt-lock-redo-PID") still exists. After a
+// killing dump the root is gone while its lock waits for the restore.
+func inProgress(name string) bool {
+	rest := strings.TrimPrefix(strings.TrimPrefix(name, TablePrefix), "redo-")
+	num, _, _ := strings.Cut(rest, "-")
+	pid, err := strconv.Atoi(num)
+	if err != nil || pid <= 0 {
+		return false
+	}
+	err = unix.Kill(pid, 0)
+	return err == nil || errors.Is(err, unix.EPERM)
 }

@@ -3,6 +3,7 @@ package netlock
 import (
 	"net/netip"
 	"os"
+	"strconv"
 	"testing"
 )
 
@@ -50,5 +51,25 @@ func TestHolding(t *testing.T) {
 				t.Errorf("Holding(%v) = %q, %v, %v; want held %v by %s", tt.conn, table, held, ok, tt.held, l.Table)
 			}
 		})
+	}
+}
+
+// TestInProgress: a lock whose dump root or restoring ckpt-redo still
+// exists is at work, not stale.
+func TestInProgress(t *testing.T) {
+	me := strconv.Itoa(os.Getpid())
+	tests := []struct {
+		name string
+		want bool
+	}{
+		{TablePrefix + me + "-123", true},
+		{TablePrefix + "redo-" + me, true},
+		{TablePrefix + "4194304-1", false}, // above PID_MAX_LIMIT: no such process
+		{TablePrefix + "holding-test", false},
+	}
+	for _, tt := range tests {
+		if got := inProgress(tt.name); got != tt.want {
+			t.Errorf("inProgress(%q) = %v, want %v", tt.name, got, tt.want)
+		}
 	}
 }
