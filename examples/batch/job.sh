@@ -40,8 +40,10 @@ members() {
 
 checkpoint() {
 	log "warning signal: checkpointing the job"
+	parity=--parity
+	[ -n "${CKPT_PARITY-1}" ] || parity=
 	# shellcheck disable=SC2046
-	if "$ckpt" group checkpoint --kill ${CKPT_PARITY-1:+--parity} --name job --manifest "$manifest.new" $(members); then
+	if "$ckpt" group checkpoint --kill $parity --name job --manifest "$manifest.new" $(members); then
 		mv "$manifest.new" "$manifest"
 		log "checkpointed: $manifest; requeue me"
 		exit 99

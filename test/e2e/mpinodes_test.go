@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -137,4 +138,116 @@ func TestNodesSeparate(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestBatchJobScript runs examples/batch/job.sh the way a batch system
+// would, twice: in the first allocation it starts a job spread over 3
+// nodes (ringjob, a token ring over TCP, started on the nodes by
+// testdata/launch-in-node from a launcher node) and, at the simulated
+// pre-timeout signal (SIGUSR1), checkpoints it with parity and stops with
+// status 99 (requeue); the job is gone. In the next allocation the same
+// script restarts the job from the checkpoint and waits for it: it goes
+// on from where it was checkpointed (same PIDs, same connections) and
+// finishes with the checksum of an uninterrupted run.
+func TestBatchJobScript(t *testing.T) {
+	e := setup(t)
+	ring := testenv.BuildVictim(t, "ringjob")
+	c := &cluster{testenv.NewCluster(t, e.ckpt(), e.r), t}
+	c.Keep = append(c.Keep, filepath.Dir(ring))
+	L := c.AddNode("L", 1)
+	n := []*node{c.AddNode("n1", 2), c.AddNode("n2", 3), c.AddNode("n3", 4)}
+	state := filepath.Join(c.Dir, "state")
+	if err := os.Mkdir(state, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var m strings.Builder
+	for _, nd := range append([]*node{L}, n...) {
+		fmt.Fprintf(&m, "%s %s\n", nd.Hostname, nd.Ctl)
+	}
+	nodes := filepath.Join(c.Dir, "nodes")
+	if err := os.WriteFile(nodes, []byte(m.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// The job: one ringjob per node, started through the ssh-like hook;
+	// it ends when every process has said bye.
+	launch := filepath.Join(testenv.RepoRoot(t), "testdata", "launch-in-node")
+	stop := filepath.Join(c.Dir, "stop")
+	var job strings.Builder
+	var logs []jobLog
+	for i, nd := range n {
+		j := jobLog{index: i, path: filepath.Join(c.Dir, fmt.Sprintf("ring%d.log", i))}
+		logs = append(logs, j)
+		fmt.Fprintf(&job, "%s -x %s %s %s %d %d %s:5000 %s:5000 %s 10 4; ", launch, nd.Hostname, ring, j.path, i, len(n),
+			nd.IP, n[(i+1)%len(n)].IP, stop)
+	}
+	job.WriteString("while :; do done=1; for f in")
+	for _, j := range logs {
+		job.WriteString(" " + j.path)
+	}
+	job.WriteString("; do grep -q '^bye' $f || done=0; done; [ $done = 1 ] && break; sleep 0.1; done")
+
+	script := filepath.Join(testenv.RepoRoot(t), "examples", "batch", "job.sh")
+	allocation := func() (*exec.Cmd, *strings.Builder) {
+		cmd := exec.Command("bash", script)
+		cmd.Env = append(os.Environ(), "CKPT_STATE="+state, "LAUNCHER_AGENT="+L.Ctl, "CKPT_NODES="+nodes,
+			"CKPT="+e.ckpt(), "JOB="+job.String())
+		var out strings.Builder
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd, &out
+	}
+	exitCode := func(cmd *exec.Cmd, out *strings.Builder) int {
+		t.Helper()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(60 * time.Second):
+			cmd.Process.Kill()
+			<-done
+			t.Fatalf("job.sh did not end: %s", out)
+		}
+		return cmd.ProcessState.ExitCode()
+	}
+
+	// First allocation, until the pre-timeout signal.
+	first, out := allocation()
+	var orig []ringTick
+	for _, j := range logs {
+		j.waitTicks(t, 10)
+		orig = append(orig, ticks(t, j.lines())[0])
+	}
+	if err := first.Process.Signal(syscall.SIGUSR1); err != nil {
+		t.Fatal(err)
+	}
+	if code := exitCode(first, out); code != 99 {
+		t.Fatalf("job.sh at the pre-timeout signal: exit %d, want 99 (requeue): %s", code, out)
+	}
+	t.Logf("first allocation: %s", strings.TrimSpace(out.String()))
+	at := make([]int, len(logs))
+	for i, j := range logs {
+		if netnsOf(j.path) != 0 {
+			t.Fatalf("ring process %d still runs after the checkpoint at the time limit", i)
+		}
+		at[i] = len(j.lines())
+	}
+
+	// Next allocation: the same script restarts the job from the
+	// checkpoint and waits for its end.
+	second, out := allocation()
+	for i, j := range logs {
+		j.waitNewTicks(t, at[i], 10)
+		seg := ticks(t, j.lines()[at[i]:])
+		checkSegment(t, j, len(n), seg, seg[0].k, orig[i])
+		if last := ticks(t, j.lines()[:at[i]]); seg[0].k > last[len(last)-1].k+1 {
+			t.Fatalf("ring process %d restarted at tick %d; it was checkpointed at or after %d", i, seg[0].k, last[len(last)-1].k)
+		}
+	}
+	finishRing(t, stop, logs)
+	if code := exitCode(second, out); code != 0 {
+		t.Fatalf("job.sh in the next allocation: exit %d: %s", code, out)
+	}
+	t.Logf("next allocation: %s", strings.TrimSpace(out.String()))
 }
