@@ -77,7 +77,7 @@ func (c *cluster) startMPI(ckpt, name, prog string, launcher *node, hosts []*nod
 		launch, hs.String(), len(hosts), prog, j.log, j.gates[0], j.gates[1], s1, s2)
 	out, serr, err := c.Ckpt("group", "exec", "--agent", launcher.Ctl, "--stdout", j.out, "--", "env",
 		"CKPT_NODES="+nodes, "CKPT="+ckpt, "CKPT_NODE_LOG="+j.log+".proxy",
-"sh", "-c", cmd)
+		"sh", "-c", cmd)
 	if err != nil {
 		t.Fatalf("group exec mpiexec: %v: %s", err, serr)
 	}
