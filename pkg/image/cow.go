@@ -17,10 +17,10 @@ import (
 
 // Inherits tells whether VMA cv of the child c is what a fork of its
 // parent p gives from p's VMA pv: the same private anonymous or
-// private file mapping (same file, not a deleted one), at the same
-// range, with the same protection, name and advice, and advice that lets
-// fork copy it with its pages (neither MADV_DONTFORK nor
-// MADV_WIPEONFORK). Both must hold pages.
+// private file mapping (same file, not a deleted one; not hugetlb
+// memory), at the same range, with the same protection, name and advice,
+// and advice that lets fork copy it with its pages (neither MADV_DONTFORK
+// nor MADV_WIPEONFORK). Both must hold pages.
 func Inherits(c *Process, cv *VMA, p *Process, pv *VMA) bool {
 	if cv == nil || pv == nil || cv.Shared || pv.Shared || cv.Pages == 0 || pv.Pages == 0 {
 		return false
@@ -28,6 +28,11 @@ func Inherits(c *Process, cv *VMA, p *Process, pv *VMA) bool {
 	switch cv.Kind {
 	case VMAAnon, VMAHeap, VMAStack, VMAFile:
 	default:
+		return false
+	}
+	if cv.HugePageSize != 0 || pv.HugePageSize != 0 {
+		// A child's copy-on-write fault in private hugetlb memory needs a
+		// free huge page the parent's reservation does not cover.
 		return false
 	}
 	if cv.Start != pv.Start || cv.End != pv.End || cv.Kind != pv.Kind || cv.Prot != pv.Prot || cv.Name != pv.Name ||
