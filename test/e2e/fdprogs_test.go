@@ -274,13 +274,18 @@ func TestSqliteCLITransaction(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	send("BEGIN IMMEDIATE; INSERT INTO t VALUES(1);\n")
+	// The shell waits out the brief locks of the test's own writer.
+	send(".timeout 5000\nBEGIN IMMEDIATE; INSERT INTO t VALUES(1);\n")
 	locked := func() bool {
 		out, err := sql("INSERT INTO t VALUES(99);")
 		return err != nil && strings.Contains(out, "locked")
 	}
-	pid := e.startProg(t, dir, func(int) bool { return locked() },
+	// Ready once the shell holds its write lock (RESERVED: a POSIX lock).
+	pid := e.startProg(t, dir, func(pid int) bool { return holdsPOSIXWriteLock(pid) },
 		"sh", "-c", fmt.Sprintf("exec sqlite3 -batch %s < %s", db, fifo))
+	if !locked() {
+		t.Fatalf("a second writer got in before the dump")
+	}
 	defer func() {
 		syscall.Kill(pid, syscall.SIGKILL)
 		e.r.WaitExit(t, pid, wait)
@@ -304,4 +309,16 @@ func TestSqliteCLITransaction(t *testing.T) {
 	if s := readFile(filepath.Join(dir, "stderr")); s != "" {
 		t.Errorf("sqlite3 stderr: %q", s)
 	}
+}
+
+// holdsPOSIXWriteLock tells whether /proc/locks shows a POSIX write lock
+// held by pid.
+func holdsPOSIXWriteLock(pid int) bool {
+	for _, l := range strings.Split(readFile("/proc/locks"), "\n") {
+		f := strings.Fields(l)
+		if len(f) > 4 && f[1] == "POSIX" && f[3] == "WRITE" && f[4] == fmt.Sprint(pid) {
+			return true
+		}
+	}
+	return false
 }
