@@ -7,6 +7,7 @@ import (
 	"os"
 
 	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/rewrite"
 	"github.com/ckpt/ckpt/pkg/sockets"
 	"golang.org/x/sys/unix"
@@ -14,7 +15,8 @@ import (
 
 // socket is a TCP or UDP socket, IPv4 or IPv6: listening, bound, or
 // an established connection with its queues (TCP_REPAIR, see
-// pkg/sockets). UNIX sockets are the kind unixSocket.
+// pkg/sockets); or a UDP-Lite, ICMP ping or raw socket (pkg/sockets
+// families.go). UNIX sockets are the kind unixSocket.
 func socket() Kind {
 	return Kind{
 		Name:     image.FileSocket,
@@ -34,6 +36,17 @@ func describeSocket(env DumpEnv, src *Source, f *image.File) error {
 	}
 	if dom, err := unix.GetsockoptInt(our, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX {
 		return describeUnix(env, our, src.Stat.Ino, f)
+	}
+	if sockets.OtherInetFD(our) {
+		o, err := sockets.DescribeOther(our, src.Stat.Ino, proc.Path(src.PID, "net"))
+		if errors.Is(err, sockets.ErrState) {
+			return fmt.Errorf("socket: %w: %w", err, ErrUnsupported)
+		}
+		if err != nil {
+			return fmt.Errorf("socket: %w", err)
+		}
+		f.Socket = o
+		return nil
 	}
 	s, err := sockets.Describe(our)
 	if errors.Is(err, sockets.ErrAcceptQueue) && s != nil && env.Sockets().SkipInFlight() {
@@ -94,6 +107,13 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	}
 	if s.Family == unix.AF_UNIX {
 		return openUnix(env, f, at)
+	}
+	if sockets.OtherInet(s.Family, s.Type, s.Protocol) {
+		fd, err := sockets.OpenOther(s)
+		if err != nil {
+			return Desc{}, fmt.Errorf("socket %s %s: %w", s.Local, s.Remote, err)
+		}
+		return Desc{File: os.NewFile(uintptr(fd), "socket")}, nil
 	}
 	se := env.Sockets()
 	queue := func(id int) ([]byte, error) {
@@ -195,6 +215,15 @@ func ShowSocket(s *image.Socket) string {
 		return fmt.Sprintf("unix %s, connected to socket %d", kind, s.Peer)
 	case s.Family == unix.AF_UNIX:
 		return fmt.Sprintf("unix %s %s", kind, s.Local)
+	case sockets.OtherInet(s.Family, s.Type, s.Protocol):
+		out := sockets.OtherName(s.Family, s.Type, s.Protocol)
+		if s.Local != "" {
+			out += " " + s.Local
+		}
+		if s.Remote != "" {
+			out += " -> " + s.Remote
+		}
+		return out
 	case s.TCP != nil && (s.State == sockets.StateEstablished || s.State == 0):
 		return fmt.Sprintf("tcp %s -> %s established, %d bytes unsent", s.Local, s.Remote, s.TCP.Unsent)
 	case s.TCP != nil:

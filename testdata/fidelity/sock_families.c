@@ -1,0 +1,246 @@
+/*
+ * sock_families KIND: the inet sockets besides TCP and UDP, and the
+ * families ckpt refuses.
+ *   udplite4, udplite6  UDP-Lite with checksum coverage and IP_TOS, bound
+ *                       to loopback and connected to itself;
+ *   ping4, ping6        ICMP ping sockets bound (their identifier) and
+ *                       connected to loopback, with IP_TTL: an echo
+ *                       round trip before and after;
+ *   raw4                raw ICMP with ICMP_FILTER (all blocked), IP_TTL,
+ *                       IP_HDRINCL, bound; raw IPPROTO_RAW;
+ *   raw6                raw ICMPv6 with ICMP6_FILTER, bound; raw protocol
+ *                       253 with IPV6_CHECKSUM;
+ * each checked after the restore for its names and options; and refused:
+ *   netlink, packet, raw_queued (a raw socket with packets queued).
+ * Ping sockets need net.ipv4.ping_group_range to include gid 0: the case
+ * sets it when socket() says EACCES.
+ */
+#include "fidelity.h"
+#include <arpa/inet.h>
+#include <linux/filter.h>
+#include <linux/if_ether.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+#include <netinet/icmp6.h>
+#include <netinet/in.h>
+#include <netinet/ip_icmp.h>
+#include <poll.h>
+#include <sys/socket.h>
+
+#ifndef IPPROTO_UDPLITE
+#define IPPROTO_UDPLITE 136
+#endif
+#define UDPLITE_SEND_CSCOV 10
+#define UDPLITE_RECV_CSCOV 11
+#ifndef ICMP_FILTER
+#define ICMP_FILTER 1 /* linux/icmp.h, which clashes with netinet/ip_icmp.h */
+#endif
+struct icmp_filter {
+	unsigned int data;
+};
+
+static int geti(int fd, int level, int name)
+{
+	int v = -1;
+	socklen_t l = sizeof v;
+	if (getsockopt(fd, level, name, &v, &l) < 0)
+		return -1000 - errno;
+	return v;
+}
+
+struct names {
+	struct sockaddr_storage local, peer;
+	socklen_t ll, pl;
+};
+
+static void names_of(int fd, struct names *n)
+{
+	memset(n, 0, sizeof *n);
+	n->ll = n->pl = sizeof n->local;
+	getsockname(fd, (struct sockaddr *)&n->local, &n->ll);
+	if (getpeername(fd, (struct sockaddr *)&n->peer, &n->pl) < 0)
+		n->pl = 0;
+}
+
+static int same_names(int fd, struct names *want)
+{
+	struct names got;
+	names_of(fd, &got);
+	return got.ll == want->ll && got.pl == want->pl && memcmp(&got.local, &want->local, got.ll) == 0 &&
+	       memcmp(&got.peer, &want->peer, got.pl) == 0;
+}
+
+static int loopback(int family, struct sockaddr_storage *ss)
+{
+	memset(ss, 0, sizeof *ss);
+	if (family == AF_INET) {
+		struct sockaddr_in *a = (struct sockaddr_in *)ss;
+		a->sin_family = AF_INET;
+		a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		return sizeof *a;
+	}
+	struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+	a->sin6_family = AF_INET6;
+	a->sin6_addr = in6addr_loopback;
+	return sizeof *a;
+}
+
+/* ping_socket makes an ICMP ping socket, allowing gid 0 if need be. */
+static int ping_socket(int family)
+{
+	int proto = family == AF_INET ? IPPROTO_ICMP : IPPROTO_ICMPV6;
+	int fd = socket(family, SOCK_DGRAM, proto);
+	if (fd < 0 && errno == EACCES) {
+		int f = open("/proc/sys/net/ipv4/ping_group_range", O_WRONLY);
+		FID_SETUP(f >= 0 && write(f, "0 0", 3) == 3, "allow ping sockets to gid 0");
+		close(f);
+		fd = socket(family, SOCK_DGRAM, proto);
+	}
+	return fd;
+}
+
+/* echo sends an echo request with seq on a connected ping socket and
+ * waits for its reply. */
+static int echo(int fd, int family, int seq)
+{
+	unsigned char req[16] = {0}, rep[256];
+	req[0] = family == AF_INET ? ICMP_ECHO : ICMP6_ECHO_REQUEST;
+	req[6] = seq >> 8;
+	req[7] = seq & 0xff;
+	memcpy(req + 8, "ckptping", 8);
+	if (send(fd, req, sizeof req, 0) != sizeof req)
+		return 0;
+	for (int i = 0; i < 10; i++) {
+		struct pollfd p = {fd, POLLIN, 0};
+		if (poll(&p, 1, 500) != 1)
+			continue;
+		ssize_t n = recv(fd, rep, sizeof rep, 0);
+		int reply = family == AF_INET ? ICMP_ECHOREPLY : ICMP6_ECHO_REPLY;
+		if (n >= 8 && rep[0] == reply && rep[6] == (seq >> 8) && rep[7] == (seq & 0xff))
+			return 1;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	fid_init(argc, argv);
+	FID_SETUP(argc > 2, "usage: sock_families LOG KIND");
+	const char *kind = argv[2];
+	int fd = -1, fd2 = -1, family = strchr(kind, '6') ? AF_INET6 : AF_INET;
+	struct sockaddr_storage lo;
+	socklen_t lol = loopback(family, &lo);
+	int v;
+	struct names n1, n2;
+	if (strncmp(kind, "udplite", 7) == 0) {
+		fd = socket(family, SOCK_DGRAM, IPPROTO_UDPLITE);
+		FID_SETUP(fd >= 0, "socket UDP-Lite");
+		v = 20;
+		FID_SETUP(setsockopt(fd, IPPROTO_UDPLITE, UDPLITE_SEND_CSCOV, &v, sizeof v) == 0, "SEND_CSCOV");
+		v = 24;
+		FID_SETUP(setsockopt(fd, IPPROTO_UDPLITE, UDPLITE_RECV_CSCOV, &v, sizeof v) == 0, "RECV_CSCOV");
+		v = 0x10;
+		FID_SETUP(setsockopt(fd, family == AF_INET ? IPPROTO_IP : IPPROTO_IPV6, family == AF_INET ? IP_TOS : IPV6_TCLASS, &v, sizeof v) == 0, "TOS");
+		FID_SETUP(bind(fd, (struct sockaddr *)&lo, lol) == 0, "bind");
+		struct sockaddr_storage me;
+		socklen_t ml = sizeof me;
+		FID_SETUP(getsockname(fd, (struct sockaddr *)&me, &ml) == 0 && connect(fd, (struct sockaddr *)&me, ml) == 0, "connect to itself");
+	} else if (strncmp(kind, "ping", 4) == 0) {
+		fd = ping_socket(family);
+		if (fd < 0 && (errno == EAFNOSUPPORT || errno == EPROTONOSUPPORT)) {
+			fid_skip("no ping sockets");
+			return 0;
+		}
+		FID_SETUP(fd >= 0, "ping socket");
+		v = 33;
+		FID_SETUP(setsockopt(fd, family == AF_INET ? IPPROTO_IP : IPPROTO_IPV6, family == AF_INET ? IP_TTL : IPV6_UNICAST_HOPS, &v, sizeof v) == 0, "TTL");
+		FID_SETUP(bind(fd, (struct sockaddr *)&lo, lol) == 0, "bind");
+		FID_SETUP(connect(fd, (struct sockaddr *)&lo, lol) == 0, "connect");
+		FID_SETUP(echo(fd, family, 1), "echo before the dump");
+	} else if (strcmp(kind, "raw4") == 0) {
+		fd = socket(AF_INET, SOCK_RAW, IPPROTO_ICMP);
+		FID_SETUP(fd >= 0, "raw ICMP");
+		struct icmp_filter flt = {~0u};
+		FID_SETUP(setsockopt(fd, SOL_RAW, ICMP_FILTER, &flt, sizeof flt) == 0, "ICMP_FILTER");
+		v = 17;
+		FID_SETUP(setsockopt(fd, IPPROTO_IP, IP_TTL, &v, sizeof v) == 0, "TTL");
+		v = 1;
+		FID_SETUP(setsockopt(fd, IPPROTO_IP, IP_HDRINCL, &v, sizeof v) == 0, "HDRINCL");
+		FID_SETUP(bind(fd, (struct sockaddr *)&lo, lol) == 0, "bind");
+		fd2 = socket(AF_INET, SOCK_RAW, IPPROTO_RAW);
+		FID_SETUP(fd2 >= 0, "raw IPPROTO_RAW");
+	} else if (strcmp(kind, "raw6") == 0) {
+		fd = socket(AF_INET6, SOCK_RAW, IPPROTO_ICMPV6);
+		FID_SETUP(fd >= 0, "raw ICMPv6");
+		struct icmp6_filter flt;
+		ICMP6_FILTER_SETBLOCKALL(&flt);
+		ICMP6_FILTER_SETPASS(ICMP6_ECHO_REPLY, &flt);
+		FID_SETUP(setsockopt(fd, IPPROTO_ICMPV6, ICMP6_FILTER, &flt, sizeof flt) == 0, "ICMP6_FILTER");
+		FID_SETUP(bind(fd, (struct sockaddr *)&lo, lol) == 0, "bind");
+		fd2 = socket(AF_INET6, SOCK_RAW, 253);
+		FID_SETUP(fd2 >= 0, "raw 253");
+		v = 2;
+		FID_SETUP(setsockopt(fd2, IPPROTO_IPV6, IPV6_CHECKSUM, &v, sizeof v) == 0, "IPV6_CHECKSUM");
+	} else if (strcmp(kind, "netlink") == 0) {
+		fd = socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE);
+		struct sockaddr_nl a = {.nl_family = AF_NETLINK, .nl_groups = RTMGRP_LINK};
+		FID_SETUP(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0, "netlink");
+	} else if (strcmp(kind, "packet") == 0) {
+		fd = socket(AF_PACKET, SOCK_DGRAM, htons(ETH_P_IP));
+		FID_SETUP(fd >= 0, "packet socket");
+	} else if (strcmp(kind, "raw_queued") == 0) {
+		fd = socket(AF_INET, SOCK_RAW, IPPROTO_ICMP);
+		FID_SETUP(fd >= 0, "raw ICMP");
+		unsigned char req[8] = {ICMP_ECHO, 0, 0xf7, 0xff, 0, 0, 0, 0}; /* checksum of this header */
+		FID_SETUP(sendto(fd, req, sizeof req, 0, (struct sockaddr *)&lo, lol) == sizeof req, "send an echo");
+		struct pollfd p = {fd, POLLIN, 0};
+		FID_SETUP(poll(&p, 1, 2000) == 1, "nothing queued");
+	} else {
+		FID_SETUP(0, "unknown kind %s", kind);
+	}
+	names_of(fd, &n1);
+	if (fd2 >= 0)
+		names_of(fd2, &n2);
+
+	fid_ready();
+	fid_wait();
+
+	FID_EXPECT(same_names(fd, &n1), "names of the socket differ");
+	FID_EXPECT(fd2 < 0 || same_names(fd2, &n2), "names of the second socket differ");
+	if (strncmp(kind, "udplite", 7) == 0) {
+		FID_EXPECT(geti(fd, SOL_SOCKET, SO_PROTOCOL) == IPPROTO_UDPLITE, "protocol %d", geti(fd, SOL_SOCKET, SO_PROTOCOL));
+		FID_EXPECT(geti(fd, IPPROTO_UDPLITE, UDPLITE_SEND_CSCOV) == 20, "SEND_CSCOV %d", geti(fd, IPPROTO_UDPLITE, UDPLITE_SEND_CSCOV));
+		FID_EXPECT(geti(fd, IPPROTO_UDPLITE, UDPLITE_RECV_CSCOV) == 24, "RECV_CSCOV %d", geti(fd, IPPROTO_UDPLITE, UDPLITE_RECV_CSCOV));
+		v = geti(fd, family == AF_INET ? IPPROTO_IP : IPPROTO_IPV6, family == AF_INET ? IP_TOS : IPV6_TCLASS);
+		FID_EXPECT(v == 0x10, "TOS %d", v);
+		char b[8] = {0};
+		FID_EXPECT(send(fd, "hello", 5, 0) == 5 && recv(fd, b, sizeof b, 0) == 5 && memcmp(b, "hello", 5) == 0, "no datagram to itself");
+	} else if (strncmp(kind, "ping", 4) == 0) {
+		v = geti(fd, family == AF_INET ? IPPROTO_IP : IPPROTO_IPV6, family == AF_INET ? IP_TTL : IPV6_UNICAST_HOPS);
+		FID_EXPECT(v == 33, "TTL %d", v);
+		FID_EXPECT(echo(fd, family, 2), "no echo reply after the restore");
+	} else if (strcmp(kind, "raw4") == 0) {
+		struct icmp_filter flt = {0};
+		socklen_t l = sizeof flt;
+		FID_EXPECT(getsockopt(fd, SOL_RAW, ICMP_FILTER, &flt, &l) == 0 && flt.data == ~0u, "ICMP_FILTER %#x", flt.data);
+		FID_EXPECT(geti(fd, IPPROTO_IP, IP_TTL) == 17, "TTL %d", geti(fd, IPPROTO_IP, IP_TTL));
+		FID_EXPECT(geti(fd, IPPROTO_IP, IP_HDRINCL) == 1, "HDRINCL %d", geti(fd, IPPROTO_IP, IP_HDRINCL));
+		FID_EXPECT(geti(fd2, SOL_SOCKET, SO_PROTOCOL) == IPPROTO_RAW && geti(fd2, IPPROTO_IP, IP_HDRINCL) == 1, "the IPPROTO_RAW socket");
+	} else if (strcmp(kind, "raw6") == 0) {
+		struct icmp6_filter flt;
+		socklen_t l = sizeof flt;
+		FID_EXPECT(getsockopt(fd, IPPROTO_ICMPV6, ICMP6_FILTER, &flt, &l) == 0 && ICMP6_FILTER_WILLPASS(ICMP6_ECHO_REPLY, &flt) &&
+				   ICMP6_FILTER_WILLBLOCK(ICMP6_ECHO_REQUEST, &flt),
+			   "ICMP6_FILTER");
+		FID_EXPECT(geti(fd2, SOL_SOCKET, SO_PROTOCOL) == 253, "protocol %d", geti(fd2, SOL_SOCKET, SO_PROTOCOL));
+		FID_EXPECT(geti(fd2, IPPROTO_IPV6, IPV6_CHECKSUM) == 2, "IPV6_CHECKSUM %d", geti(fd2, IPPROTO_IPV6, IPV6_CHECKSUM));
+	} else if (strcmp(kind, "netlink") == 0) {
+		FID_EXPECT(geti(fd, SOL_SOCKET, SO_DOMAIN) == AF_NETLINK, "netlink socket");
+	} else if (strcmp(kind, "packet") == 0) {
+		FID_EXPECT(geti(fd, SOL_SOCKET, SO_DOMAIN) == AF_PACKET, "packet socket");
+	} else if (strcmp(kind, "raw_queued") == 0) {
+		char b[256];
+		FID_EXPECT(recv(fd, b, sizeof b, MSG_DONTWAIT) > 0, "the queued packet");
+	}
+	return fid_done();
+}
