@@ -23,6 +23,10 @@ type MPILib struct {
 	CC       string   // compiler wrapper
 	Launcher []string // the launcher and its options; "-n RANKS PROG ARGS" follow
 	Env      []string // added to the launcher's environment
+	// Ptys says that the launcher gives every rank a pseudo-terminal
+	// (Open MPI's mpirun does, for its output): a test running such jobs
+	// holds LockPtys, so that a restore gets the ptys' indexes back.
+	Ptys bool
 	// FinalizeHangs says that jobs of this library hang in MPI_Finalize in
 	// some runs whether or not they were checkpointed (see MPICHOverTCP):
 	// a job's results are checked, and a job that logged its result but
@@ -66,7 +70,7 @@ func MPICHOverTCP() MPILib {
 // needs --allow-run-as-root, and more ranks than cores --oversubscribe.
 func OpenMPI() MPILib {
 	return MPILib{Name: "openmpi", CC: "mpicc.openmpi",
-		Launcher: []string{"mpirun.openmpi", "--allow-run-as-root", "--oversubscribe"}}
+		Launcher: []string{"mpirun.openmpi", "--allow-run-as-root", "--oversubscribe"}, Ptys: true}
 }
 
 // Argv is the command line that runs prog with args as ranks processes.

@@ -12,10 +12,12 @@ import (
 	"strings"
 
 	"github.com/ckpt/ckpt/pkg/sockets"
+	"golang.org/x/sys/unix"
 )
 
-// SocketView is what a process tree's socket fds are, as a program or `ss`
-// sees them, keyed by "PID fd N".
+// SocketView is what a process tree's socket and epoll fds are, as a
+// program or `ss` sees them, keyed by "PID fd N": what an MPI library's
+// progress engine would notice if a restore changed it.
 type SocketView map[string]SocketFD
 
 // SocketFD is one socket fd of a SocketView.
@@ -24,8 +26,12 @@ type SocketFD struct {
 	// Desc says what the socket is without inode numbers, so that it can be
 	// compared across a restore: family, state and endpoints (the TCP or
 	// UDP 4-tuple, the UNIX name), the fds sharing the socket ("sock"
-	// names the first fd of the tree holding it) and, for a UNIX socket,
-	// which fd of the tree holds its peer.
+	// names the first fd of the tree holding it), the fd's status flags
+	// (O_NONBLOCK...), for a UNIX socket which fd of the tree holds its
+	// peer, for a TCP one its options TCP_NODELAY, SO_KEEPALIVE and the
+	// keepalive times (read through a pidfd_getfd copy). An epoll fd is
+	// described by its registrations (target fd and data; not the event
+	// mask, which a program changes as it goes).
 	Desc string
 }
 
@@ -125,9 +131,22 @@ func Sockets(pids []int) (SocketView, error) {
 	}
 	view := SocketView{}
 	for k, ino := range keys {
+		var pid, fd int
+		fmt.Sscanf(k, "%d fd %d", &pid, &fd)
+		flags, _, err := fdinfo(pid, fd)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", k, err)
+		}
 		desc := "other"
 		if s, ok := inet[ino]; ok {
 			desc = fmt.Sprintf("%s %s %s %s", s.proto, s.state, s.local, s.remote)
+			if s.proto == "tcp" {
+				o, err := tcpOptions(pid, fd)
+				if err != nil {
+					return nil, fmt.Errorf("%s: %w", k, err)
+				}
+				desc += " " + o
+			}
 		} else if u, ok := ux[uint32(ino)]; ok {
 			peer := "none"
 			if u.Peer != 0 {
@@ -135,9 +154,77 @@ func Sockets(pids []int) (SocketView, error) {
 			}
 			desc = fmt.Sprintf("unix type=%d state=%d name=%q peer=%q", u.Type, u.State, u.Name, peer)
 		}
-		view[k] = SocketFD{Ino: ino, Desc: fmt.Sprintf("%s sock=%q", desc, first(ino))}
+		view[k] = SocketFD{Ino: ino, Desc: fmt.Sprintf("%s flags=%s sock=%q", desc, flags, first(ino))}
+	}
+	for _, pid := range pids {
+		ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		for _, ent := range ents {
+			l, _ := os.Readlink(filepath.Join(fmt.Sprintf("/proc/%d/fd", pid), ent.Name()))
+			if l != "anon_inode:[eventpoll]" {
+				continue
+			}
+			fd, _ := strconv.Atoi(ent.Name())
+			flags, regs, err := fdinfo(pid, fd)
+			if err != nil {
+				return nil, fmt.Errorf("pid %d fd %d: %w", pid, fd, err)
+			}
+			view[fmt.Sprintf("%d fd %d", pid, fd)] = SocketFD{Desc: fmt.Sprintf("epoll flags=%s %s", flags, strings.Join(regs, " "))}
+		}
 	}
 	return view, nil
+}
+
+// fdinfo reads /proc/PID/fdinfo/FD: the status flags, and for an epoll fd
+// its registrations as "tfd=N/data=X", sorted.
+func fdinfo(pid, fd int) (flags string, regs []string, err error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%d", pid, fd))
+	if err != nil {
+		return "", nil, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		switch {
+		case len(f) == 2 && f[0] == "flags:":
+			flags = f[1]
+		case len(f) >= 6 && f[0] == "tfd:" && f[4] == "data:":
+			regs = append(regs, fmt.Sprintf("tfd=%s/data=%s", f[1], f[5]))
+		}
+	}
+	slices.Sort(regs)
+	return flags, regs, nil
+}
+
+// tcpOptions reads the options of a TCP socket that a program sets and an
+// MPI library relies on, through a copy of the fd (pidfd_getfd).
+func tcpOptions(pid, fd int) (string, error) {
+	pfd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return "", fmt.Errorf("pidfd_open: %w", err)
+	}
+	defer unix.Close(pfd)
+	sfd, err := unix.PidfdGetfd(pfd, fd, 0)
+	if err != nil {
+		return "", fmt.Errorf("pidfd_getfd: %w", err)
+	}
+	defer unix.Close(sfd)
+	var out []string
+	for _, o := range []struct {
+		name       string
+		level, opt int
+	}{
+		{"nodelay", unix.IPPROTO_TCP, unix.TCP_NODELAY},
+		{"keepalive", unix.SOL_SOCKET, unix.SO_KEEPALIVE},
+		{"keepidle", unix.IPPROTO_TCP, unix.TCP_KEEPIDLE},
+		{"keepintvl", unix.IPPROTO_TCP, unix.TCP_KEEPINTVL},
+		{"keepcnt", unix.IPPROTO_TCP, unix.TCP_KEEPCNT},
+	} {
+		v, err := unix.GetsockoptInt(sfd, o.level, o.opt)
+		if err != nil {
+			return "", fmt.Errorf("getsockopt %s: %w", o.name, err)
+		}
+		out = append(out, fmt.Sprintf("%s=%d", o.name, v))
+	}
+	return strings.Join(out, " "), nil
 }
 
 // Diff lists how after differs from v: fds missing or added, and fds whose

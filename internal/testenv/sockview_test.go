@@ -41,6 +41,15 @@ func TestSockets(t *testing.T) {
 	}
 	defer syscall.Close(dup)
 
+	ep, err := syscall.EpollCreate1(syscall.EPOLL_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer syscall.Close(ep)
+	if err := syscall.EpollCtl(ep, syscall.EPOLL_CTL_ADD, pair[1], &syscall.EpollEvent{Events: syscall.EPOLLIN, Fd: 0x2a}); err != nil {
+		t.Fatal(err)
+	}
+
 	v, err := Sockets([]int{os.Getpid()})
 	if err != nil {
 		t.Fatal(err)
@@ -56,7 +65,8 @@ func TestSockets(t *testing.T) {
 		}
 	}
 	find("tcp LISTEN " + ln.Addr().String())
-	find("tcp ESTAB " + c.LocalAddr().String() + " " + c.RemoteAddr().String())
+	find("tcp ESTAB " + c.LocalAddr().String() + " " + c.RemoteAddr().String() + " nodelay=1 keepalive=1")
+	find(fmt.Sprintf("epoll flags=02000002 tfd=%d/data=2a", pair[1]))
 	find("tcp ESTAB " + s.LocalAddr().String() + " " + s.RemoteAddr().String())
 	keyOf := func(fd int) string { return fmt.Sprintf("%d fd %d", os.Getpid(), fd) }
 	a, b, d := v[keyOf(pair[0])], v[keyOf(pair[1])], v[keyOf(dup)]

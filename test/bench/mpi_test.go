@@ -28,6 +28,9 @@ func BenchmarkMPI(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer os.RemoveAll(dir)
+			if lib.Ptys {
+				testenv.LockPtys(b)
+			}
 			r := testenv.StartReaper(b)
 			// Two new iterations a round, and the job waits before its last one.
 			prog := testenv.MPIProg{Name: "ring", Iters: 2 + 2*(rounds()+1) + 3, Args: []string{"256"}}

@@ -81,6 +81,9 @@ func TestMPI(t *testing.T) {
 	for _, c := range mpiCases(soak, kills+leaves) {
 		t.Run(c.lib.Name+"/"+c.prog.Name, func(t *testing.T) {
 			c.lib.Require(t)
+			if c.lib.Ptys {
+				testenv.LockPtys(t)
+			}
 			start := time.Now()
 			ref := testenv.Results(testenv.MPIReference(t, c.lib, 4, c.prog, 5*time.Minute))
 			t.Logf("reference run: %d lines in %v", len(ref), time.Since(start).Round(time.Millisecond))
