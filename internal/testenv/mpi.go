@@ -24,8 +24,10 @@ type MPILib struct {
 	Launcher []string // the launcher and its options; "-n RANKS PROG ARGS" follow
 	Env      []string // added to the launcher's environment
 	// Ptys says that the launcher gives every rank a pseudo-terminal
-	// (Open MPI's mpirun does, for its output): a test running such jobs
-	// holds LockPtys, so that a restore gets the ptys' indexes back.
+	// (Open MPI's mpirun does, for its output): StartMPIJob and
+	// MPIReference hold HoldPtys while the job starts, and a test holds it
+	// from a dump that kills such a job until its restore is done, so that
+	// the restore gets the ptys' indexes back.
 	Ptys bool
 	// FinalizeHangs says that jobs of this library hang in MPI_Finalize in
 	// some runs whether or not they were checkpointed (see MPICHOverTCP):
@@ -173,6 +175,9 @@ func StartMPIJob(t testing.TB, r *Reaper, lib MPILib, ranks int, prog MPIProg, d
 		Hold: filepath.Join(dir, "hold"), Stdout: filepath.Join(dir, "stdout")}
 	args := append([]string{j.Log, strconv.Itoa(prog.Iters), strconv.Itoa(delayMs), j.Hold}, prog.Args...)
 	env := append(os.Environ(), lib.Env...)
+	if lib.Ptys {
+		defer HoldPtys(t)()
+	}
 	j.PID = r.Run(t, RunOpts{Stdout: j.Stdout, Stderr: j.Stdout, Dir: dir, Env: env}, lib.Argv(ranks, bin, args...)...)
 	j.waitFor(t, "its start line", 30*time.Second, func(l string) bool { return strings.HasPrefix(l, "start ") })
 	return j
@@ -255,6 +260,9 @@ func MPIReference(t testing.TB, lib MPILib, ranks int, prog MPIProg, timeout tim
 	bin := BuildMPI(t, lib, prog.Name)
 	dir := t.TempDir()
 	log := filepath.Join(dir, "log")
+	if lib.Ptys {
+		defer HoldPtys(t)()
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
 	args := append([]string{log, strconv.Itoa(prog.Iters), "0", "-"}, prog.Args...)

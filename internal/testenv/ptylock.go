@@ -3,6 +3,7 @@ package testenv
 import (
 	"errors"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,6 +23,17 @@ const PtyLockPath = "/tmp/ckpt-test-ptys.lock"
 // each other).
 func LockPtys(t testing.TB) {
 	t.Helper()
+	HoldPtys(t)
+}
+
+// HoldPtys takes the lock of LockPtys and returns the function that
+// releases it (at the latest when the test ends; calling it again does
+// nothing), for a long test whose ptys need their indexes kept in some
+// phases only: from before it creates them until they exist, and from a
+// dump that kills their holder until its restore is done (an MPI job run
+// by Open MPI, whose mpirun gives every rank a pty).
+func HoldPtys(t testing.TB) (release func()) {
+	t.Helper()
 	f, err := os.OpenFile(PtyLockPath, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o666)
 	if err != nil {
 		t.Fatalf("pty lock: %v", err)
@@ -38,5 +50,8 @@ func LockPtys(t testing.TB) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	t.Cleanup(func() { f.Close() })
+	var once sync.Once
+	release = func() { once.Do(func() { f.Close() }) }
+	t.Cleanup(release)
+	return release
 }

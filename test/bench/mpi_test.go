@@ -28,9 +28,6 @@ func BenchmarkMPI(b *testing.B) {
 				b.Fatal(err)
 			}
 			defer os.RemoveAll(dir)
-			if lib.Ptys {
-				testenv.LockPtys(b)
-			}
 			r := testenv.StartReaper(b)
 			// Two new iterations a round, and the job waits before its last one.
 			prog := testenv.MPIProg{Name: "ring", Iters: 2 + 2*(rounds()+1) + 3, Args: []string{"256"}}
@@ -45,12 +42,17 @@ func BenchmarkMPI(b *testing.B) {
 				job.WaitIters(b, n+1, 5*time.Minute)
 
 				pids := treePIDs(job.PID)
+				release := func() {}
+				if lib.Ptys {
+					release = testenv.HoldPtys(b)
+				}
 				dk := dumpJSON(b, bin, img, job.PID)
 				r.WaitExit(b, job.PID, time.Minute)
 				waitGone(b, pids)
 				start := time.Now()
 				rr := restoreJSON(b, r, bin, dir, img)
 				rt := time.Since(start)
+				release()
 				n = job.Iters()
 				job.WaitIters(b, n+1, 5*time.Minute)
 				if i >= 0 {

@@ -86,9 +86,6 @@ func TestMPI(t *testing.T) {
 	for _, c := range mpiCases(soak, kills+leaves) {
 		t.Run(c.lib.Name+"/"+c.prog.Name, func(t *testing.T) {
 			c.lib.Require(t)
-			if c.lib.Ptys {
-				testenv.LockPtys(t)
-			}
 			start := time.Now()
 			ref := testenv.Results(testenv.MPIReference(t, c.lib, 4, c.prog, 5*time.Minute))
 			t.Logf("reference run: %d lines in %v", len(ref), time.Since(start).Round(time.Millisecond))
@@ -140,12 +137,17 @@ func (e *env) mpiRun(t *testing.T, c mpiCase, ref []string, kills, leaves int) s
 		} else {
 			k++
 			why += ", restore"
+			release := func() {}
+			if c.lib.Ptys {
+				release = testenv.HoldPtys(t)
+			}
 			dr := e.dump(t, job.PID, dir)
 			frozen = append(frozen, time.Duration(dr.FrozenNs))
 			e.waitTreeGone(t, why, pids)
 			if res := e.runRedo(t, nil, dir); res.code != 0 {
 				t.Fatalf("%s: ckpt-redo: %v; job log ends with:\n%s", why, res, tail(job.Lines(), 5))
 			}
+			release()
 			compareTree(t, why, tree, treeSnapshot(job.PID), nil)
 			e.checkMPISockets(t, why, pids, before, false)
 		}
