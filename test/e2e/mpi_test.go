@@ -145,6 +145,9 @@ func (e *env) mpiRun(t *testing.T, c mpiCase, ref []string, kills, leaves int) s
 			frozen = append(frozen, time.Duration(dr.FrozenNs))
 			e.waitTreeGone(t, why, pids)
 			if res := e.runRedo(t, nil, dir); res.code != 0 {
+				// The dump's network lock would black-hole the
+				// next runs' listeners (Open MPI's use fixed ports).
+				e.runCkpt(t, nil, "unlock", dir)
 				t.Fatalf("%s: ckpt-redo: %v; job log ends with:\n%s", why, res, tail(job.Lines(), 5))
 			}
 			release()
