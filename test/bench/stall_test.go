@@ -1,0 +1,182 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"net"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ckpt/ckpt/internal/testenv"
+	"golang.org/x/sys/unix"
+)
+
+// stallClients is how many keep-alive clients BenchmarkClientStall runs.
+const stallClients = 16
+
+// stallClient sends a line, waits for its echo, pauses 5 ms, and so on,
+// recording when each echo arrived, until stop is closed.
+type stallClient struct {
+	conn  net.Conn
+	mu    sync.Mutex
+	times []time.Time
+	err   error
+}
+
+func (c *stallClient) run(stop <-chan struct{}, wg *sync.WaitGroup) {
+	defer wg.Done()
+	r := bufio.NewReader(c.conn)
+	for i := 0; ; i++ {
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		c.conn.SetDeadline(time.Now().Add(30 * time.Second))
+		msg := fmt.Sprintf("ping %d\n", i)
+		if _, err := c.conn.Write([]byte(msg)); err != nil {
+			c.fail(err)
+			return
+		}
+		got, err := r.ReadString('\n')
+		if err != nil || got != msg {
+			c.fail(fmt.Errorf("echo %d: %q, %v", i, got, err))
+			return
+		}
+		c.mu.Lock()
+		c.times = append(c.times, time.Now())
+		c.mu.Unlock()
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func (c *stallClient) fail(err error) {
+	c.mu.Lock()
+	c.err = err
+	c.mu.Unlock()
+}
+
+// stall is the longest gap between two echoes of c around [from, to]:
+// what the client saw of an outage in that window.
+func (c *stallClient) stall(from, to time.Time) time.Duration {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var worst time.Duration
+	for i := 1; i < len(c.times); i++ {
+		a, b := c.times[i-1], c.times[i]
+		if b.Before(from) || a.After(to) {
+			continue
+		}
+		worst = max(worst, b.Sub(a))
+	}
+	return worst
+}
+
+func percentile(v []float64, p float64) float64 {
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	return s[min(len(s)-1, int(p*float64(len(s))))]
+}
+
+// BenchmarkClientStall measures the stall keep-alive clients see across
+// a dump and restore of their server (test/e2e/testdata/manyconns.py):
+// each client sends a line and waits for its echo in a loop; the stall is
+// its longest gap between two echoes around a dump/restore cycle. It
+// reports the p50 and p99 of the stalls over every client and round
+// against the server's outage (from the start of the dump to the end of
+// the restore, the least any client must wait) and the frozen time. A
+// client whose request met the network lock waits for its retransmission
+// timer, which backs off: that is the stall beyond the outage.
+func BenchmarkClientStall(b *testing.B) {
+	testenv.RequireRoot(b)
+	bin := testenv.BuildBinaries(b)
+	script := filepath.Join(testenv.RepoRoot(b), "test", "e2e", "testdata", "manyconns.py")
+	dir := b.TempDir()
+	r := testenv.StartReaper(b)
+	l, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	log := filepath.Join(dir, "log")
+	pid := r.Run(b, testenv.RunOpts{}, "python3", script, log, strconv.Itoa(port))
+	testenv.WaitForLine(b, log, func(l string) bool { return strings.HasPrefix(l, "start") }, time.Minute)
+	var clients []*stallClient
+	for i := 0; i < stallClients; i++ {
+		c, err := net.Dial("tcp4", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer c.Close()
+		clients = append(clients, &stallClient{conn: c})
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, c := range clients {
+		wg.Add(1)
+		go c.run(stop, &wg)
+	}
+	// Every client accepted and served before the first round.
+	for _, c := range clients {
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(5 * time.Millisecond) {
+			c.mu.Lock()
+			n := len(c.times)
+			c.mu.Unlock()
+			if n > 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				b.Fatalf("a client got no echo within a minute")
+			}
+		}
+	}
+	img := filepath.Join(dir, "img")
+	var stalls, outages, frozen []float64
+	for i := 0; i < rounds(); i++ {
+		time.Sleep(300 * time.Millisecond) // every client in its loop again
+		start := time.Now()
+		dr := dumpJSON(b, bin, img, pid)
+		r.WaitExit(b, pid, time.Minute)
+		restoreJSON(b, r, bin, dir, img)
+		end := time.Now()
+		outages = append(outages, float64(end.Sub(start).Microseconds())/1e3)
+		frozen = append(frozen, float64(dr.Frozen.Microseconds())/1e3)
+		// Every client's next echo after the restore closes its stall.
+		deadline := time.Now().Add(30 * time.Second)
+		for _, c := range clients {
+			for {
+				c.mu.Lock()
+				n, last, cerr := len(c.times), time.Time{}, c.err
+				if n > 0 {
+					last = c.times[n-1]
+				}
+				c.mu.Unlock()
+				if cerr != nil {
+					b.Fatalf("client: %v", cerr)
+				}
+				if last.After(end) {
+					break
+				}
+				if time.Now().After(deadline) {
+					b.Fatalf("a client got no echo within 30 s of the restore")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			stalls = append(stalls, float64(c.stall(start, end).Microseconds())/1e3)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	b.ReportMetric(median(outages), "outage-ms")
+	b.ReportMetric(median(frozen), "frozen-ms")
+	b.ReportMetric(percentile(stalls, 0.5), "stall-p50-ms")
+	b.ReportMetric(percentile(stalls, 0.99), "stall-p99-ms")
+	b.ReportMetric(percentile(stalls, 0.99)-median(outages), "p99-beyond-outage-ms")
+	unix.Kill(pid, unix.SIGKILL)
+}
