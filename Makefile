@@ -37,7 +37,7 @@ demo-group: build
 # The MPICH job over namespace nodes (not in make test yet: see
 # requireMPINodes in test/e2e/mpinodes_mpi_test.go).
 test-mpinodes: deps build
-	CKPT_MPI_NODES=1 $(GO) test -count=1 -v -run 'TestMPIJobOverNodes' ./test/e2e
+	CKPT_MPI_NODES=1 $(GO) test -count=1 -v -run 'TestMPIJobOverNodes|TestMPIJobLauncherLost' ./test/e2e
 
 # Short fuzz runs of every parser.
 fuzz:
