@@ -16,9 +16,9 @@ deps:
 	@command -v gcc >/dev/null && command -v python3 >/dev/null && command -v redis-server >/dev/null && \
 		command -v redis-cli >/dev/null && command -v ip >/dev/null && command -v unshare >/dev/null && test -e /usr/lib/x86_64-linux-gnu/libc.a && \
 		command -v psql >/dev/null && command -v sqlite3 >/dev/null && command -v tmux >/dev/null && command -v script >/dev/null && test -e /usr/include/sqlite3.h && ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 && \
-		command -v mpicc.mpich >/dev/null && command -v mpiexec.hydra >/dev/null && command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null && command -v pgrep >/dev/null || \
+		command -v mpicc.mpich >/dev/null && command -v mpiexec.hydra >/dev/null && command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null && command -v pgrep >/dev/null && command -v nginx >/dev/null || \
 		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y gcc libc6-dev python3 redis-server redis-tools iproute2 util-linux postgresql sqlite3 libsqlite3-dev tmux bsdutils \
-			mpich libmpich-dev openmpi-bin libopenmpi-dev procps)
+			mpich libmpich-dev openmpi-bin libopenmpi-dev procps nginx-light)
 
 vet:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt: $$out"; exit 1; fi
