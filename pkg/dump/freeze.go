@@ -221,10 +221,9 @@ func (t *task) waitSeized(deadline time.Time) error {
 // instead of hanging.
 const stopTimeout = 10 * time.Second
 
-// waitStop waits for a state change of tid until deadline: it polls, first
-// without sleeping (a seized thread usually stops within microseconds),
-// then with sleeps doubling from 2µs to a millisecond, so that it oversleeps
-// a stop by at most the time it already waited.
+// waitStop waits for a state change of tid until deadline: it polls, with
+// ptrace.Backoff between polls (a seized thread usually stops within
+// microseconds).
 func waitStop(tid int, deadline time.Time) (ptrace.Stop, error) {
 	sleep := time.Duration(0)
 	for i := 0; ; i++ {
@@ -249,10 +248,7 @@ func waitStop(tid int, deadline time.Time) (ptrace.Stop, error) {
 			}
 			return ptrace.Stop{}, fmt.Errorf("thread %d did not stop within %v (state %s: stuck in the kernel): %w", tid, stopTimeout, state, ErrUnsupported)
 		}
-		if i > 50 {
-			sleep = min(max(2*sleep, 2*time.Microsecond), time.Millisecond)
-			time.Sleep(sleep)
-		}
+		sleep = ptrace.Backoff(i, sleep)
 	}
 }
 

@@ -210,10 +210,7 @@ func (in *Injector) runUntilMark(pid int, out uint64, n int, mark uint64, saved 
 			SetRegs(in.TID, saved)
 			return nil, fmt.Errorf("batch of %d calls in %d: %w within %v", n, in.TID, ErrBatchTimeout, batchTimeout)
 		}
-		if i > 20 {
-			sleep = min(max(2*sleep, 2*time.Microsecond), 200*time.Microsecond)
-			time.Sleep(sleep)
-		}
+		sleep = Backoff(i, sleep)
 	}
 	if err := Interrupt(in.TID); err != nil {
 		return nil, err
@@ -226,6 +223,27 @@ func (in *Injector) runUntilMark(pid int, out uint64, n int, mark uint64, saved 
 		res[i] = binary.LittleEndian.Uint64(buf[8*i:])
 	}
 	return res, nil
+}
+
+// Backoff is what a tracer polling a tracee does between its polls
+// number i: nothing for the first ones (a tracee usually answers within
+// microseconds), then it yields the CPU (to a tracee waiting for it),
+// then sleeps from 5µs doubling up to 100µs, so that it oversleeps by at
+// most about the time it already waited. It returns the next sleep.
+// nanosleep blocks the tracer's (locked) OS thread for exactly that: a
+// time.Sleep under a millisecond waits a millisecond (the runtime's
+// timers are that coarse).
+func Backoff(i int, sleep time.Duration) time.Duration {
+	switch {
+	case i < 10:
+	case i < 40:
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	default:
+		sleep = min(max(2*sleep, 5*time.Microsecond), 100*time.Microsecond)
+		ts := unix.NsecToTimespec(int64(sleep))
+		unix.Nanosleep(&ts, nil)
+	}
+	return sleep
 }
 
 // pollStop collects a stop of the running batch without waiting: a
