@@ -14,9 +14,16 @@ import (
 
 // creds gives every thread its own credentials (askCreds), last: the
 // calls before needed privilege. The batches of a wave of threads run at
-// the same time.
+// the same time. Every thread has the securebits of the leader (it was
+// cloned from it), asked once.
 func (b *builder) creds() error {
-	return b.inWaves(b.askCreds, func(int, []uint64) error { return nil })
+	sb, err := b.call("prctl(PR_GET_SECUREBITS)", unix.SYS_PRCTL, unix.PR_GET_SECUREBITS)
+	if err != nil {
+		return err
+	}
+	return b.inWaves(func(i int, tb *threadBatch) bool {
+		return b.askCreds(i, tb, int(sb))
+	}, func(int, []uint64) error { return nil })
 }
 
 // afterCreds sets what a change of credentials resets: the parent-death
@@ -40,14 +47,14 @@ func (b *builder) afterCreds() error {
 }
 
 // seccomp adds to tb (the batch of askCreds) the calls that set
-// no_new_privs and install the seccomp filters of thread i, oldest first,
+// no_new_privs (unless the thread has it: hasNoNewPrivs) and install the seccomp filters of thread i, oldest first,
 // with the flags they had. ckpt-redo traces with
 // PTRACE_O_SUSPEND_SECCOMP, so the filters do not apply to the calls it
 // still makes in the thread; askCreds calls it while the thread still
 // has CAP_SYS_ADMIN, which a filter without no_new_privs needs.
-func (b *builder) seccomp(tb *threadBatch, i int) error {
+func (b *builder) seccomp(tb *threadBatch, i int, hasNoNewPrivs bool) error {
 	c := b.threadCreds(i)
-	if c.NoNewPrivs {
+	if c.NoNewPrivs && !hasNoNewPrivs {
 		tb.add("prctl(PR_SET_NO_NEW_PRIVS)", unix.SYS_PRCTL, unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0)
 	}
 	for k := len(c.Filters) - 1; k >= 0; k-- {

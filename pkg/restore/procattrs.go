@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -227,9 +228,11 @@ func (b *builder) threadCreds(i int) *image.Creds {
 // inheritable set (with ckpt-redo's permitted set still there), the
 // ambient set, the bounding set, the securebits (locks included),
 // no_new_privs and the seccomp filters (while CAP_SYS_ADMIN is still
-// there), and last the permitted and effective sets. It returns false if
-// their data (groups, filters) do not fit tb.
-func (b *builder) askCreds(i int, tb *threadBatch) bool {
+// there), and last the permitted and effective sets. Where the ids and
+// groups are the thread's already, only what differs from what it has
+// (its status, and securebits curBits) is set. It returns false if the
+// calls' data (groups, filters) do not fit tb.
+func (b *builder) askCreds(i int, tb *threadBatch, curBits int) bool {
 	c, in := b.threadCreds(i), b.ins[i]
 	size := 4*len(c.Groups) + 2*48
 	for _, f := range c.Filters {
@@ -244,28 +247,35 @@ func (b *builder) askCreds(i int, tb *threadBatch) bool {
 		return true
 	}
 	curPrm, curBnd := st.CapPrm, st.CapBnd
-	tb.add("prctl(PR_SET_SECUREBITS keep-caps)", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, secbitKeepCaps|secbitNoFixup)
-	groups := make([]byte, 4*len(c.Groups))
-	for k, g := range c.Groups {
-		binary.LittleEndian.PutUint32(groups[4*k:], uint32(g))
+	full := c.UID != st.UID || c.GID != st.GID || !slices.Equal(c.Groups, st.Groups)
+	if full {
+		tb.add("prctl(PR_SET_SECUREBITS keep-caps)", unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, secbitKeepCaps|secbitNoFixup)
+		groups := make([]byte, 4*len(c.Groups))
+		for k, g := range c.Groups {
+			binary.LittleEndian.PutUint32(groups[4*k:], uint32(g))
+		}
+		ga, err := tb.put(groups)
+		if err != nil {
+			tb.err = err
+			return true
+		}
+		tb.add("setgroups", unix.SYS_SETGROUPS, uint64(len(c.Groups)), ga)
+		tb.add("setresgid", unix.SYS_SETRESGID, uint64(c.GID[0]), uint64(c.GID[1]), uint64(c.GID[2]))
+		tb.addAny(unix.SYS_SETFSGID, uint64(c.GID[3])) // returns the previous id, not an error
+		tb.add("setresuid", unix.SYS_SETRESUID, uint64(c.UID[0]), uint64(c.UID[1]), uint64(c.UID[2]))
+		tb.addAny(unix.SYS_SETFSUID, uint64(c.UID[3]))
 	}
-	ga, err := tb.put(groups)
-	if err != nil {
-		tb.err = err
-		return true
+	if full || c.CapInh != st.CapInh {
+		if err := capset(tb, curPrm, curPrm, c.CapInh); err != nil {
+			tb.err = err
+			return true
+		}
 	}
-	tb.add("setgroups", unix.SYS_SETGROUPS, uint64(len(c.Groups)), ga)
-	tb.add("setresgid", unix.SYS_SETRESGID, uint64(c.GID[0]), uint64(c.GID[1]), uint64(c.GID[2]))
-	tb.addAny(unix.SYS_SETFSGID, uint64(c.GID[3])) // returns the previous id, not an error
-	tb.add("setresuid", unix.SYS_SETRESUID, uint64(c.UID[0]), uint64(c.UID[1]), uint64(c.UID[2]))
-	tb.addAny(unix.SYS_SETFSUID, uint64(c.UID[3]))
-	if err := capset(tb, curPrm, curPrm, c.CapInh); err != nil {
-		tb.err = err
-		return true
-	}
-	for capn := 0; capn < 64; capn++ {
-		if c.CapAmb&(1<<capn) != 0 {
-			tb.add(fmt.Sprintf("prctl(PR_CAP_AMBIENT_RAISE %d)", capn), unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uint64(capn), 0, 0)
+	if full || c.CapAmb != st.CapAmb {
+		for capn := 0; capn < 64; capn++ {
+			if c.CapAmb&(1<<capn) != 0 {
+				tb.add(fmt.Sprintf("prctl(PR_CAP_AMBIENT_RAISE %d)", capn), unix.SYS_PRCTL, unix.PR_CAP_AMBIENT, unix.PR_CAP_AMBIENT_RAISE, uint64(capn), 0, 0)
+			}
 		}
 	}
 	for capn := 0; capn < 64; capn++ {
@@ -273,13 +283,17 @@ func (b *builder) askCreds(i int, tb *threadBatch) bool {
 			tb.add(fmt.Sprintf("prctl(PR_CAPBSET_DROP %d)", capn), unix.SYS_PRCTL, unix.PR_CAPBSET_DROP, uint64(capn))
 		}
 	}
-	tb.add(fmt.Sprintf("prctl(PR_SET_SECUREBITS %#x)", c.Securebits), unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, uint64(c.Securebits))
-	if err := b.seccomp(tb, i); err != nil {
+	if full || c.Securebits != curBits {
+		tb.add(fmt.Sprintf("prctl(PR_SET_SECUREBITS %#x)", c.Securebits), unix.SYS_PRCTL, unix.PR_SET_SECUREBITS, uint64(c.Securebits))
+	}
+	if err := b.seccomp(tb, i, st.NoNewPrivs); err != nil {
 		tb.err = fmt.Errorf("seccomp: %w", err)
 		return true
 	}
-	if err := capset(tb, c.CapEff, c.CapPrm, c.CapInh); err != nil {
-		tb.err = err
+	if full || c.CapEff != st.CapEff || c.CapPrm != st.CapPrm || c.CapInh != st.CapInh {
+		if err := capset(tb, c.CapEff, c.CapPrm, c.CapInh); err != nil {
+			tb.err = err
+		}
 	}
 	return true
 }

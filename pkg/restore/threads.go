@@ -94,36 +94,28 @@ func (c threadControls) values(res []uint64) threadControls {
 	return out
 }
 
-// createThreads clones every thread but the leader with its old TID, in
-// one batch of clone3 calls in the leader (a call each, and the clone
-// event each makes the leader stop at), then waits for the new threads'
-// first stops. Each starts as a copy of the leader; its own registers
-// are set at the end.
+// createThreads clones every thread but the leader with its old TID. Each
+// starts as a copy of the leader stopped at the gadget; its own registers
+// are set at the end. The clones are injected one by one, not batched:
+// each makes the leader stop at a clone event, which a batch would wait
+// for by polling (slow on a loaded machine), an injected call blocking.
 func (b *builder) createThreads() error {
 	b.ins = []*ptrace.Injector{&b.in}
 	const flags = unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND | unix.CLONE_THREAD | unix.CLONE_SYSVSEM
-	threads := b.p.Threads[1:]
-	tb := b.batch(0, wholeRegion)
-	for _, th := range threads {
+	for _, th := range b.p.Threads[1:] {
 		var args [cloneArgsSize + 8]byte
 		le := binary.LittleEndian
 		le.PutUint64(args[0:], flags)
-		le.PutUint64(args[72:], 1) // set_tid_size
+		le.PutUint64(args[64:], b.gadget+scratchOff+cloneArgsSize) // set_tid
+		le.PutUint64(args[72:], 1)
 		le.PutUint32(args[cloneArgsSize:], uint32(th.TID))
-		addr, err := tb.putAt(args[:], func(addr uint64, data []byte) {
-			le.PutUint64(data[64:], addr+cloneArgsSize) // set_tid
-		})
+		if err := b.write(scratchOff, args[:]); err != nil {
+			return err
+		}
+		ret, err := b.in.Syscall(unix.SYS_CLONE3, b.gadget+scratchOff, cloneArgsSize)
 		if err != nil {
 			return err
 		}
-		tb.addAny(unix.SYS_CLONE3, addr, cloneArgsSize)
-	}
-	res, err := tb.run()
-	if err != nil {
-		return err
-	}
-	for k, th := range threads {
-		ret := res[k]
 		if e := ptrace.Errno(ret); e != nil {
 			if e == unix.EEXIST {
 				return fmt.Errorf("clone3 thread with tid %d: %w", th.TID, ErrPIDInUse)
@@ -134,12 +126,13 @@ func (b *builder) createThreads() error {
 			return fmt.Errorf("clone3 gave tid %d, not %d", ret, th.TID)
 		}
 		b.tasks = append(b.tasks, th.TID)
+		b.ins = append(b.ins, &ptrace.Injector{TID: th.TID, Gadget: b.gadget})
 	}
-	for _, th := range threads {
+	// The new threads' first stops, waited for together.
+	for _, th := range b.p.Threads[1:] {
 		if err := waitNewTask(th.TID); err != nil {
 			return err
 		}
-		b.ins = append(b.ins, &ptrace.Injector{TID: th.TID, Gadget: b.gadget})
 	}
 	return nil
 }
@@ -217,11 +210,7 @@ func (tb *threadBatch) fits(n int) bool { return tb.reg.data+uint64(n+15)&^15 <=
 
 // put copies data into the gadget area for a call of the batch and
 // returns its address there.
-func (tb *threadBatch) put(data []byte) (uint64, error) { return tb.putAt(data, nil) }
-
-// putAt is put with fix, which may change data once its address is known
-// (a pointer inside it), before it is written.
-func (tb *threadBatch) putAt(data []byte, fix func(addr uint64, data []byte)) (uint64, error) {
+func (tb *threadBatch) put(data []byte) (uint64, error) {
 	n := (uint64(len(data)) + 15) &^ 15
 	if tb.data+n > tb.reg.dataEnd {
 		if err := tb.flush(); err != nil {
@@ -232,9 +221,6 @@ func (tb *threadBatch) putAt(data []byte, fix func(addr uint64, data []byte)) (u
 		}
 	}
 	off := tb.data
-	if fix != nil {
-		fix(tb.b.gadget+off, data)
-	}
 	if err := tb.b.write(off, data); err != nil {
 		return 0, err
 	}
