@@ -252,7 +252,7 @@ func BenchmarkDumpRestore(b *testing.B) {
 
 // BenchmarkTasks dumps and restores many threads and many processes, to
 // show that the freeze grows with memory and tasks, not with the square of
-// the number of tasks: compare the 16/64-thread and 8/32-process rows.
+// the number of tasks: compare the 1/16/64-thread and 8/32-process rows.
 func BenchmarkTasks(b *testing.B) {
 	testenv.RequireRoot(b)
 	bin := testenv.BuildBinaries(b)
@@ -261,6 +261,7 @@ func BenchmarkTasks(b *testing.B) {
 		name                string
 		mib, threads, procs int
 	}{
+		{"1thread", 64, 1, 1},
 		{"16threads", 64, 16, 1},
 		{"64threads", 64, 64, 1},
 		{"8procs-32MiB", 32, 1, 8},
