@@ -35,8 +35,8 @@ type groupTimes struct {
 // time), a group restore of the whole job from a checkpoint taken with
 // --kill, and the migration of the running job (5 members) to 5 other
 // nodes with other addresses (end-to-end and frozen time). Images live in
-// tmpfs. It needs MPICH and no free huge pages (UCX would put its pools in
-// shared hugetlb memory, which ckpt refuses).
+// tmpfs. It needs MPICH and no free huge pages (see noFreeHugePages in
+// test/e2e).
 func BenchmarkMPIJobOverNodes(b *testing.B) {
 	testenv.RequireRoot(b)
 	for _, p := range []string{"mpicc.mpich", "mpiexec.hydra"} {
@@ -47,7 +47,7 @@ func BenchmarkMPIJobOverNodes(b *testing.B) {
 	for _, l := range testenv.ReadLines("/proc/meminfo") {
 		var free int
 		if _, err := fmt.Sscanf(l, "HugePages_Free: %d", &free); err == nil && free > 0 {
-			b.Skipf("%d free huge pages: UCX would put its pools in shared hugetlb memory, which ckpt refuses", free)
+			b.Skipf("%d free huge pages: UCX would put its pools in SHM_HUGETLB segments, and a migration on one machine needs as many free again", free)
 		}
 	}
 	mib := 256
