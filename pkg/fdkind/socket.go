@@ -37,6 +37,17 @@ func describeSocket(env DumpEnv, src *Source, f *image.File) error {
 	if dom, err := unix.GetsockoptInt(our, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX {
 		return describeUnix(env, our, src.Stat.Ino, f)
 	}
+	if sockets.IsPacket(our) {
+		ps, err := sockets.DescribePacket(our, src.Stat.Ino)
+		if errors.Is(err, sockets.ErrState) {
+			return fmt.Errorf("socket: %w: %w", err, ErrUnsupported)
+		}
+		if err != nil {
+			return fmt.Errorf("socket: %w", err)
+		}
+		f.Socket = ps
+		return nil
+	}
 	if sockets.OtherInetFD(our) {
 		o, err := sockets.DescribeOther(our, src.Stat.Ino, proc.Path(src.PID, "net"))
 		if errors.Is(err, sockets.ErrState) {
@@ -107,6 +118,13 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	}
 	if s.Family == unix.AF_UNIX {
 		return openUnix(env, f, at)
+	}
+	if s.Family == unix.AF_PACKET {
+		fd, err := sockets.OpenPacket(s)
+		if err != nil {
+			return Desc{}, err
+		}
+		return Desc{File: os.NewFile(uintptr(fd), "socket")}, nil
 	}
 	if sockets.OtherInet(s.Family, s.Type, s.Protocol) {
 		fd, err := sockets.OpenOther(s)
@@ -205,7 +223,7 @@ func ShowSocket(s *image.Socket) string {
 	if s == nil {
 		return "socket"
 	}
-	kind := map[int]string{unix.SOCK_STREAM: "stream", unix.SOCK_DGRAM: "dgram", unix.SOCK_SEQPACKET: "seqpacket"}[s.Type]
+	kind := map[int]string{unix.SOCK_STREAM: "stream", unix.SOCK_DGRAM: "dgram", unix.SOCK_SEQPACKET: "seqpacket", unix.SOCK_RAW: "raw"}[s.Type]
 	switch {
 	case s.Family == unix.AF_UNIX && s.External && s.ExternalPeer != "":
 		return fmt.Sprintf("unix %s, connected outside the dump to %s (connected again at restore)", kind, s.ExternalPeer)
@@ -215,6 +233,8 @@ func ShowSocket(s *image.Socket) string {
 		return fmt.Sprintf("unix %s, connected to socket %d", kind, s.Peer)
 	case s.Family == unix.AF_UNIX:
 		return fmt.Sprintf("unix %s %s", kind, s.Local)
+	case s.Family == unix.AF_PACKET:
+		return fmt.Sprintf("packet %s, interface %d protocol %#04x", kind, s.Ifindex, s.LinkProto)
 	case sockets.OtherInet(s.Family, s.Type, s.Protocol):
 		out := sockets.OtherName(s.Family, s.Type, s.Protocol)
 		if s.Local != "" {

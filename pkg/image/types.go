@@ -348,6 +348,10 @@ type Socket struct {
 	// pair and its effective ids then. The restore makes the pair in
 	// that process, with those ids.
 	PeerCred *PeerCred `json:"peer_cred,omitempty"`
+	// Ifindex and LinkProto are a packet socket's bound interface and
+	// protocol (network byte order, as sockaddr_ll has it).
+	Ifindex   int `json:"ifindex,omitempty"`
+	LinkProto int `json:"link_proto,omitempty"`
 }
 
 // PeerCred is a UNIX socket's SO_PEERCRED: process, effective user and

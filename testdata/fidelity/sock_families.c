@@ -10,8 +10,11 @@
  *                       IP_HDRINCL, bound; raw IPPROTO_RAW;
  *   raw6                raw ICMPv6 with ICMP6_FILTER, bound; raw protocol
  *                       253 with IPV6_CHECKSUM;
+ *   packet              a packet socket bound to lo and ethertype 0x88b5,
+ *                       with PACKET_AUXDATA: a frame to itself after;
  * each checked after the restore for its names and options; and refused:
- *   netlink, packet, raw_queued (a raw socket with packets queued).
+ *   netlink, packet_ring (an mmap ring), raw_queued (a raw socket with
+ *   packets queued).
  * Ping sockets need net.ipv4.ping_group_range to include gid 0: the case
  * sets it when socket() says EACCES.
  */
@@ -19,6 +22,8 @@
 #include <arpa/inet.h>
 #include <linux/filter.h>
 #include <linux/if_ether.h>
+#include <linux/if_packet.h>
+#include <net/if.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <netinet/icmp6.h>
@@ -122,6 +127,24 @@ static int echo(int fd, int family, int seq)
 	return 0;
 }
 
+/* frame sends an ethertype 0x88b5 frame on lo from the bound packet
+ * socket fd, receives it, and drains the copies (outgoing and incoming). */
+static int frame(int fd)
+{
+	struct sockaddr_ll to = {.sll_family = AF_PACKET, .sll_protocol = htons(0x88b5), .sll_ifindex = if_nametoindex("lo"), .sll_halen = 6};
+	if (sendto(fd, "ckptframe", 9, 0, (struct sockaddr *)&to, sizeof to) != 9)
+		return 0;
+	char b[64];
+	struct pollfd p = {fd, POLLIN, 0};
+	int got = 0;
+	while (poll(&p, 1, got ? 100 : 2000) == 1) {
+		ssize_t n = recv(fd, b, sizeof b, MSG_DONTWAIT);
+		if (n == 9 && memcmp(b, "ckptframe", 9) == 0)
+			got = 1;
+	}
+	return got;
+}
+
 int main(int argc, char **argv)
 {
 	fid_init(argc, argv);
@@ -186,8 +209,17 @@ int main(int argc, char **argv)
 		struct sockaddr_nl a = {.nl_family = AF_NETLINK, .nl_groups = RTMGRP_LINK};
 		FID_SETUP(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0, "netlink");
 	} else if (strcmp(kind, "packet") == 0) {
-		fd = socket(AF_PACKET, SOCK_DGRAM, htons(ETH_P_IP));
+		fd = socket(AF_PACKET, SOCK_DGRAM, 0);
 		FID_SETUP(fd >= 0, "packet socket");
+		v = 1;
+		FID_SETUP(setsockopt(fd, SOL_PACKET, PACKET_AUXDATA, &v, sizeof v) == 0, "PACKET_AUXDATA");
+		struct sockaddr_ll a = {.sll_family = AF_PACKET, .sll_protocol = htons(0x88b5), .sll_ifindex = if_nametoindex("lo")};
+		FID_SETUP(bind(fd, (struct sockaddr *)&a, sizeof a) == 0, "bind to lo");
+		FID_SETUP(frame(fd), "a frame to itself before the dump");
+	} else if (strcmp(kind, "packet_ring") == 0) {
+		fd = socket(AF_PACKET, SOCK_RAW, 0);
+		struct tpacket_req r = {.tp_block_size = 4096, .tp_block_nr = 1, .tp_frame_size = 2048, .tp_frame_nr = 2};
+		FID_SETUP(fd >= 0 && setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &r, sizeof r) == 0, "PACKET_RX_RING");
 	} else if (strcmp(kind, "raw_queued") == 0) {
 		fd = socket(AF_INET, SOCK_RAW, IPPROTO_ICMP);
 		FID_SETUP(fd >= 0, "raw ICMP");
@@ -237,6 +269,9 @@ int main(int argc, char **argv)
 	} else if (strcmp(kind, "netlink") == 0) {
 		FID_EXPECT(geti(fd, SOL_SOCKET, SO_DOMAIN) == AF_NETLINK, "netlink socket");
 	} else if (strcmp(kind, "packet") == 0) {
+		FID_EXPECT(geti(fd, SOL_PACKET, PACKET_AUXDATA) == 1, "PACKET_AUXDATA %d", geti(fd, SOL_PACKET, PACKET_AUXDATA));
+		FID_EXPECT(frame(fd), "no frame to itself after the restore");
+	} else if (strcmp(kind, "packet_ring") == 0) {
 		FID_EXPECT(geti(fd, SOL_SOCKET, SO_DOMAIN) == AF_PACKET, "packet socket");
 	} else if (strcmp(kind, "raw_queued") == 0) {
 		char b[256];
