@@ -37,6 +37,17 @@ func describeSocket(env DumpEnv, src *Source, f *image.File) error {
 	if dom, err := unix.GetsockoptInt(our, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX {
 		return describeUnix(env, our, src.Stat.Ino, f)
 	}
+	if sockets.IsNetlink(our) {
+		ns, err := sockets.DescribeNetlink(our)
+		if errors.Is(err, sockets.ErrState) {
+			return fmt.Errorf("socket: %w: %w", err, ErrUnsupported)
+		}
+		if err != nil {
+			return fmt.Errorf("socket: %w", err)
+		}
+		f.Socket = ns
+		return nil
+	}
 	if sockets.IsPacket(our) {
 		ps, err := sockets.DescribePacket(our, src.Stat.Ino)
 		if errors.Is(err, sockets.ErrState) {
@@ -118,6 +129,13 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	}
 	if s.Family == unix.AF_UNIX {
 		return openUnix(env, f, at)
+	}
+	if s.Family == unix.AF_NETLINK {
+		fd, err := sockets.OpenNetlink(s)
+		if err != nil {
+			return Desc{}, err
+		}
+		return Desc{File: os.NewFile(uintptr(fd), "socket")}, nil
 	}
 	if s.Family == unix.AF_PACKET {
 		fd, err := sockets.OpenPacket(s)
@@ -233,6 +251,8 @@ func ShowSocket(s *image.Socket) string {
 		return fmt.Sprintf("unix %s, connected to socket %d", kind, s.Peer)
 	case s.Family == unix.AF_UNIX:
 		return fmt.Sprintf("unix %s %s", kind, s.Local)
+	case s.Family == unix.AF_NETLINK:
+		return fmt.Sprintf("netlink protocol %d, port id %d, groups %v", s.Protocol, s.PortID, s.Groups)
 	case s.Family == unix.AF_PACKET:
 		return fmt.Sprintf("packet %s, interface %d protocol %#04x", kind, s.Ifindex, s.LinkProto)
 	case sockets.OtherInet(s.Family, s.Type, s.Protocol):

@@ -352,6 +352,13 @@ type Socket struct {
 	// protocol (network byte order, as sockaddr_ll has it).
 	Ifindex   int `json:"ifindex,omitempty"`
 	LinkProto int `json:"link_proto,omitempty"`
+	// PortID, Groups, DstPortID and DstGroup are a netlink socket's
+	// bound port id and multicast groups, and the address it is
+	// connected to.
+	PortID    uint32   `json:"port_id,omitempty"`
+	Groups    []uint32 `json:"groups,omitempty"`
+	DstPortID uint32   `json:"dst_port_id,omitempty"`
+	DstGroup  uint32   `json:"dst_group,omitempty"`
 }
 
 // PeerCred is a UNIX socket's SO_PEERCRED: process, effective user and

@@ -12,9 +12,11 @@
  *                       253 with IPV6_CHECKSUM;
  *   packet              a packet socket bound to lo and ethertype 0x88b5,
  *                       with PACKET_AUXDATA: a frame to itself after;
+ *   netlink             NETLINK_ROUTE autobound (its port id), in group 34,
+ *                       with NETLINK_EXT_ACK: a RTM_GETLINK dump after;
  * each checked after the restore for its names and options; and refused:
- *   netlink, packet_ring (an mmap ring), raw_queued (a raw socket with
- *   packets queued).
+ *   netlink_queued (a reply waiting), packet_ring (an mmap ring),
+ *   raw_queued (a raw socket with packets queued).
  * Ping sockets need net.ipv4.ping_group_range to include gid 0: the case
  * sets it when socket() says EACCES.
  */
@@ -127,6 +129,30 @@ static int echo(int fd, int family, int seq)
 	return 0;
 }
 
+/* getlink sends a RTM_GETLINK dump request; with wait it reads the
+ * replies up to NLMSG_DONE. */
+static int getlink(int fd, int wait)
+{
+	struct {
+		struct nlmsghdr h;
+		struct ifinfomsg i;
+	} req = {.h = {.nlmsg_len = sizeof req, .nlmsg_type = RTM_GETLINK, .nlmsg_flags = NLM_F_REQUEST | NLM_F_DUMP, .nlmsg_seq = 7}};
+	req.i.ifi_family = AF_UNSPEC;
+	if (send(fd, &req, sizeof req, 0) != sizeof req)
+		return 0;
+	if (!wait)
+		return 1;
+	static char buf[65536];
+	for (;;) {
+		ssize_t n = recv(fd, buf, sizeof buf, 0);
+		if (n <= 0)
+			return 0;
+		for (struct nlmsghdr *h = (struct nlmsghdr *)buf; NLMSG_OK(h, (size_t)n); h = NLMSG_NEXT(h, n))
+			if (h->nlmsg_type == NLMSG_DONE)
+				return 1;
+	}
+}
+
 /* frame sends an ethertype 0x88b5 frame on lo from the bound packet
  * socket fd, receives it, and drains the copies (outgoing and incoming). */
 static int frame(int fd)
@@ -204,10 +230,18 @@ int main(int argc, char **argv)
 		FID_SETUP(fd2 >= 0, "raw 253");
 		v = 2;
 		FID_SETUP(setsockopt(fd2, IPPROTO_IPV6, IPV6_CHECKSUM, &v, sizeof v) == 0, "IPV6_CHECKSUM");
-	} else if (strcmp(kind, "netlink") == 0) {
+	} else if (strncmp(kind, "netlink", 7) == 0) {
 		fd = socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE);
-		struct sockaddr_nl a = {.nl_family = AF_NETLINK, .nl_groups = RTMGRP_LINK};
+		struct sockaddr_nl a = {.nl_family = AF_NETLINK};
 		FID_SETUP(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0, "netlink");
+		v = 34; /* RTNLGRP_MCTP_IFADDR: quiet here */
+		FID_SETUP(setsockopt(fd, SOL_NETLINK, NETLINK_ADD_MEMBERSHIP, &v, sizeof v) == 0, "join group 34");
+		v = 1;
+		FID_SETUP(setsockopt(fd, SOL_NETLINK, NETLINK_EXT_ACK, &v, sizeof v) == 0, "NETLINK_EXT_ACK");
+		if (strcmp(kind, "netlink_queued") == 0)
+			FID_SETUP(getlink(fd, 0), "RTM_GETLINK request");
+		else
+			FID_SETUP(getlink(fd, 1), "RTM_GETLINK before the dump");
 	} else if (strcmp(kind, "packet") == 0) {
 		fd = socket(AF_PACKET, SOCK_DGRAM, 0);
 		FID_SETUP(fd >= 0, "packet socket");
@@ -267,7 +301,16 @@ int main(int argc, char **argv)
 		FID_EXPECT(geti(fd2, SOL_SOCKET, SO_PROTOCOL) == 253, "protocol %d", geti(fd2, SOL_SOCKET, SO_PROTOCOL));
 		FID_EXPECT(geti(fd2, IPPROTO_IPV6, IPV6_CHECKSUM) == 2, "IPV6_CHECKSUM %d", geti(fd2, IPPROTO_IPV6, IPV6_CHECKSUM));
 	} else if (strcmp(kind, "netlink") == 0) {
-		FID_EXPECT(geti(fd, SOL_SOCKET, SO_DOMAIN) == AF_NETLINK, "netlink socket");
+		unsigned int groups[4] = {0};
+		socklen_t l = sizeof groups;
+		FID_EXPECT(getsockopt(fd, SOL_NETLINK, NETLINK_LIST_MEMBERSHIPS, groups, &l) == 0 && groups[0] == 0 && groups[1] == 1u << 1,
+			   "memberships %#x %#x, want group 34", groups[0], groups[1]);
+		FID_EXPECT(geti(fd, SOL_NETLINK, NETLINK_EXT_ACK) == 1, "NETLINK_EXT_ACK %d", geti(fd, SOL_NETLINK, NETLINK_EXT_ACK));
+		FID_EXPECT(((struct sockaddr_nl *)&n1.local)->nl_pid == (unsigned)getpid(), "port id %u, want the pid", ((struct sockaddr_nl *)&n1.local)->nl_pid);
+		FID_EXPECT(getlink(fd, 1), "no RTM_GETLINK reply after the restore");
+	} else if (strcmp(kind, "netlink_queued") == 0) {
+		char b[256];
+		FID_EXPECT(recv(fd, b, sizeof b, MSG_DONTWAIT) > 0, "the queued reply");
 	} else if (strcmp(kind, "packet") == 0) {
 		FID_EXPECT(geti(fd, SOL_PACKET, PACKET_AUXDATA) == 1, "PACKET_AUXDATA %d", geti(fd, SOL_PACKET, PACKET_AUXDATA));
 		FID_EXPECT(frame(fd), "no frame to itself after the restore");
