@@ -34,8 +34,8 @@ demo: build
 demo-group: build
 	bash scripts/demo-group.sh
 
-# The MPICH job over namespace nodes (not in make test yet: see
-# requireMPINodes in test/e2e/mpinodes_mpi_test.go).
+# The MPICH jobs over namespace nodes, through MPI_Finalize (make test
+# takes their results and kills them: see end in test/e2e/mpinodes_mpi_test.go).
 test-mpinodes: deps build
 	CKPT_MPI_NODES=1 $(GO) test -count=1 -v -run 'TestMPIJobOverNodes|TestMPIJobLauncherLost' ./test/e2e
 

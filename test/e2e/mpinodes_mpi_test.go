@@ -24,23 +24,37 @@ type mpiJob struct {
 	leader int // pid of the job's shell (mpiexec's parent) on the launcher node
 }
 
-// requireMPINodes skips the test unless CKPT_MPI_NODES is set (make
-// test-mpinodes) and MPICH is installed. It is not in make test: MPICH
-// 4.0.2 (ch4:ucx) over TCP hangs in MPI_Finalize now and then, restored
-// or not (the hang README's "MPI jobs on one node" names): uninterrupted
-// reference runs on the same nodes hang too (2 of about 12 here). One
-// rank spins in uct_tcp_iface_progress waiting for answers to 25-byte
-// messages (the size of a UCX TCP put request header) that its peers,
-// already in the PMI barrier after their endpoint closes, never read.
-func requireMPINodes(t *testing.T) {
-	if os.Getenv("CKPT_MPI_NODES") == "" {
-		t.Skip("set CKPT_MPI_NODES=1 (make test-mpinodes): MPICH 4.0.2 over TCP can hang in MPI_Finalize, checkpointed or not (issue 13)")
-	}
+// requireMPICH skips the test where MPICH is missing, except in CI (make
+// deps installs it).
+func requireMPICH(t *testing.T) {
 	for _, p := range []string{"mpicc.mpich", "mpiexec.hydra"} {
 		if _, err := exec.LookPath(p); err != nil {
-			t.Fatalf("%s is missing (apt-get install mpich libmpich-dev): %v", p, err)
+			if os.Getenv("CI") != "" {
+				t.Fatalf("%s is missing (apt-get install mpich libmpich-dev): %v", p, err)
+			}
+			t.Skipf("%s is missing (apt-get install mpich libmpich-dev): %v", p, err)
 		}
 	}
+}
+
+// end ends job j, whose mpiexec runs on launcher, once every rank has
+// logged its results. make test takes the results and kills the job;
+// with CKPT_MPI_NODES set (make test-mpinodes) the job must also get
+// through MPI_Finalize and mpiexec exit 0. That is not in make test:
+// MPICH 4.0.2 (ch4:ucx) over TCP hangs in MPI_Finalize now and then,
+// restored or not (the hang README's "MPI jobs on one node" names):
+// uninterrupted reference runs on the same nodes hang too (2 of about 12
+// here). One rank spins in uct_tcp_iface_progress waiting for answers to
+// 25-byte messages (the size of a UCX TCP put request header) that its
+// peers, already in the PMI barrier after their endpoint closes, never
+// read.
+func (j *mpiJob) end(launcher *node, exited int) {
+	j.c.t.Helper()
+	if os.Getenv("CKPT_MPI_NODES") == "" {
+		j.results(launcher)
+		return
+	}
+	j.finish(exited)
 }
 
 // noFreeHugePages skips a test that migrates an MPICH job where huge
@@ -240,7 +254,7 @@ func (j *mpiJob) finish(prev int) {
 }
 
 // results waits until every rank has logged its "done" line, for a
-// reference run whose results only are wanted (see requireMPINodes for
+// reference run whose results only are wanted (see end for
 // why its MPI_Finalize is not waited for), and kills the run.
 func (j *mpiJob) results(launcher *node) {
 	j.c.t.Helper()
@@ -248,6 +262,29 @@ func (j *mpiJob) results(launcher *node) {
 		j.waitLine(r, 0, "done", func(l string) bool { return strings.HasPrefix(l, "done ") })
 	}
 	j.c.group(nil, "kill", fmt.Sprintf("%d@%s", j.leader, launcher.Ctl))
+}
+
+// clearOrphans removes, with ss -K, the TCP sockets that killed
+// processes left in nodes ns (closing, TIME-WAIT), until there are none:
+// they hold ports the job's listeners bind again at the restore. A close
+// can still be under way when it starts, so it polls.
+func (c *cluster) clearOrphans(ns ...*node) {
+	c.t.Helper()
+	deadline := time.Now().Add(wait)
+	for _, n := range ns {
+		for {
+			c.inNode(n, "ss", "-K", "-tanH", "state", "time-wait", "state", "fin-wait-1", "state", "fin-wait-2",
+				"state", "closing", "state", "last-ack", "state", "close-wait", "state", "established")
+			left := c.inNode(n, "ss", "-tanH", "exclude", "listening")
+			if left == "" {
+				break
+			}
+			if time.Now().After(deadline) {
+				c.t.Fatalf("node %s: TCP sockets left %v after the job was killed:\n%s", n.Name, wait, left)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }
 
 // proxyOf returns the proxy of node n (the job's member there) as
@@ -303,9 +340,11 @@ func hasConn(conns []string, local, peer string) bool {
 // members, to 4 other nodes with other addresses, and finishes. Every
 // rank checks each message from the inside; every iteration's state hash
 // is the same before and after the rollback and the same as in an
-// uninterrupted run with the same phase switches.
+// uninterrupted run with the same phase switches. make test takes the
+// results and kills the job; make test-mpinodes also waits for
+// MPI_Finalize (see end).
 func TestMPIJobOverNodes(t *testing.T) {
-	requireMPINodes(t)
+	requireMPICH(t)
 	noFreeHugePages(t)
 	e := setup(t)
 	c := &cluster{testenv.NewCluster(t, e.ckpt(), e.r), t}
@@ -372,10 +411,7 @@ func TestMPIJobOverNodes(t *testing.T) {
 	// to the lost node) on the ports their listeners must bind again, as
 	// a job killed by a batch system does: clear them, as an operator
 	// would, before restoring on these nodes.
-	for _, nd := range []*node{L, n[0], n[2]} {
-		c.inNode(nd, "ss", "-K", "-tanH", "state", "time-wait", "state", "fin-wait-1", "state", "fin-wait-2",
-			"state", "closing", "state", "last-ack", "state", "close-wait")
-	}
+	c.clearOrphans(L, n[0], n[2])
 	if _, err := os.Stat(lostImage); err == nil {
 		t.Fatal("the lost node's image is still there")
 	}
@@ -452,7 +488,7 @@ func TestMPIJobOverNodes(t *testing.T) {
 	if err := os.WriteFile(j.gates[1], nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	j.finish(exited)
+	j.end(b[0], exited)
 	s1, s2 := j.switchAt(1), j.switchAt(2)
 	ref := c.startMPI(e.ckpt(), "ref", prog, b[0], b[1:], b, s1, s2)
 	ref.results(b[0])
@@ -486,9 +522,10 @@ func TestMPIJobOverNodes(t *testing.T) {
 // is rebuilt from parity on a spare that takes over its hostname and
 // address, the whole job rolls back, the proxies' control connections
 // reach the restored mpiexec there, and the job finishes with the results
-// of an uninterrupted run.
+// of an uninterrupted run (through MPI_Finalize with CKPT_MPI_NODES, see
+// end).
 func TestMPIJobLauncherLost(t *testing.T) {
-	requireMPINodes(t)
+	requireMPICH(t)
 	e := setup(t)
 	c := &cluster{testenv.NewCluster(t, e.ckpt(), e.r), t}
 	prog := buildNodeProgram(t, c, "mpicc.mpich", "nodes_job.c")
@@ -510,10 +547,7 @@ func TestMPIJobLauncherLost(t *testing.T) {
 	// The launcher's node is lost; the ranks lose mpiexec and are killed.
 	c.Lose(L)
 	c.group(nil, "kill", members[1], members[2], members[3])
-	for _, nd := range n {
-		c.inNode(nd, "ss", "-K", "-tanH", "state", "time-wait", "state", "fin-wait-1", "state", "fin-wait-2",
-			"state", "closing", "state", "last-ack", "state", "close-wait")
-	}
+	c.clearOrphans(n...)
 	c.ToolPIDBase = 30000
 	spare := c.Replace(L, "sL")
 	c.group(nil, "recover", "--json", "--manifest", manifest, "--lost", "0", "--spare", spare.Ctl)
@@ -532,7 +566,7 @@ func TestMPIJobLauncherLost(t *testing.T) {
 	os.WriteFile(j.gates[0], nil, 0o600)
 	j.waitIts(j.marks(), 5)
 	os.WriteFile(j.gates[1], nil, 0o600)
-	j.finish(exited)
+	j.end(spare, exited)
 	s1, s2 := j.switchAt(1), j.switchAt(2)
 	ref := c.startMPI(e.ckpt(), "ref", prog, spare, n, append([]*node{spare}, n...), s1, s2)
 	ref.results(spare)
