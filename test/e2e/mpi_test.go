@@ -68,10 +68,13 @@ func mpiCases(soak bool, cycles int) []mpiCase {
 // turns, while the job runs. Every run must log exactly what a run
 // without checkpoints logs (a ring's heap checksums, all-reduce results
 // each rank checks itself, a CG solver's residual history bit for bit),
-// end with exit code 0 after MPI_Finalize, and the library must not
-// notice: after each restore every fd of the tree is the same kind of
-// socket with the same TCP 4-tuple or the same UNIX peer and name, and
-// after each --leave-running dump the very same sockets (inodes).
+// end with exit code 0 after MPI_Finalize (MPICH over TCP hangs there in
+// most runs without checkpoints too: see testenv.MPICHOverTCP), and the
+// library must not notice: after each restore every fd of the tree is the
+// same kind of socket with the same TCP 4-tuple and options or the same
+// UNIX peer and name, the same status flags, and every epoll fd watches
+// the same fds with the same data (testenv.Sockets); after each
+// --leave-running dump these are the very same sockets (inodes).
 //
 // make test runs one program per library, once, with 2 cycles of each
 // kind; CKPT_MPI_SOAK=1 (make mpi-soak) runs 5 runs per library (the
