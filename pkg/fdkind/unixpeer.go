@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
+	"unsafe"
+
+	"github.com/ckpt/ckpt/internal/sys"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/sockets"
@@ -36,6 +39,14 @@ func peerCredCheck(env DumpEnv, our int, s *image.Socket, peerName string) error
 			"could not be made again: %w", s.Ino, uc.Pid, ErrUnsupported)
 	}
 	s.PeerCred = &image.PeerCred{PID: int(uc.Pid), UID: uc.Uid, GID: uc.Gid}
+	buf := make([]byte, 4*65536)
+	n, err := sys.Getsockopt(our, unix.SOL_SOCKET, unix.SO_PEERGROUPS, unsafe.Pointer(&buf[0]), uintptr(len(buf)))
+	if err != nil {
+		return fmt.Errorf("UNIX socket %d: SO_PEERGROUPS: %w", s.Ino, err)
+	}
+	for i := 0; i+4 <= int(n); i += 4 {
+		s.PeerCred.Groups = append(s.PeerCred.Groups, binary.LittleEndian.Uint32(buf[i:]))
+	}
 	return nil
 }
 
@@ -114,6 +125,11 @@ func openCredPair(env RestoreEnv, f *image.File, msgs func(*image.Socket) ([]soc
 // effective ids are set for the call and put back.
 func socketpairIn(t Target, typ int, cred *image.PeerCred) (int, int, error) {
 	const keep = ^uint64(0) // -1: unchanged
+	restoreGroups, err := setGroupsIn(t, cred.Groups)
+	if err != nil {
+		return -1, -1, err
+	}
+	defer restoreGroups()
 	ids := cred.UID != 0 || cred.GID != 0
 	if ids {
 		if _, err := t.Call("setresgid", unix.SYS_SETRESGID, keep, uint64(cred.GID), keep); err != nil {
@@ -125,6 +141,7 @@ func socketpairIn(t Target, typ int, cred *image.PeerCred) (int, int, error) {
 	}
 	addr, err := t.Scratch(make([]byte, 8))
 	if err == nil {
+		// SO_PEERGROUPS reads the groups when the pair is made.
 		_, err = t.Call("socketpair", unix.SYS_SOCKETPAIR, unix.AF_UNIX, uint64(typ|unix.SOCK_CLOEXEC), 0, addr)
 	}
 	if ids {
@@ -191,4 +208,40 @@ func installFrom(t Target, f *os.File, fd int, cloexec bool) error {
 	_, err = t.Call(fmt.Sprintf("dup3 fd %d", fd), unix.SYS_DUP3, got, uint64(fd), flags)
 	t.Call("close", unix.SYS_CLOSE, got)
 	return err
+}
+
+// setGroupsIn sets the supplementary groups of the process t (still
+// root) to groups for the making of a pair; undo puts its own back.
+func setGroupsIn(t Target, groups []uint32) (undo func(), err error) {
+	const most = 8192 // what the scratch memory holds
+	addr, err := t.Scratch(make([]byte, 4*most))
+	if err != nil {
+		return nil, err
+	}
+	n, err := t.Call("getgroups", unix.SYS_GETGROUPS, most, addr)
+	if err != nil {
+		return nil, err
+	}
+	own := make([]byte, 4*n)
+	if n > 0 {
+		if got, err := unix.ProcessVMReadv(t.PID(), []unix.Iovec{{Base: &own[0], Len: uint64(len(own))}}, []unix.RemoteIovec{{Base: uintptr(addr), Len: len(own)}}, 0); err != nil || got != len(own) {
+			return nil, fmt.Errorf("read the process's groups: %d bytes, %v", got, err)
+		}
+	}
+	set := func(b []byte, count int) error {
+		a, err := t.Scratch(append(b, 0, 0, 0, 0))
+		if err != nil {
+			return err
+		}
+		_, err = t.Call("setgroups", unix.SYS_SETGROUPS, uint64(count), a)
+		return err
+	}
+	want := make([]byte, 4*len(groups))
+	for i, g := range groups {
+		binary.LittleEndian.PutUint32(want[4*i:], g)
+	}
+	if err := set(want, len(groups)); err != nil {
+		return nil, err
+	}
+	return func() { set(own, int(n)) }, nil
 }

@@ -361,12 +361,14 @@ type Socket struct {
 	DstGroup  uint32   `json:"dst_group,omitempty"`
 }
 
-// PeerCred is a UNIX socket's SO_PEERCRED: process, effective user and
-// group.
+// PeerCred is a UNIX socket's SO_PEERCRED and SO_PEERGROUPS: process,
+// effective user and group, supplementary groups.
 type PeerCred struct {
 	PID int    `json:"pid"`
 	UID uint32 `json:"uid"`
 	GID uint32 `json:"gid"`
+	// Groups are its supplementary groups (SO_PEERGROUPS).
+	Groups []uint32 `json:"groups,omitempty"`
 }
 
 // SockOpt is a socket option: an integer Value, or the bytes getsockopt

@@ -4,7 +4,8 @@
  *   sp1  made by the parent P, one end in P, one in its child C;
  *   sp2  made by C, one end passed to P (SCM_RIGHTS, received before the
  *        dump), one kept;
- *   sp3  made by C while its effective ids were 4321/1234, both in C.
+ *   sp3  made by C while its effective ids were 4321/1234 and its groups
+ *        77 and 1234 (SO_PEERGROUPS), both in C.
  * After the restore each end must still name the same pid, uid and gid
  * (and its SO_PEERPIDFD the same pid), and carry data. C checks its own
  * ends when P says "go" on sp1 and sends its findings back.
@@ -15,6 +16,7 @@
  */
 #include "fidelity.h"
 #include <sys/socket.h>
+#include <grp.h>
 #include <sys/wait.h>
 
 #ifndef SO_PEERPIDFD
@@ -119,11 +121,12 @@ int main(int argc, char **argv)
 		int sp2[2], sp3[2];
 		if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sp2) < 0)
 			_exit(2);
-		if (setresgid(-1, 1234, -1) < 0 || setresuid(-1, 4321, -1) < 0)
+		gid_t gs[2] = {77, 1234}, none[1] = {0};
+		if (setgroups(2, gs) < 0 || setresgid(-1, 1234, -1) < 0 || setresuid(-1, 4321, -1) < 0)
 			_exit(2);
 		if (socketpair(AF_UNIX, SOCK_DGRAM, 0, sp3) < 0)
 			_exit(2);
-		if (setresuid(-1, 0, -1) < 0 || setresgid(-1, 0, -1) < 0)
+		if (setresuid(-1, 0, -1) < 0 || setresgid(-1, 0, -1) < 0 || setgroups(1, none) < 0)
 			_exit(2);
 		/* Pass sp2[1] to the parent. */
 		char b = 'f';
@@ -150,6 +153,10 @@ int main(int argc, char **argv)
 		strcat(why, w);
 		check(sp3[1], "child sp3b", getpid(), 4321, 1234, w, sizeof w);
 		strcat(why, w);
+		gid_t pg[8];
+		socklen_t gl = sizeof pg;
+		if (getsockopt(sp3[0], SOL_SOCKET, SO_PEERGROUPS, pg, &gl) < 0 || gl != 2 * sizeof(gid_t) || pg[0] != 77 || pg[1] != 1234)
+			strcat(why, "child sp3: SO_PEERGROUPS differ; ");
 		if (!roundtrip(sp3[0], sp3[1]))
 			strcat(why, "child: sp3 carries no data");
 		if (write(sp2[0], "y", 1) != 1)
