@@ -46,6 +46,9 @@ type task struct {
 	// task.readStatus): reading it is the dearest part of a thread's dump.
 	status *proc.Status
 	stat   *proc.Stat // /proc/PID/task/TID/stat, the same way (task.readStat)
+	// fetched is closed once frozen.prefetch has read status and stat
+	// (nil: it does not read them).
+	fetched chan struct{}
 }
 
 // frozen is a process whose every thread is seized and stopped.
@@ -125,6 +128,7 @@ func freeze(pid int) (*frozen, error) {
 			started = append(started, t)
 		}
 		if len(started) == 0 {
+			fz.prefetch()
 			return fz, nil
 		}
 		deadline := time.Now().Add(stopTimeout)

@@ -1,11 +1,16 @@
 package dump
 
-import "github.com/ckpt/ckpt/pkg/proc"
+import (
+	"runtime"
+
+	"github.com/ckpt/ckpt/pkg/proc"
+)
 
 // readStatus returns the task's /proc/TID/status, read once: what it says
 // (credentials, seccomp mode, thread features) cannot change while the
 // task is frozen.
 func (t *task) readStatus() (*proc.Status, error) {
+	t.waitPrefetch()
 	if t.status != nil {
 		return t.status, nil
 	}
@@ -20,6 +25,7 @@ func (t *task) readStatus() (*proc.Status, error) {
 // readStat returns the task's /proc/PID/task/TID/stat (pid is its
 // process), read once for the same reason (its state and flags).
 func (t *task) readStat(pid int) (*proc.Stat, error) {
+	t.waitPrefetch()
 	if t.stat != nil {
 		return t.stat, nil
 	}
@@ -29,4 +35,39 @@ func (t *task) readStat(pid int) (*proc.Stat, error) {
 	}
 	t.stat = st
 	return st, nil
+}
+
+// prefetch reads the status and stat of every task of a frozen process
+// of many threads in the background, on as many goroutines as there are
+// CPUs (at most 4): the dump's other work goes on meanwhile, and a
+// thread's /proc files need no ptrace (which only the tracer's thread may
+// call). readStatus and readStat wait for a task's; one that failed is
+// read again, to report the error.
+func (fz *frozen) prefetch() {
+	if len(fz.tasks) < 4 {
+		return
+	}
+	work := make(chan *task, len(fz.tasks))
+	for _, t := range fz.tasks {
+		t.fetched = make(chan struct{})
+		work <- t
+	}
+	close(work)
+	for range min(runtime.NumCPU(), 4) {
+		go func() {
+			for t := range work {
+				t.status, _ = proc.ReadStatus(t.tid)
+				t.stat, _ = proc.ReadStat(fz.pid, t.tid)
+				close(t.fetched)
+			}
+		}()
+	}
+}
+
+// waitPrefetch waits until prefetch has read the task's files, if it
+// reads them.
+func (t *task) waitPrefetch() {
+	if t.fetched != nil {
+		<-t.fetched
+	}
 }
