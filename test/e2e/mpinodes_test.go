@@ -214,6 +214,14 @@ func TestBatchJobScript(t *testing.T) {
 
 	// First allocation, until the pre-timeout signal.
 	first, out := allocation()
+	t.Cleanup(func() {
+		if t.Failed() && first.ProcessState == nil {
+			// What job.sh said, once it can say no more.
+			first.Process.Kill()
+			first.Wait()
+			t.Logf("job.sh, first allocation: %s", out)
+		}
+	})
 	var orig []ringTick
 	for _, j := range logs {
 		j.waitTicks(t, 10)
