@@ -179,11 +179,11 @@ func (t *tree) ExternalUnix(ino uint32) bool {
 	return false
 }
 
-// Member implements fdkind.SocketDumpEnv: whether pid is a process of
-// the tree.
+// Member implements fdkind.SocketDumpEnv: whether pid is a live
+// process (not a zombie) of the tree.
 func (t *tree) Member(pid int) bool {
 	for _, m := range t.members {
-		if m.pid == pid {
+		if m.pid == pid && m.fz != nil {
 			return true
 		}
 	}

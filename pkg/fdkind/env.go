@@ -44,7 +44,8 @@ type SocketDumpEnv interface {
 	// socket outside the dump, may be saved as external (--external
 	// unix or unix:INO).
 	ExternalUnix(ino uint32) bool
-	// Member tells whether pid is a process of the dumped tree.
+	// Member tells whether pid is a live process (not a zombie) of the
+	// dumped tree.
 	Member(pid int) bool
 }
 

@@ -35,7 +35,7 @@ func peerCredCheck(env DumpEnv, our int, s *image.Socket, peerName string) error
 		return fmt.Errorf("UNIX socket %d: SO_PEERCRED: %w", s.Ino, err)
 	}
 	if uc.Pid <= 0 || !env.Sockets().Member(int(uc.Pid)) {
-		return fmt.Errorf("UNIX socket %d: a socket pair made by process %d, which is not in the dump: its SO_PEERCRED (pid, uid, gid) "+
+		return fmt.Errorf("UNIX socket %d: a socket pair made by process %d, which is not a live process of the dump: its SO_PEERCRED (pid, uid, gid) "+
 			"could not be made again: %w", s.Ino, uc.Pid, ErrUnsupported)
 	}
 	s.PeerCred = &image.PeerCred{PID: int(uc.Pid), UID: uc.Uid, GID: uc.Gid}
