@@ -180,7 +180,7 @@ func (d *dumper) collectThread(t *task) (*image.Thread, error) {
 		return nil, fmt.Errorf("thread %d: %w", t.tid, err)
 	}
 	th.Robust = image.Robust{Head: head, Len: hlen}
-	if b, err := os.ReadFile(proc.Path(d.pid, "task", strconv.Itoa(t.tid), "comm")); err == nil {
+	if b, err := t.readFile(d.pid, "comm"); err == nil {
 		th.Comm = strings.TrimSuffix(string(b), "\n")
 	}
 	if s, err := t.readStat(d.pid); err == nil {
@@ -193,7 +193,7 @@ func (d *dumper) collectThread(t *task) (*image.Thread, error) {
 	if th.Creds, err = readCreds(t.tid, status); err != nil {
 		return nil, err
 	}
-	if err := collectSched(t.tid, th); err != nil {
+	if err := collectSched(d.pid, t, th); err != nil {
 		return nil, err
 	}
 	if err := threadFlags(d.pid, t, th); err != nil {

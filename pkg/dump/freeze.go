@@ -49,6 +49,7 @@ type task struct {
 	// fetched is closed once frozen.prefetch has read status and stat
 	// (nil: it does not read them).
 	fetched chan struct{}
+	files   map[string][]byte // the prefetched files read (task.readFile)
 }
 
 // frozen is a process whose every thread is seized and stopped.

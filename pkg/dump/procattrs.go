@@ -72,9 +72,10 @@ func seccompFlags(tid, i int) (uint64, error) {
 	return md.Flags, nil
 }
 
-// collectSched reads a thread's scheduling policy, nice value, CPU
-// affinity and I/O priority from outside.
-func collectSched(tid int, th *image.Thread) error {
+// collectSched reads the scheduling policy, nice value, CPU affinity, I/O
+// priority and timer slack of thread t of process pid from outside.
+func collectSched(pid int, t *task, th *image.Thread) error {
+	tid := t.tid
 	a, err := unix.SchedGetAttr(tid, 0)
 	if err != nil {
 		return fmt.Errorf("sched_getattr: %w", err)
@@ -101,7 +102,7 @@ func collectSched(tid int, th *image.Thread) error {
 		return err
 	}
 	// The timer slack too is read from outside: no injected call.
-	slack, err := os.ReadFile(proc.Path(tid, "timerslack_ns"))
+	slack, err := t.readFile(pid, "timerslack_ns")
 	if err != nil {
 		return fmt.Errorf("timer slack: %w", err)
 	}

@@ -1,7 +1,9 @@
 package dump
 
 import (
+	"os"
 	"runtime"
+	"strconv"
 
 	"github.com/ckpt/ckpt/pkg/proc"
 )
@@ -37,8 +39,32 @@ func (t *task) readStat(pid int) (*proc.Stat, error) {
 	return st, nil
 }
 
-// prefetch reads the status and stat of every task of a frozen process
-// of many threads in the background, on as many goroutines as there are
+// readFile returns the task's /proc file name (pid is its process): comm
+// and timerslack_ns as prefetch read them, any other read now.
+func (t *task) readFile(pid int, name string) ([]byte, error) {
+	t.waitPrefetch()
+	if b, ok := t.files[name]; ok {
+		return b, nil
+	}
+	return os.ReadFile(t.path(pid, name))
+}
+
+// path is where the task's /proc file name is: timer slack only at
+// /proc/TID (the task directories lack it), the others in its task
+// directory.
+func (t *task) path(pid int, name string) string {
+	if name == "timerslack_ns" {
+		return proc.Path(t.tid, name)
+	}
+	return proc.Path(pid, "task", strconv.Itoa(t.tid), name)
+}
+
+// prefetched are the /proc files of a thread prefetch reads besides
+// status and stat.
+var prefetched = []string{"comm", "timerslack_ns"}
+
+// prefetch reads the status, stat and the prefetched files of every task
+// of a frozen process of many threads in the background, on as many goroutines as there are
 // CPUs (at most 4): the dump's other work goes on meanwhile, and a
 // thread's /proc files need no ptrace (which only the tracer's thread may
 // call). readStatus and readStat wait for a task's; one that failed is
@@ -58,6 +84,12 @@ func (fz *frozen) prefetch() {
 			for t := range work {
 				t.status, _ = proc.ReadStatus(t.tid)
 				t.stat, _ = proc.ReadStat(fz.pid, t.tid)
+				t.files = map[string][]byte{}
+				for _, name := range prefetched {
+					if b, err := os.ReadFile(t.path(fz.pid, name)); err == nil {
+						t.files[name] = b
+					}
+				}
 				close(t.fetched)
 			}
 		}()
