@@ -24,10 +24,10 @@ import (
 // mode the kernel counts only complete lines, so a partial line that
 // fills the buffer is not seen (and bytes past it would be lost). An
 // end-of-file character queued in canonical mode comes back as a NUL
-// byte. The bytes written to a master whose slave was never opened are
-// not saved: reading them needs an open of the slave, and its close
+// byte. A master whose slave was never opened is refused: bytes written
+// to it can only be read through an open of the slave, and its close
 // leaves the master hung up for good (read EIO, poll POLLHUP). Output
-// stopped by flow control (^S) is not saved either.
+// stopped by flow control (^S) is not saved.
 
 // nTTY is the default line discipline (N_TTY, which x/sys/unix does not
 // name).
@@ -74,6 +74,11 @@ func ptyQueues(env DumpEnv, pp *ptyHeld, p *image.Pty) error {
 		}
 		defer unix.Close(fd)
 		slave = fd
+	default:
+		// Never opened: bytes written to the master wait in the slave's
+		// line discipline, and only an open of the slave reaches them,
+		// whose close would leave the master hung up for good.
+		return fmt.Errorf("its slave was never opened: what was written to the master cannot be read without changing the terminal: cannot be restored: %w", ErrUnsupported)
 	}
 	t := termiosFromImage(p.Termios)
 	if slave >= 0 {

@@ -3,7 +3,9 @@
  * slave in the dump), its settings changed (termios, window size, packet
  * mode, exclusive mode), data queued both ways (a partial line towards
  * the slave in canonical mode, output towards the master), a second
- * master left locked, and a child leading a session whose controlling
+ * pair locked again after its slave was opened (a new open of the slave
+ * fails; a master whose slave was never opened is refused, see
+ * pty_refused), and a child leading a session whose controlling
  * terminal is the slave, with a grandchild's group in the foreground.
  * After the restore everything is as it was, from inside: the indexes
  * (ttyname), the settings, the queued bytes (the partial line still
@@ -175,10 +177,15 @@ int main(int argc, char **argv)
 	FID_SETUP(ioctl(s, TIOCEXCL) == 0, "TIOCEXCL");
 	FID_SETUP(fchown(s, 4321, 5) == 0 && fchmod(s, 0640) == 0, "chown, chmod %s", slave);
 
-	/* A second master, left locked, its slave never opened. */
+	/* A second pair, locked again once its slave is open. */
 	int m2 = posix_openpt(O_RDWR | O_NOCTTY | O_NONBLOCK);
-	FID_SETUP(m2 >= 0, "posix_openpt 2");
+	FID_SETUP(m2 >= 0 && unlockpt(m2) == 0, "posix_openpt 2");
 	int n2 = ptn(m2);
+	char slave2[64];
+	FID_SETUP(ptsname_r(m2, slave2, sizeof slave2) == 0, "ptsname 2");
+	int s2 = open(slave2, O_RDWR | O_NOCTTY | O_NONBLOCK);
+	FID_SETUP(s2 >= 0, "open %s", slave2);
+	FID_SETUP(ioctl(m2, TIOCSPTLCK, &one) == 0, "lock the second pair");
 
 	fid_ready();
 	fid_wait();
@@ -208,6 +215,9 @@ int main(int argc, char **argv)
 	FID_EXPECT((fcntl(s, F_GETFL) & (O_ACCMODE | O_NONBLOCK)) == (O_RDWR | O_NONBLOCK), "slave flags %#o", fcntl(s, F_GETFL));
 	FID_EXPECT((fcntl(m2, F_GETFL) & O_NONBLOCK) != 0, "second master lost O_NONBLOCK");
 	FID_EXPECT(read(m2, &c, 1) < 0 && errno == EAGAIN, "second master: read says %s", strerror(errno));
+	int again = open(slave2, O_RDWR | O_NOCTTY | O_NONBLOCK);
+	FID_EXPECT(again < 0 && errno == EIO, "second slave opened again through the lock (%s)", again < 0 ? strerror(errno) : "it opened");
+	FID_EXPECT(fcntl(s2, F_GETFD) >= 0, "second slave fd lost");
 
 	/* Queued data: packet mode puts TIOCPKT_DATA (0) first. */
 	FID_EXPECT(wait_in(m), "nothing to read on the master");

@@ -8,7 +8,9 @@
  *                 discipline is full, more may wait behind it);
  *   ctty_mixed    a session leader took the slave as its controlling
  *                 terminal after forking a child, which has none: the
- *                 restore gives it to the whole session.
+ *                 restore gives it to the whole session;
+ *   never_opened  bytes written to a master whose slave was never opened:
+ *                 only an open of the slave can read them.
  *
  * After the refused dump the program finds its state as it left it.
  */
@@ -40,6 +42,17 @@ int main(int argc, char **argv)
 	FID_SETUP(m >= 0 && unlockpt(m) == 0, "posix_openpt");
 	char slave[64];
 	FID_SETUP(ptsname_r(m, slave, sizeof slave) == 0, "ptsname");
+	if (strcmp(kind, "never_opened") == 0) {
+		FID_SETUP(write(m, "hi\n", 3) == 3, "write master");
+		fid_ready();
+		fid_wait();
+		int s = open(slave, O_RDWR | O_NOCTTY | O_NONBLOCK);
+		char c[8];
+		struct pollfd p = {s, POLLIN, 0};
+		ssize_t n = s >= 0 && poll(&p, 1, 2000) == 1 ? read(s, c, sizeof c) : -1;
+		FID_EXPECT(n == 3 && memcmp(c, "hi\n", 3) == 0, "the slave reads %zd bytes, want hi", n);
+		return fid_done();
+	}
 	int s = open(slave, O_RDWR | O_NOCTTY | O_NONBLOCK);
 	FID_SETUP(s >= 0, "open %s", slave);
 
