@@ -37,7 +37,7 @@ type Cluster struct {
 	Storage string
 	// Keep lists directories of the host under /tmp or /dev/shm that the
 	// nodes made after must see at the same path (executables, inputs);
-	// Dir, Storage and ckpt's directory are always kept.
+	// Dir, Storage, ckpt's directory and the repository are always kept.
 	Keep []string
 	// ToolPIDBase, if not 0, is the agents' --tool-pid-base for the nodes
 	// made after: spares and migration destinations get another one than

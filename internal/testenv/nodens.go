@@ -56,7 +56,13 @@ exec "$@"
 // runs its agent (argv) as PID 1 there.
 func (c *Cluster) nodeCommand(n *Node, argv []string) []string {
 	var keep []string
-	for _, d := range append([]string{c.Dir, c.Storage, filepath.Dir(c.ckpt)}, c.Keep...) {
+	always := []string{c.Dir, c.Storage, filepath.Dir(c.ckpt)}
+	if root, err := repoRoot(); err == nil {
+		// The repository itself (testdata's scripts run in the nodes),
+		// for a clone under /tmp.
+		always = append(always, root)
+	}
+	for _, d := range append(always, c.Keep...) {
 		if d != "" && hiddenInNode(d) && !slices.Contains(keep, d) {
 			keep = append(keep, d)
 		}
