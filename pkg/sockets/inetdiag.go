@@ -2,9 +2,7 @@ package sockets
 
 import (
 	"encoding/binary"
-	"fmt"
 	"net/netip"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -16,11 +14,6 @@ const inetDiagMD5Sig = 18
 // hasMD5Keys asks sock_diag whether the TCP socket local-remote (remote
 // invalid for a listener) has TCP-MD5 keys (TCP_MD5SIG).
 func hasMD5Keys(local, remote netip.AddrPort) (bool, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
-	if err != nil {
-		return false, fmt.Errorf("sock_diag: %w", err)
-	}
-	defer unix.Close(fd)
 	family := byte(unix.AF_INET)
 	if local.Addr().Is6() {
 		family = unix.AF_INET6
@@ -54,32 +47,21 @@ func hasMD5Keys(local, remote netip.AddrPort) (bool, error) {
 	put(id[20:36], remote.Addr())
 	le.PutUint32(id[40:], 0xffffffff) // no cookie
 	le.PutUint32(id[44:], 0xffffffff)
-	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return false, fmt.Errorf("sock_diag: send: %w", err)
-	}
-	buf := make([]byte, 1<<16)
-	n, _, err := unix.Recvfrom(fd, buf, 0)
+	nl, err := sockDiagRequest(req)
 	if err != nil {
-		return false, fmt.Errorf("sock_diag: receive: %w", err)
+		return false, err
 	}
-	msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+	defer nl.Close()
+	msgs, err := sockDiagReceive(nl, make([]byte, 1<<16))
 	if err != nil {
-		return false, fmt.Errorf("sock_diag: %w", err)
+		return false, err
 	}
+	md5 := false
 	for _, m := range msgs {
 		if m.Header.Type != sockDiagByFamily || len(m.Data) < 72 {
 			continue // an error: no such socket (not hashed), nothing to say
 		}
-		for a := m.Data[72:]; len(a) >= 4; {
-			l, typ := int(le.Uint16(a[0:])), le.Uint16(a[2:])
-			if l < 4 || l > len(a) {
-				break
-			}
-			if typ == inetDiagMD5Sig {
-				return true, nil
-			}
-			a = a[(l+3)&^3:]
-		}
+		diagAttrs(m.Data[72:], func(typ uint16, _ []byte) { md5 = md5 || typ == inetDiagMD5Sig })
 	}
-	return false, nil
+	return md5, nil
 }

@@ -3,7 +3,6 @@ package sockets
 import (
 	"encoding/binary"
 	"fmt"
-	"syscall"
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
@@ -137,12 +136,6 @@ func packetRings(ino uint64) (rx, tx, members bool, err error) {
 		packetDiagRxRing  = 2
 		packetDiagTxRing  = 3
 	)
-	nl, err := sys.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
-	if err != nil {
-		return false, false, false, fmt.Errorf("sock_diag: %w", err)
-	}
-	defer nl.Close()
-	fd := nl.Int()
 	le := binary.LittleEndian
 	req := make([]byte, 16+20)
 	le.PutUint32(req[0:], uint32(len(req)))
@@ -153,42 +146,25 @@ func packetRings(ino uint64) (rx, tx, members bool, err error) {
 	le.PutUint32(req[24:], packetShowRingCfg|packetShowMclist)
 	le.PutUint32(req[28:], 0xffffffff)
 	le.PutUint32(req[32:], 0xffffffff)
-	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return false, false, false, fmt.Errorf("sock_diag: send: %w", err)
+	found := false
+	err = sockDiagDump(req, func(d []byte) bool {
+		// struct packet_diag_msg: family, type, num (2), ino (4), cookie (8).
+		if len(d) < 16 || uint64(le.Uint32(d[4:])) != ino {
+			return false
+		}
+		found = true
+		diagAttrs(d[16:], func(typ uint16, v []byte) {
+			rx = rx || typ == packetDiagRxRing
+			tx = tx || typ == packetDiagTxRing
+			members = members || typ == packetDiagMclist && len(v) > 0
+		})
+		return true
+	})
+	if err == nil && !found {
+		err = fmt.Errorf("sock_diag: packet socket %d not found", ino)
 	}
-	buf := make([]byte, 1<<16)
-	for {
-		n, _, err := unix.Recvfrom(fd, buf, 0)
-		if err != nil {
-			return false, false, false, fmt.Errorf("sock_diag: receive: %w", err)
-		}
-		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
-		if err != nil {
-			return false, false, false, fmt.Errorf("sock_diag: %w", err)
-		}
-		for _, m := range msgs {
-			switch m.Header.Type {
-			case syscall.NLMSG_DONE:
-				return false, false, false, fmt.Errorf("sock_diag: packet socket %d not found", ino)
-			case syscall.NLMSG_ERROR:
-				return false, false, false, fmt.Errorf("sock_diag: error reply")
-			}
-			// struct packet_diag_msg: family, type, num (2), ino (4), cookie (8).
-			d := m.Data
-			if len(d) < 16 || uint64(le.Uint32(d[4:])) != ino {
-				continue
-			}
-			for a := d[16:]; len(a) >= 4; {
-				l, typ := int(le.Uint16(a[0:])), le.Uint16(a[2:])
-				if l < 4 || l > len(a) {
-					break
-				}
-				rx = rx || typ == packetDiagRxRing
-				tx = tx || typ == packetDiagTxRing
-				members = members || typ == packetDiagMclist && l > 4
-				a = a[(l+3)&^3:]
-			}
-			return rx, tx, members, nil
-		}
+	if err != nil {
+		return false, false, false, err
 	}
+	return rx, tx, members, nil
 }

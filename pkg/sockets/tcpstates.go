@@ -29,7 +29,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"net/netip"
-	"syscall"
 	"time"
 	"unsafe"
 
@@ -134,11 +133,6 @@ func diagPeer(family, state int, ino uint32) (netip.AddrPort, error) {
 // diagFind asks sock_diag for the TCP socket with inode ino among those of
 // family in state: its inet_diag_msg, nil if there is none.
 func diagFind(family, state int, ino uint32) ([]byte, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
-	if err != nil {
-		return nil, fmt.Errorf("sock_diag: %w", err)
-	}
-	defer unix.Close(fd)
 	req := make([]byte, 16+56)
 	le := binary.LittleEndian
 	le.PutUint32(req[0:], uint32(len(req)))
@@ -148,33 +142,15 @@ func diagFind(family, state int, ino uint32) ([]byte, error) {
 	r := req[16:]
 	r[0], r[1] = byte(family), unix.IPPROTO_TCP
 	le.PutUint32(r[4:], 1<<state)
-	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, fmt.Errorf("sock_diag: send: %w", err)
-	}
-	buf := make([]byte, 1<<16)
-	for {
-		n, _, err := unix.Recvfrom(fd, buf, 0)
-		if err != nil {
-			return nil, fmt.Errorf("sock_diag: receive: %w", err)
+	var found []byte
+	err := sockDiagDump(req, func(d []byte) bool {
+		if len(d) < 72 || le.Uint32(d[68:]) != ino {
+			return false
 		}
-		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
-		if err != nil {
-			return nil, fmt.Errorf("sock_diag: %w", err)
-		}
-		for _, m := range msgs {
-			switch m.Header.Type {
-			case unix.NLMSG_DONE:
-				return nil, nil
-			case unix.NLMSG_ERROR:
-				return nil, fmt.Errorf("sock_diag: error reply")
-			}
-			d := m.Data
-			if len(d) < 72 || le.Uint32(d[68:]) != ino {
-				continue
-			}
-			return d, nil
-		}
-	}
+		found = d
+		return true
+	})
+	return found, err
 }
 
 // tcpSegment is a segment to forge from the peer of a connection.

@@ -2,11 +2,8 @@ package sockets
 
 import (
 	"encoding/binary"
-	"fmt"
 	"strings"
-	"syscall"
 
-	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
 )
 
@@ -42,12 +39,6 @@ const (
 // UnixSockets lists the UNIX sockets of the caller's network namespace,
 // by inode, through sock_diag.
 func UnixSockets() (map[uint32]UnixInfo, error) {
-	nl, err := sys.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
-	if err != nil {
-		return nil, fmt.Errorf("sock_diag: %w", err)
-	}
-	defer nl.Close()
-	fd := nl.Int()
 	req := make([]byte, 16+24)
 	le := binary.LittleEndian
 	le.PutUint32(req[0:], uint32(len(req)))
@@ -59,68 +50,46 @@ func UnixSockets() (map[uint32]UnixInfo, error) {
 	le.PutUint32(req[28:], udiagShowName|udiagShowPeer|udiagShowIcons|udiagShowRqlen)
 	le.PutUint32(req[32:], 0xffffffff) // cookie: none
 	le.PutUint32(req[36:], 0xffffffff)
-	if err := unix.Sendto(fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		return nil, fmt.Errorf("sock_diag: send: %w", err)
-	}
 	out := map[uint32]UnixInfo{}
-	buf := make([]byte, 1<<16)
-	for {
-		n, _, err := unix.Recvfrom(fd, buf, 0)
-		if err != nil {
-			return nil, fmt.Errorf("sock_diag: receive: %w", err)
+	err := sockDiagDump(req, func(d []byte) bool {
+		if len(d) < 16 {
+			return false
 		}
-		msgs, err := syscall.ParseNetlinkMessage(buf[:n])
-		if err != nil {
-			return nil, fmt.Errorf("sock_diag: %w", err)
-		}
-		for _, m := range msgs {
-			switch m.Header.Type {
-			case syscall.NLMSG_DONE:
-				return out, nil
-			case syscall.NLMSG_ERROR:
-				return nil, fmt.Errorf("sock_diag: error reply")
-			}
-			d := m.Data
-			if len(d) < 16 {
-				continue
-			}
-			info := UnixInfo{Type: int(d[1]), State: int(d[2]), Ino: le.Uint32(d[4:])}
-			for a := d[16:]; len(a) >= 4; {
-				l, typ := int(le.Uint16(a[0:])), le.Uint16(a[2:])
-				if l < 4 || l > len(a) {
-					break
+		info := UnixInfo{Type: int(d[1]), State: int(d[2]), Ino: le.Uint32(d[4:])}
+		diagAttrs(d[16:], func(typ uint16, v []byte) {
+			switch typ {
+			case unixDiagName:
+				if len(v) > 0 && v[0] == 0 {
+					info.Name = "@" + string(v[1:])
+				} else {
+					info.Name = strings.TrimRight(string(v), "\x00")
 				}
-				v := a[4:l]
-				switch typ {
-				case unixDiagName:
-					if len(v) > 0 && v[0] == 0 {
-						info.Name = "@" + string(v[1:])
-					} else {
-						info.Name = strings.TrimRight(string(v), "\x00")
-					}
-				case unixDiagPeer:
-					if len(v) >= 4 {
-						info.Peer = le.Uint32(v)
-					}
-				case unixDiagIcons:
-					for i := 0; i+4 <= len(v); i += 4 {
-						info.Icons = append(info.Icons, le.Uint32(v[i:]))
-					}
-				case unixDiagShutdown:
-					if len(v) >= 1 {
-						info.Shutdown = int(v[0])
-					}
-				case unixDiagRqlen:
-					if len(v) >= 8 {
-						info.Pending = int(le.Uint32(v))
-						info.Backlog = int(le.Uint32(v[4:]))
-					}
+			case unixDiagPeer:
+				if len(v) >= 4 {
+					info.Peer = le.Uint32(v)
 				}
-				a = a[(l+3)&^3:]
+			case unixDiagIcons:
+				for i := 0; i+4 <= len(v); i += 4 {
+					info.Icons = append(info.Icons, le.Uint32(v[i:]))
+				}
+			case unixDiagShutdown:
+				if len(v) >= 1 {
+					info.Shutdown = int(v[0])
+				}
+			case unixDiagRqlen:
+				if len(v) >= 8 {
+					info.Pending = int(le.Uint32(v))
+					info.Backlog = int(le.Uint32(v[4:]))
+				}
 			}
-			out[info.Ino] = info
-		}
+		})
+		out[info.Ino] = info
+		return false
+	})
+	if err != nil {
+		return nil, err
 	}
+	return out, nil
 }
 
 // UnixListenState is the state sock_diag gives a listening UNIX socket.

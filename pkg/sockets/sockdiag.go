@@ -1,0 +1,78 @@
+package sockets
+
+import (
+	"encoding/binary"
+	"fmt"
+	"syscall"
+
+	"github.com/ckpt/ckpt/internal/sys"
+	"golang.org/x/sys/unix"
+)
+
+// sockDiagRequest opens a NETLINK_SOCK_DIAG socket and sends it req (a
+// struct nlmsghdr and its request).
+func sockDiagRequest(req []byte) (*sys.FD, error) {
+	nl, err := sys.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+	if err != nil {
+		return nil, fmt.Errorf("sock_diag: %w", err)
+	}
+	if err := unix.Sendto(nl.Int(), req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		nl.Close()
+		return nil, fmt.Errorf("sock_diag: send: %w", err)
+	}
+	return nl, nil
+}
+
+// sockDiagReceive reads one batch of replies from nl.
+func sockDiagReceive(nl *sys.FD, buf []byte) ([]syscall.NetlinkMessage, error) {
+	n, _, err := unix.Recvfrom(nl.Int(), buf, 0)
+	if err != nil {
+		return nil, fmt.Errorf("sock_diag: receive: %w", err)
+	}
+	msgs, err := syscall.ParseNetlinkMessage(buf[:n])
+	if err != nil {
+		return nil, fmt.Errorf("sock_diag: %w", err)
+	}
+	return msgs, nil
+}
+
+// sockDiagDump sends the dump request req (NLM_F_DUMP) and hands the data
+// of every reply to each, until the dump is done or each says stop.
+func sockDiagDump(req []byte, each func(data []byte) (stop bool)) error {
+	nl, err := sockDiagRequest(req)
+	if err != nil {
+		return err
+	}
+	defer nl.Close()
+	buf := make([]byte, 1<<16)
+	for {
+		msgs, err := sockDiagReceive(nl, buf)
+		if err != nil {
+			return err
+		}
+		for _, m := range msgs {
+			switch m.Header.Type {
+			case unix.NLMSG_DONE:
+				return nil
+			case unix.NLMSG_ERROR:
+				return fmt.Errorf("sock_diag: error reply")
+			}
+			if each(m.Data) {
+				return nil
+			}
+		}
+	}
+}
+
+// diagAttrs hands each netlink attribute of b (type, value) to each.
+func diagAttrs(b []byte, each func(typ uint16, v []byte)) {
+	le := binary.LittleEndian
+	for len(b) >= 4 {
+		l, typ := int(le.Uint16(b[0:])), le.Uint16(b[2:])
+		if l < 4 || l > len(b) {
+			return
+		}
+		each(typ, b[4:l])
+		b = b[min((l+3)&^3, len(b)):]
+	}
+}
