@@ -206,7 +206,7 @@ func (in *Injector) runUntilMark(pid int, out uint64, n int, mark uint64, saved 
 		}
 		if time.Now().After(deadline) {
 			Interrupt(in.TID)
-			in.waitInterrupt()
+			in.waitInterrupt("batch")
 			SetRegs(in.TID, saved)
 			return nil, fmt.Errorf("batch of %d calls in %d: %w within %v", n, in.TID, ErrBatchTimeout, batchTimeout)
 		}
@@ -215,7 +215,7 @@ func (in *Injector) runUntilMark(pid int, out uint64, n int, mark uint64, saved 
 	if err := Interrupt(in.TID); err != nil {
 		return nil, err
 	}
-	if err := in.waitInterrupt(); err != nil {
+	if err := in.waitInterrupt("batch"); err != nil {
 		return nil, err
 	}
 	res := make([]uint64, n)
@@ -279,15 +279,15 @@ func (in *Injector) pollStop(saved *unix.PtraceRegs) (bool, error) {
 
 // waitInterrupt waits for the interrupt stop asked for, keeping signals
 // that stop the task first (a trap clears a pending interrupt: it is
-// asked again).
-func (in *Injector) waitInterrupt() error {
+// asked again). what names the operation in errors.
+func (in *Injector) waitInterrupt(what string) error {
 	for {
 		st, err := Wait(in.TID)
 		if err != nil {
 			return err
 		}
 		if st.Exited() {
-			return fmt.Errorf("batch in %d: %s: %w", in.TID, st, ErrExited)
+			return fmt.Errorf("%s in %d: %s: %w", what, in.TID, st, ErrExited)
 		}
 		if st.IsEventStop() {
 			return nil

@@ -139,25 +139,7 @@ func (in *Injector) Park() error {
 	if err := Cont(in.TID, 0); err != nil {
 		return err
 	}
-	for {
-		st, err := Wait(in.TID)
-		if err != nil {
-			return err
-		}
-		if st.Exited() {
-			return fmt.Errorf("park %d: %s: %w", in.TID, st, ErrExited)
-		}
-		if st.IsEventStop() {
-			return nil
-		}
-		if st.Event == 0 {
-			info, _ := GetSigInfo(in.TID)
-			in.Signals = append(in.Signals, Signal{Sig: st.Sig(), Info: info})
-		}
-		if err := Cont(in.TID, 0); err != nil {
-			return err
-		}
-	}
+	return in.waitInterrupt("park")
 }
 
 // Call runs a system call and converts a failure into an error naming it.
