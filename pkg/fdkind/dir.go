@@ -30,11 +30,12 @@ func describeDir(env DumpEnv, s *Source, f *image.File) error {
 	if err != nil {
 		return err
 	}
-	f.Ref, err = DirRef(lf)
-	if err != nil {
-		return err
+	if pid, gone := procGone(lf.Path); gone {
+		f.Ref = image.FileRef{Path: lf.Path, Mode: s.Stat.Mode, ProcGone: pid}
+		return nil
 	}
-	return procFileGone(lf.Path)
+	f.Ref, err = DirRef(lf)
+	return err
 }
 
 // DirRef describes a directory reached through a /proc link (an fd, the

@@ -108,4 +108,7 @@ type Target interface {
 	// Passed returns the fd under which the process holds ckpt-redo's
 	// copy of a description (File ID) until its fds are settled.
 	Passed(fileID int) (int, bool)
+	// HoldPID runs fn while a short-lived child of the process holds PID
+	// pid (to open the /proc files of a process that had exited).
+	HoldPID(pid int, fn func() error) error
 }

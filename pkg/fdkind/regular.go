@@ -34,10 +34,11 @@ func describeRegular(env DumpEnv, s *Source, f *image.File) error {
 	if err != nil {
 		return err
 	}
-	f.Ref = StatRef(lf.Path, &s.Stat)
-	if err := procFileGone(lf.Path); err != nil {
-		return err
+	if pid, gone := procGone(lf.Path); gone {
+		f.Ref = image.FileRef{Path: lf.Path, Mode: s.Stat.Mode, ProcGone: pid}
+		return nil
 	}
+	f.Ref = StatRef(lf.Path, &s.Stat)
 	if lf.Unlinked {
 		if err := env.Ghost(s.Path(), &s.Stat, &f.Ref); err != nil {
 			return err
@@ -56,6 +57,9 @@ func StatRef(path string, st *unix.Stat_t) image.FileRef {
 }
 
 func showRef(f *image.File) string {
+	if f.Ref.ProcGone != 0 {
+		return f.Ref.Path + " (its process had exited)"
+	}
 	if f.Ref.Deleted && f.Kind == image.FileDir {
 		return f.Ref.Path + " (deleted)"
 	}
@@ -69,6 +73,9 @@ func showRef(f *image.File) string {
 // the /proc directory of a process of the dump does not exist before the
 // process does: the process opens it itself.
 func openByPath(env RestoreEnv, f *image.File, at Where) (Desc, error) {
+	if f.Ref.ProcGone != 0 {
+		return openProcGone(f), nil
+	}
 	if ownProc(env, f.Ref.Path) {
 		return Desc{InTarget: func(t Target, fd int, cloexec bool) error { return openInTarget(t, f, fd, cloexec) }}, nil
 	}
@@ -159,19 +166,30 @@ func OpenRef(env RestoreEnv, ref *image.FileRef, flags int, mapped bool) (*os.Fi
 	return f, nil
 }
 
-// procFileGone refuses a file of the /proc directory of a process that
-// has exited: the restore could not open it again.
-func procFileGone(path string) error {
+// procGone tells whether path is in the /proc directory of a process
+// that has exited, and which.
+func procGone(path string) (int, bool) {
 	rest, ok := strings.CutPrefix(path, "/proc/")
 	if !ok {
-		return nil
+		return 0, false
 	}
 	pid, _, _ := strings.Cut(rest, "/")
-	if _, err := strconv.Atoi(pid); err != nil {
-		return nil
+	n, err := strconv.Atoi(pid)
+	if err != nil || n <= 0 {
+		return 0, false
 	}
-	if _, err := os.Stat("/proc/" + pid); err != nil {
-		return fmt.Errorf("%s: a file of process %s, which has exited: cannot be restored: %w", path, pid, ErrUnsupported)
+	if _, err := os.Stat("/proc/" + pid); err == nil {
+		return 0, false
 	}
-	return nil
+	return n, true
+}
+
+// openProcGone opens a file of the /proc directory of the process ref
+// names, which had exited at the dump: inside the process being built,
+// while a short-lived child holds that PID; once the child is gone the
+// file tells ESRCH, as it did.
+func openProcGone(f *image.File) Desc {
+	return Desc{InTarget: func(t Target, fd int, cloexec bool) error {
+		return t.HoldPID(f.Ref.ProcGone, func() error { return openInTarget(t, f, fd, cloexec) })
+	}}
 }

@@ -247,9 +247,14 @@ type FileRef struct {
 	// Deleted files (unlinked while open or mapped) have their content in a
 	// FileData record with this ID: the bytes of Extents back to back
 	// (holes are not stored), or the whole file when Extents is empty.
-	Deleted bool     `json:"deleted,omitempty"`
-	DataID  int      `json:"data_id,omitempty"`
-	Extents []Extent `json:"extents,omitempty"`
+	Deleted bool `json:"deleted,omitempty"`
+	// ProcGone is the PID of the process whose /proc directory Path is
+	// in, when that process had exited at the dump (the file then tells
+	// only ESRCH): it is opened again through a short-lived process
+	// holding that PID.
+	ProcGone int      `json:"proc_gone,omitempty"`
+	DataID   int      `json:"data_id,omitempty"`
+	Extents  []Extent `json:"extents,omitempty"`
 	// Seals are a deleted memfd's F_GET_SEALS.
 	Seals int `json:"seals,omitempty"`
 }

@@ -83,6 +83,18 @@ func (t target) Passed(fileID int) (int, bool) {
 	return fd, ok
 }
 
+func (t target) HoldPID(pid int, fn func() error) error {
+	h, err := t.b.t.spawnIDHelper(t.b, pid)
+	if err != nil {
+		return fmt.Errorf("a process to hold the PID %d of the exited process whose /proc file it held: %w", pid, err)
+	}
+	ferr := fn()
+	if err := h.exit(); err != nil && ferr == nil {
+		ferr = err
+	}
+	return ferr
+}
+
 // chroot gives the process its root directory back (chroot(2) to the
 // path ckpt saw at the dump), once nothing is opened by path any more.
 func (b *builder) chroot() error {

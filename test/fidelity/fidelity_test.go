@@ -70,6 +70,8 @@ var cases = []fcase{
 	{name: "fd_fifo", src: "fd_fifo.c", args: []string{"DIR/"}},
 	{name: "fd_locks", src: "fd_locks.c", args: []string{"DIR/"}},
 	{name: "fd_epoll", src: "fd_epoll.c"},
+	// Files of the /proc directory of a child that exited since.
+	{name: "fd_procgone", src: "fd_procgone.c"},
 	{name: "fd_inotify", src: "fd_inotify.c", args: []string{"DIR/"}},
 	{name: "fd_misc", src: "fd_misc.c", args: []string{"DIR/"}},
 	{name: "fd_mtime", src: "fd_mtime.c", args: []string{"DIR/"}},
@@ -162,7 +164,6 @@ var cases = []fcase{
 	{name: "fd_fanotify_pending", src: "fd_refused.c", args: []string{"fanotify_pending"}, refuse: "fd 4 (anon_inode:[fanotify]): fanotify group with 24 bytes of events not read yet: cannot be restored"},
 	{name: "fd_fanotify_perm", src: "fd_refused.c", args: []string{"fanotify_perm"}, refuse: "fd 4 (anon_inode:[fanotify]): fanotify group of a permission class"},
 	{name: "fd_userfaultfd", src: "fd_refused.c", args: []string{"userfaultfd"}, refuse: "fd 4 (anon_inode:[userfaultfd]): userfaultfd: cannot be restored"},
-	{name: "fd_proc_gone", src: "fd_refused.c", args: []string{"proc_gone"}, refuse: "which has exited: cannot be restored"},
 	{name: "fd_sigio_owner", src: "fd_refused.c", args: []string{"sigio_owner"}, refuse: "fd 4: SIGIO goes to process"},
 	{name: "fd_inotify_pending", src: "fd_refused.c", args: []string{"inotify_pending"}, refuse: "fd 4 (anon_inode:inotify): inotify instance with"},
 	{name: "fd_chroot_deleted", src: "fd_chroot.c", args: []string{"DIR/", "deleted"}, refuse: "root directory (chroot) "},

@@ -2,9 +2,9 @@
  * fd_refused KIND: holds one fd ckpt cannot restore: an io_uring, a bpf
  * map, a perf_event, a fanotify group with an event queued or of a
  * permission class, a userfaultfd, an
- * inotify instance with events queued, a /proc file of an exited
- * process, or a pipe whose SIGIO goes to a process outside the dump. The dump must refuse it by
- * name; untouched, the fd still works.
+ * inotify instance with events queued, or a pipe whose SIGIO goes to a
+ * process outside the dump. The dump must refuse it by name; untouched,
+ * the fd still works.
  */
 #include "fidelity.h"
 #include <linux/bpf.h>
@@ -58,17 +58,6 @@ static int open_kind(const char *kind)
 		close(open(f, O_CREAT | O_WRONLY, 0600));
 		unlink(f);
 		rmdir(dir);
-		return fd;
-	}
-	if (strcmp(kind, "proc_gone") == 0) {
-		/* a /proc file of a child that has exited since */
-		char path[64];
-		pid_t c = fork();
-		if (c == 0)
-			_exit(0);
-		snprintf(path, sizeof path, "/proc/%d/status", c);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		waitpid(c, NULL, 0);
 		return fd;
 	}
 	if (strcmp(kind, "sigio_owner") == 0) {
