@@ -2,8 +2,6 @@ package testenv
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -105,39 +103,9 @@ func BuildMPI(t testing.TB, l MPILib, name string) string {
 	t.Helper()
 	l.Require(t)
 	dir := MPIDir(t)
-	h := sha256.New()
-	for _, f := range []string{name + ".c", "mpitest.h"} {
-		b, err := os.ReadFile(filepath.Join(dir, f))
-		if err != nil {
-			t.Fatal(err)
-		}
-		fmt.Fprintf(h, "%s %d\n", f, len(b))
-		h.Write(b)
-	}
-	fmt.Fprintf(h, "cc %s\n", l.CC)
-	cache := filepath.Join(os.TempDir(), "ckpt-mpi-"+hex.EncodeToString(h.Sum(nil))[:16])
-	bin := filepath.Join(cache, name)
-	if _, err := os.Stat(bin); err == nil {
-		return bin
-	}
-	if err := os.MkdirAll(cache, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	tf, err := os.CreateTemp(cache, name+".tmp*")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tf.Close()
-	tmp := tf.Name()
-	args := []string{"-Wall", "-Werror", "-O2", "-g", "-o", tmp, filepath.Join(dir, name+".c"), "-lm"}
-	if out, err := exec.Command(l.CC, args...).CombinedOutput(); err != nil {
-		os.Remove(tmp)
-		t.Fatalf("%s %s: %v\n%s", l.CC, strings.Join(args, " "), err, out)
-	}
-	if err := os.Rename(tmp, bin); err != nil {
-		t.Fatal(err)
-	}
-	return bin
+	return buildCached(t, "ckpt-mpi-", dir, []string{name + ".c", "mpitest.h"}, name, l.CC, func(out string) []string {
+		return []string{"-Wall", "-Werror", "-O2", "-g", "-o", out, filepath.Join(dir, name+".c"), "-lm"}
+	})
 }
 
 // MPIProg is one run's program of testdata/mpi and its arguments (see

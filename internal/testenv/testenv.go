@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -187,8 +188,22 @@ func BuildVictim(t testing.TB, name string) string {
 	if strings.HasSuffix(spec.src, ".py") {
 		return src
 	}
+	args := append([]string{"-Wall", "-Werror"}, spec.cflags...)
+	return buildCached(t, "ckpt-victims-", dir, append([]string{spec.src}, victimHeaders...), name, "gcc",
+		func(out string) []string { return slices.Concat(args, []string{"-o", out, src}) })
+}
+
+// buildCached compiles with cc, args(out) being its arguments for output
+// file out, into os.TempDir()/PREFIX-HASH/name and returns the binary's
+// path. HASH covers the files of dir (the source and its headers) and the
+// compiler's command line, so a rerun with nothing changed does not
+// compile again. The binary is written under a private name and renamed,
+// so that concurrent tests (in this process or others) never see a
+// half-written one.
+func buildCached(t testing.TB, prefix, dir string, files []string, name, cc string, args func(out string) []string) string {
+	t.Helper()
 	h := sha256.New()
-	for _, f := range append([]string{spec.src}, victimHeaders...) {
+	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {
 			t.Fatal(err)
@@ -196,8 +211,8 @@ func BuildVictim(t testing.TB, name string) string {
 		fmt.Fprintf(h, "%s %d\n", f, len(b))
 		h.Write(b)
 	}
-	fmt.Fprintf(h, "flags %q\n", spec.cflags)
-	cache := filepath.Join(os.TempDir(), "ckpt-victims-"+hex.EncodeToString(h.Sum(nil))[:16])
+	fmt.Fprintf(h, "%s %q\n", cc, args(""))
+	cache := filepath.Join(os.TempDir(), prefix+hex.EncodeToString(h.Sum(nil))[:16])
 	bin := filepath.Join(cache, name)
 	if _, err := os.Stat(bin); err == nil {
 		return bin
@@ -205,19 +220,16 @@ func BuildVictim(t testing.TB, name string) string {
 	if err := os.MkdirAll(cache, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	// Compile to a private name and rename, so that concurrent tests (in
-	// this process or others) never see a half-written binary.
 	tf, err := os.CreateTemp(cache, name+".tmp*")
 	if err != nil {
 		t.Fatal(err)
 	}
 	tf.Close()
 	tmp := tf.Name()
-	args := append([]string{"-Wall", "-Werror"}, spec.cflags...)
-	args = append(args, "-o", tmp, src)
-	if out, err := exec.Command("gcc", args...).CombinedOutput(); err != nil {
+	a := args(tmp)
+	if out, err := exec.Command(cc, a...).CombinedOutput(); err != nil {
 		os.Remove(tmp)
-		t.Fatalf("gcc %s: %v\n%s", strings.Join(args, " "), err, out)
+		t.Fatalf("%s %s: %v\n%s", cc, strings.Join(a, " "), err, out)
 	}
 	if err := os.Rename(tmp, bin); err != nil {
 		t.Fatal(err)
