@@ -70,12 +70,19 @@ func (t *tree) freeze(root int) error {
 			return err
 		}
 		if m.fz, err = freeze(pid); err != nil {
-			if errors.Is(err, unix.ESRCH) && pid != root {
-				if st, err2 := proc.ReadStat(pid, 0); err2 == nil && st.State == 'Z' {
-					m.p = zombie(st)
+			// A child that exits meanwhile: seizing a zombie says EPERM
+			// (ptrace_attach refuses a task with an exit state), a
+			// reaped one ESRCH.
+			if pid != root && (errors.Is(err, unix.ESRCH) || errors.Is(err, unix.EPERM)) {
+				st2, err2 := proc.ReadStat(pid, 0)
+				switch {
+				case err2 == nil && st2.State == 'Z':
+					m.p = zombie(st2)
 					t.members = append(t.members, m)
+					continue
+				case err2 != nil || errors.Is(err, unix.ESRCH):
+					continue // reaped meanwhile
 				}
-				continue
 			}
 			t.release()
 			return fmt.Errorf("process %d (%s): %w", pid, st.Comm, err)
