@@ -3,6 +3,7 @@ package sys
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"os"
 	"runtime"
 	"strings"
@@ -278,5 +279,57 @@ func TestRtSigqueueinfo(t *testing.T) {
 	}
 	if err := RtSigqueueinfo(PID(1<<30), unix.SIGWINCH, &info); !errors.Is(err, unix.ESRCH) || !strings.Contains(err.Error(), "rt_sigqueueinfo") {
 		t.Errorf("missing process: %v", err)
+	}
+}
+
+func TestSemGetPID(t *testing.T) {
+	if _, err := SemGetPID(-1, 0); !errors.Is(err, unix.EINVAL) || !strings.Contains(err.Error(), "semctl GETPID") {
+		t.Errorf("no such set: %v", err)
+	}
+}
+
+func TestSchedCoreCookie(t *testing.T) {
+	c, err := SchedCoreCookie()
+	if err != nil {
+		if !strings.Contains(err.Error(), "PR_SCHED_CORE_GET") {
+			t.Errorf("error %v does not name the call", err)
+		}
+		return // a kernel without core scheduling
+	}
+	if c != 0 {
+		t.Errorf("cookie %#x, want none", c)
+	}
+	SchedYield()
+}
+
+func TestSetThreadEffectiveIDs(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root")
+	}
+	done := make(chan error)
+	go func() {
+		runtime.LockOSThread() // left locked if the ids could not be put back
+		err := func() error {
+			if err := SetThreadEGID(65534); err != nil {
+				return err
+			}
+			if err := SetThreadEUID(65534); err != nil {
+				return err
+			}
+			if unix.Geteuid() != 65534 || unix.Getegid() != 65534 {
+				return fmt.Errorf("thread euid %d egid %d, want 65534", unix.Geteuid(), unix.Getegid())
+			}
+			if err := SetThreadEUID(0); err != nil {
+				return err
+			}
+			return SetThreadEGID(0)
+		}()
+		if err == nil && unix.Geteuid() == 0 && unix.Getegid() == 0 {
+			runtime.UnlockOSThread()
+		}
+		done <- err
+	}()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }

@@ -22,12 +22,10 @@ import (
 // thread); the prctl getters that only the process can call are injected.
 
 const (
-	ptraceSeccompGetMeta    = 0x420d
 	membarrierGetRegs       = 1 << 9 // MEMBARRIER_CMD_GET_REGISTRATIONS
 	prGetMemoryMerge        = 0x44
 	prGetMDWE               = 0x42
 	seccompFilterFlagsSaved = unix.SECCOMP_FILTER_FLAG_LOG | unix.SECCOMP_FILTER_FLAG_SPEC_ALLOW
-	ptraceGetSUDConfig      = 0x4210     // PTRACE_GET_SYSCALL_USER_DISPATCH_CONFIG
 	pfMemallocNoIO          = 0x00080000 // PF_MEMALLOC_NOIO, set by PR_SET_IO_FLUSHER
 	pfMCEProcess            = 0x00000080 // PF_MCE_PROCESS: a PR_MCE_KILL policy of its own
 	pfMCEEarly              = 0x08000000 // PF_MCE_EARLY: that policy is early kill
@@ -61,15 +59,14 @@ func readCreds(tid int, status *proc.Status) (*image.Creds, error) {
 // seccompFlags returns the SECCOMP_FILTER_FLAG_* filter i of tid was
 // installed with.
 func seccompFlags(tid, i int) (uint64, error) {
-	md := struct{ FilterOff, Flags uint64 }{FilterOff: uint64(i)}
-	_, _, e := unix.Syscall6(unix.SYS_PTRACE, ptraceSeccompGetMeta, uintptr(tid), unsafe.Sizeof(md), uintptr(unsafe.Pointer(&md)), 0, 0)
-	if e != 0 {
-		return 0, fmt.Errorf("PTRACE_SECCOMP_GET_METADATA %d of %d: %w", i, tid, e)
+	fl, err := ptrace.GetSeccompFilterFlags(tid, i)
+	if err != nil {
+		return 0, err
 	}
-	if md.Flags&^seccompFilterFlagsSaved != 0 {
-		return 0, refuse(tgidOf(tid), fmt.Sprintf("thread %d seccomp filter %d", tid, i), "filter flags %#x are not restored", md.Flags)
+	if fl&^seccompFilterFlagsSaved != 0 {
+		return 0, refuse(tgidOf(tid), fmt.Sprintf("thread %d seccomp filter %d", tid, i), "filter flags %#x are not restored", fl)
 	}
-	return md.Flags, nil
+	return fl, nil
 }
 
 // collectSched reads the scheduling policy, nice value, CPU affinity, I/O
@@ -118,9 +115,7 @@ func collectSched(pid int, t *task, th *image.Thread) error {
 // restore.
 func threadFlags(pid int, t *task, th *image.Thread) error {
 	tid := t.tid
-	sud := struct{ Mode, Selector, Offset, Len uint64 }{}
-	_, _, e := unix.Syscall6(unix.SYS_PTRACE, ptraceGetSUDConfig, uintptr(tid), unsafe.Sizeof(sud), uintptr(unsafe.Pointer(&sud)), 0, 0)
-	if e == 0 && sud.Mode != 0 {
+	if mode, err := ptrace.GetSyscallUserDispatchMode(tid); err == nil && mode != 0 {
 		return refuse(pid, fmt.Sprintf("thread %d", tid), "syscall user dispatch (PR_SET_SYSCALL_USER_DISPATCH) is not restored")
 	}
 	st, err := t.readStat(pid)
@@ -229,8 +224,7 @@ func injectThreadAttrs(a asker, pid int, th *image.Thread) {
 func refuseCoreCookie(a asker, pid int, th *image.Thread) {
 	// Without core scheduling in the kernel (ckpt's own call fails) no
 	// thread has a cookie.
-	var own uint64
-	if _, _, e := unix.Syscall6(unix.SYS_PRCTL, unix.PR_SCHED_CORE, unix.PR_SCHED_CORE_GET, 0, 0, uintptr(unsafe.Pointer(&own)), 0); e != 0 {
+	if _, err := sys.SchedCoreCookie(); err != nil {
 		return
 	}
 	a.ask("", 8, func(ret uint64, c []byte) error {

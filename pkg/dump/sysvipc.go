@@ -129,8 +129,8 @@ func checkSysV(members []*member) ([]image.SysVMsgQueue, error) {
 			return nil, fmt.Errorf("/proc/sysvipc/sem: semid %q nsems %q", r["semid"], r["nsems"])
 		}
 		for i := 0; i < n; i++ {
-			last, _, errno := unix.Syscall6(unix.SYS_SEMCTL, uintptr(id), uintptr(i), semGetPID, 0, 0, 0)
-			if errno != 0 {
+			last, err := sys.SemGetPID(id, i)
+			if err != nil {
 				continue // removed meanwhile
 			}
 			if pid, ok := inTree[strconv.Itoa(int(last))]; ok {
@@ -140,10 +140,6 @@ func checkSysV(members []*member) ([]image.SysVMsgQueue, error) {
 	}
 	return queues, nil
 }
-
-// semGetPID is semctl's GETPID: the last process that operated on a
-// semaphore.
-const semGetPID = 11
 
 // sysvMsgQueues reads the message queues a process of the tree (inTree:
 // PID text -> PID) sent to or received from last: their state

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
 )
 
@@ -237,7 +238,7 @@ func Backoff(i int, sleep time.Duration) time.Duration {
 	switch {
 	case i < 10:
 	case i < 40:
-		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+		sys.SchedYield()
 	default:
 		sleep = min(max(2*sleep, 5*time.Microsecond), 100*time.Microsecond)
 		ts := unix.NsecToTimespec(int64(sleep))

@@ -303,6 +303,34 @@ func GetSeccompFilters(tid int) ([][]byte, error) {
 	}
 }
 
+// GetSeccompFilterFlags returns the SECCOMP_FILTER_FLAG_* that filter i
+// of the task (index 0 the most recently installed) was installed with
+// (PTRACE_SECCOMP_GET_METADATA).
+func GetSeccompFilterFlags(tid, i int) (uint64, error) {
+	md := struct{ FilterOff, Flags uint64 }{FilterOff: uint64(i)}
+	if _, err := ptracePtr(ptraceSeccompGetMetadata, tid, unsafe.Sizeof(md), unsafe.Pointer(&md)); err != nil {
+		return 0, fmt.Errorf("ptrace seccomp get metadata %d of %d: %w", i, tid, err)
+	}
+	return md.Flags, nil
+}
+
+// GetSyscallUserDispatchMode returns the task's syscall user dispatch mode
+// (PR_SET_SYSCALL_USER_DISPATCH; 0 is off), read with
+// PTRACE_GET_SYSCALL_USER_DISPATCH_CONFIG.
+func GetSyscallUserDispatchMode(tid int) (uint64, error) {
+	sud := struct{ Mode, Selector, Offset, Len uint64 }{}
+	if _, err := ptracePtr(ptraceGetSyscallUserDispatchConfig, tid, unsafe.Sizeof(sud), unsafe.Pointer(&sud)); err != nil {
+		return 0, fmt.Errorf("ptrace get syscall user dispatch config %d: %w", tid, err)
+	}
+	return sud.Mode, nil
+}
+
+// ptrace requests golang.org/x/sys/unix does not name.
+const (
+	ptraceSeccompGetMetadata           = 0x420d // PTRACE_SECCOMP_GET_METADATA
+	ptraceGetSyscallUserDispatchConfig = 0x4210 // PTRACE_GET_SYSCALL_USER_DISPATCH_CONFIG
+)
+
 // GetEventMsg returns the message of the last ptrace event (e.g. the PID
 // of a new child).
 func GetEventMsg(tid int) (uint64, error) {

@@ -220,6 +220,15 @@ func TestTraceeLifecycle(t *testing.T) {
 	if len(filters) != 1 || len(filters[0]) != 8 {
 		t.Errorf("seccomp filters %v, want the one allow-all instruction", filters)
 	}
+	if fl, err := GetSeccompFilterFlags(pid, 0); err != nil || fl != 0 {
+		t.Errorf("seccomp filter 0 flags %#x, %v; want none", fl, err)
+	}
+	if _, err := GetSeccompFilterFlags(pid, 1); err == nil {
+		t.Error("seccomp filter 1 has metadata; the tracee has one filter")
+	}
+	if mode, err := GetSyscallUserDispatchMode(pid); err != nil || mode != 0 {
+		t.Errorf("syscall user dispatch mode %d, %v; want off", mode, err)
+	}
 
 	// Memory: read and write, also where the mapping is not writable.
 	text := make([]byte, 21)
@@ -365,6 +374,8 @@ func TestErrors(t *testing.T) {
 		{"rseq", func() error { _, err := GetRseq(nobody); return err }, "rseq"},
 		{"seccomp", func() error { _, err := GetSeccompFilters(nobody); return err }, "seccomp"},
 		{"eventmsg", func() error { _, err := GetEventMsg(nobody); return err }, "geteventmsg"},
+		{"seccomp metadata", func() error { _, err := GetSeccompFilterFlags(nobody, 0); return err }, "seccomp get metadata"},
+		{"syscall user dispatch", func() error { _, err := GetSyscallUserDispatchMode(nobody); return err }, "syscall user dispatch"},
 		{"inject", func() error {
 			_, err := (&Injector{TID: nobody, Gadget: 4096}).Call("getpid", unix.SYS_GETPID)
 			return err

@@ -210,20 +210,19 @@ func asCreator(uid, gid uint32, create func() (int, error)) (int, error) {
 		// if its credentials could not be put back.
 		var r result
 		defer func() { done <- r }()
-		keep := ^uintptr(0) // -1: unchanged
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(gid), keep); e != 0 {
-			r.err = fmt.Errorf("setresgid %d: %w", gid, e)
+		if err := sys.SetThreadEGID(gid); err != nil {
+			r.err = fmt.Errorf("effective gid %d: %w", gid, err)
 			return
 		}
-		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(uid), keep); e != 0 {
-			r.err = fmt.Errorf("setresuid %d: %w", uid, e)
-			unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(egid), keep)
+		if err := sys.SetThreadEUID(uid); err != nil {
+			r.err = fmt.Errorf("effective uid %d: %w", uid, err)
+			sys.SetThreadEGID(uint32(egid))
 			return
 		}
 		r.id, r.err = create()
-		_, _, e1 := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(euid), keep)
-		_, _, e2 := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(egid), keep)
-		if e1 == 0 && e2 == 0 {
+		e1 := sys.SetThreadEUID(uint32(euid))
+		e2 := sys.SetThreadEGID(uint32(egid))
+		if e1 == nil && e2 == nil {
 			runtime.UnlockOSThread()
 		}
 	}()
