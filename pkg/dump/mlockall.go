@@ -1,11 +1,6 @@
 package dump
 
 import (
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
-
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
 )
@@ -47,16 +42,11 @@ func lockFuture(r *remote) (int, error) {
 	return flags, err
 }
 
-// vmLck reads VmLck (kB) of /proc/PID/status.
-func vmLck(pid int) (int, error) {
-	b, err := os.ReadFile(proc.Path(pid, "status"))
+// vmLck returns VmLck (bytes) of /proc/PID/status.
+func vmLck(pid int) (uint64, error) {
+	st, err := proc.ReadStatus(pid)
 	if err != nil {
 		return 0, err
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "VmLck:"); ok {
-			return strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(v), " kB"))
-		}
-	}
-	return 0, fmt.Errorf("no VmLck in status")
+	return st.VmLck, nil
 }

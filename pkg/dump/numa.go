@@ -1,12 +1,9 @@
 package dump
 
 import (
-	"bufio"
 	"encoding/binary"
 	"fmt"
 	"os"
-	"strconv"
-	"strings"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -30,23 +27,17 @@ func memPolicy(a asker, th *image.Thread) {
 // the main thread's (set_mempolicy; the other threads' are asked by
 // memPolicy).
 func vmaPolicies(pid int) error {
-	f, err := os.Open(proc.Path(pid, "numa_maps"))
+	maps, err := proc.ReadNUMAPolicies(pid)
 	if os.IsNotExist(err) {
 		return nil // a kernel without NUMA
 	}
 	if err != nil {
 		return fmt.Errorf("numa_maps: %w", err)
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if len(fs) < 2 || fs[1] == "default" {
-			continue
+	for _, m := range maps {
+		if m.Policy != "default" {
+			return fmt.Errorf("mapping at %#x: NUMA memory policy %s (mbind, or the thread's set_mempolicy): cannot be restored: %w", m.Start, m.Policy, ErrUnsupported)
 		}
-		addr, _ := strconv.ParseUint(fs[0], 16, 64)
-		return fmt.Errorf("mapping at %#x: NUMA memory policy %s (mbind, or the thread's set_mempolicy): cannot be restored: %w", addr, fs[1], ErrUnsupported)
 	}
-	return sc.Err()
+	return nil
 }

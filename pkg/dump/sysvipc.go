@@ -1,15 +1,13 @@
 package dump
 
 import (
-	"bufio"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
-	"strings"
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,39 +16,10 @@ const (
 	shmLocked = 0o2000 // SHM_LOCKED
 )
 
-// sysvTable reads a /proc/sysvipc table: one map of column name to value
-// per row.
-func sysvTable(name string) ([]map[string]string, error) {
-	f, err := os.Open("/proc/sysvipc/" + name)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	var cols []string
-	var out []map[string]string
-	for sc.Scan() {
-		fs := strings.Fields(sc.Text())
-		if cols == nil {
-			cols = fs
-			continue
-		}
-		if len(fs) < len(cols) {
-			return nil, fmt.Errorf("/proc/sysvipc/%s: short line %q", name, sc.Text())
-		}
-		row := map[string]string{}
-		for i, c := range cols {
-			row[c] = fs[i]
-		}
-		out = append(out, row)
-	}
-	return out, sc.Err()
-}
-
 // sysvShm describes System V shared memory segment id and how many
 // attachments it has.
 func sysvShm(id uint64) (*image.SysVShm, uint64, error) {
-	rows, err := sysvTable("shm")
+	rows, err := proc.ReadSysVIPC("shm")
 	if err != nil {
 		return nil, 0, err
 	}
@@ -118,7 +87,7 @@ func checkSysV(members []*member) ([]image.SysVMsgQueue, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := sysvTable("sem")
+	rows, err := proc.ReadSysVIPC("sem")
 	if err != nil {
 		return queues, nil // no SysV IPC here
 	}
@@ -146,7 +115,7 @@ func checkSysV(members []*member) ([]image.SysVMsgQueue, error) {
 // (msgctl IPC_STAT) and their messages, copied with MSG_COPY, which leaves
 // them in the queue for the process or a --leave-running dump.
 func sysvMsgQueues(inTree map[string]int) ([]image.SysVMsgQueue, error) {
-	rows, err := sysvTable("msg")
+	rows, err := proc.ReadSysVIPC("msg")
 	if err != nil {
 		return nil, nil // no SysV IPC here
 	}

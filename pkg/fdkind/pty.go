@@ -302,16 +302,15 @@ func ptyHolder(idx int, inDump map[int]bool, masters bool) string {
 
 // fdInfoField returns one field of /proc/PID/fdinfo/FD, or "".
 func fdInfoField(pid int, fd, key string) string {
-	b, err := os.ReadFile(proc.Path(pid, "fdinfo", fd))
+	n, err := strconv.Atoi(fd)
 	if err != nil {
 		return ""
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, key+":"); ok {
-			return strings.TrimSpace(v)
-		}
+	fi, err := proc.ReadFDInfo(pid, n)
+	if err != nil {
+		return ""
 	}
-	return ""
+	return fi.Extra[key]
 }
 
 func showPty(f *image.File) string {

@@ -105,3 +105,42 @@ func FuzzParseTimers(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseSysVIPC(f *testing.F) {
+	for _, n := range []string{"shm", "sem", "msg"} {
+		b, err := os.ReadFile(filepath.Join(testRoot, "sysvipc", n))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rows, err := parseSysVIPC(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		if len(rows) > bytes.Count(b, []byte("\n"))+1 {
+			t.Fatalf("%d rows from %d lines", len(rows), bytes.Count(b, []byte("\n"))+1)
+		}
+		for _, r := range rows {
+			if len(r) != len(rows[0]) {
+				t.Fatalf("rows of %d and %d columns", len(rows[0]), len(r))
+			}
+		}
+	})
+}
+
+func FuzzParseNUMAMaps(f *testing.F) {
+	seed(f, "numa_maps")
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ps, err := parseNUMAMaps(bytes.NewReader(b))
+		if err != nil {
+			return
+		}
+		for _, p := range ps {
+			if p.Policy == "" {
+				t.Fatalf("empty policy %+v", p)
+			}
+		}
+	})
+}

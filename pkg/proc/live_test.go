@@ -41,6 +41,16 @@ func TestReadSelf(t *testing.T) {
 		t.Errorf("status = %+v", status)
 	}
 	unix.Umask(status.Umask)
+	// VmLck counts a locked page (in bytes).
+	page, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_LOCKED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locked, err := ReadStatus(pid)
+	unix.Munmap(page)
+	if err != nil || locked.VmLck < 4096 || locked.VmLck%1024 != 0 {
+		t.Errorf("VmLck %d with a page locked, %v", locked.VmLck, err)
+	}
 	// The Go runtime catches (almost) every signal.
 	if status.SigCgt&(1<<(unix.SIGURG-1)) == 0 {
 		t.Errorf("SigCgt %#x lacks SIGURG", status.SigCgt)

@@ -16,6 +16,7 @@ type Status struct {
 	TGID                                   int
 	UID, GID                               [4]int // real, effective, saved, fs
 	CapInh, CapPrm, CapEff, CapBnd, CapAmb uint64
+	VmLck                                  uint64 // locked memory, bytes
 
 	// Parsed here (see parseStatus).
 	State                          byte
@@ -59,6 +60,7 @@ func readStatus(root string, pid int) (*Status, error) {
 		s.UID[i], s.GID[i] = int(ps.UIDs[i]), int(ps.GIDs[i])
 	}
 	s.CapInh, s.CapPrm, s.CapEff, s.CapBnd, s.CapAmb = ps.CapInh, ps.CapPrm, ps.CapEff, ps.CapBnd, ps.CapAmb
+	s.VmLck = ps.VmLck
 	return s, nil
 }
 
