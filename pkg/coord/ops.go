@@ -140,7 +140,7 @@ func (c *Coordinator) dumpGroup(ctx context.Context, op string, members []Member
 // removeImages deletes the images of a failed checkpoint (best effort).
 func (c *Coordinator) removeImages(ctx context.Context, m *Manifest) {
 	for i, mb := range m.Members {
-		if err := c.simple(ctx, mb.Agent, agent.Request{Op: agent.OpRemove, Image: m.ImageOf(i)}, nil); err != nil {
+		if err := c.Remove(ctx, m, i); err != nil {
 			c.logf("remove %s on %s: %v", m.ImageOf(i), mb.Agent, err)
 		}
 	}

@@ -2,7 +2,6 @@ package dump
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -33,13 +32,6 @@ func (r *Refusal) Unwrap() error { return ErrUnsupported }
 // refuse returns the Refusal of object of process pid.
 func refuse(pid int, object, format string, args ...any) error {
 	return &Refusal{PID: pid, Object: object, Reason: fmt.Sprintf(format, args...)}
-}
-
-// IsRefusal reports whether err is (or wraps) a Refusal, and returns it.
-func IsRefusal(err error) (*Refusal, bool) {
-	var r *Refusal
-	ok := errors.As(err, &r)
-	return r, ok
 }
 
 // limits is what the restoring ckpt-redo can set: its own hard limits and

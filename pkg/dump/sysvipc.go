@@ -11,11 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-const (
-	shmDest   = 0o1000 // SHM_DEST: marked for removal (IPC_RMID) while attached
-	shmLocked = 0o2000 // SHM_LOCKED
-)
-
 // sysvShm describes System V shared memory segment id and how many
 // attachments it has.
 func sysvShm(id uint64) (*image.SysVShm, uint64, error) {

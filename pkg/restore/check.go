@@ -6,10 +6,6 @@ import (
 	"github.com/ckpt/ckpt/pkg/ptrace"
 )
 
-// CheckMachine tells whether this machine can run an image with header h
-// (see machine.Check).
-func CheckMachine(h *image.Header) error { return machine.Check(h) }
-
 // checkXState compares the image's xsave features with the kernel's, read
 // from a live task of ours.
 func checkXState(h *image.Header, tid int) error {

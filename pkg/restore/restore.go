@@ -302,9 +302,7 @@ func Build(rd io.Reader, opts Options) (r *Restored, err error) {
 		r.Threads += len(b.p.Threads)
 		r.Pages += b.pages
 		r.Bytes += b.bytes
-		for _, tid := range b.tasks {
-			r.tasks = append(r.tasks, tid)
-		}
+		r.tasks = append(r.tasks, b.tasks...)
 	}
 	r.Build = time.Since(start)
 	if s := t.memTime.Seconds(); s > 0 {
