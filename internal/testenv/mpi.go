@@ -116,6 +116,7 @@ type MPIProg struct {
 	Args  []string // the program's own arguments
 }
 
+// String renders the program as NAME ITERS ARGS.
 func (p MPIProg) String() string {
 	return fmt.Sprintf("%s %d %s", p.Name, p.Iters, strings.Join(p.Args, " "))
 }

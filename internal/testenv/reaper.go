@@ -57,6 +57,7 @@ type ExitStatus struct {
 	Signal int // signal that killed it, 0 if it exited
 }
 
+// String says how the process ended.
 func (e ExitStatus) String() string {
 	if e.Signal != 0 {
 		return fmt.Sprintf("pid %d killed by signal %d", e.Pid, e.Signal)

@@ -22,6 +22,7 @@ type Refusal struct {
 	Reason string
 }
 
+// Error renders the refusal as "process PID: OBJECT: REASON".
 func (r *Refusal) Error() string {
 	return fmt.Sprintf("process %d: %s: %s", r.PID, r.Object, r.Reason)
 }

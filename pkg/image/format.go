@@ -120,6 +120,7 @@ const (
 	TypeEnd      Type = 0x7fffffff
 )
 
+// String names the record type ("header", "process", ... or "type-N").
 func (t Type) String() string {
 	switch t {
 	case TypeHeader:

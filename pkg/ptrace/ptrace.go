@@ -121,6 +121,7 @@ func (s Stop) IsGroupStop() bool {
 	return false
 }
 
+// String describes the stop (exited, killed, a signal or event stop).
 func (s Stop) String() string {
 	switch {
 	case s.Status.Exited():

@@ -363,10 +363,12 @@ type LockedError struct {
 	Err   error
 }
 
+// Error says the restore's error and that the lock stays.
 func (e *LockedError) Error() string {
 	return fmt.Sprintf("%v (the network lock %s stays: the connections' peers wait for a retry; ckpt unlock lifts it)", e.Err, e.Table)
 }
 
+// Unwrap returns the restore's error.
 func (e *LockedError) Unwrap() error { return e.Err }
 
 // lockStays wraps err, a failed restore's error, in a LockedError when the
