@@ -70,24 +70,3 @@ func TestDeletedRoundTrip(t *testing.T) {
 		t.Fatalf("second description reads %q, %v", buf, err)
 	}
 }
-
-func TestDirRoundTrip(t *testing.T) {
-	fd, err := unix.Open(t.TempDir(), unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	roundTrip(t, fd)
-}
-
-func TestCharDevRoundTrip(t *testing.T) {
-	fd, err := unix.Open("/dev/null", unix.O_WRONLY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Close(fd)
-	f, _ := roundTrip(t, fd)
-	if f.Kind != "chr" || f.Rdev != unix.Mkdev(1, 3) {
-		t.Errorf("described %s %x", f.Kind, f.Rdev)
-	}
-}
