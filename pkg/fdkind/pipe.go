@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
@@ -193,38 +194,95 @@ func openPipe(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	if err != nil {
 		return Desc{}, fmt.Errorf("pipe:[%d]: %w", pp.Ino, err)
 	}
-	ends := v.([2]*os.File)
-	end := ends[0]
-	if pp.Write {
-		end = ends[1]
+	end := v.(*pipeEnds).take(pp.Write, f.Flags&unix.O_LARGEFILE != 0)
+	if end.first {
+		d, err := dupFile(end.f)
+		return Desc{File: d}, err
 	}
-	d, err := dupFile(end)
-	return Desc{File: d}, err
+	d, err := reopenPipeEnd(end.f, pp.Write)
+	if err != nil {
+		return Desc{}, fmt.Errorf("pipe:[%d]: %w", pp.Ino, err)
+	}
+	return Desc{File: d}, nil
+}
+
+// pipeEnds is a rebuilt pipe: its two ends as pipe2 made them, and
+// whether each has been given to a description of the dump.
+type pipeEnds struct {
+	mu    sync.Mutex
+	ends  [2]*os.File
+	taken [2]bool
+}
+
+// pipeEnd is the end a description is made from: first means the
+// description is that end itself (a dup of it), else a new open of it.
+type pipeEnd struct {
+	f     *os.File
+	first bool
+}
+
+// take chooses how a description of one end is made. pipe2 makes one
+// description per end, without O_LARGEFILE; every other description of
+// a pipe end was opened through a /proc fd link, which adds O_LARGEFILE.
+// So the description without O_LARGEFILE is the end itself (once), the
+// others are new opens of it.
+func (p *pipeEnds) take(write, largefile bool) pipeEnd {
+	i := 0
+	if write {
+		i = 1
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if largefile || p.taken[i] {
+		return pipeEnd{f: p.ends[i]}
+	}
+	p.taken[i] = true
+	return pipeEnd{f: p.ends[i], first: true}
+}
+
+// reopenPipeEnd opens a new open file description of one end of a
+// rebuilt pipe (through its /proc/self/fd link, as a program opening
+// /proc/self/fd/N of a pipe does). Each description of the dump gets its
+// own: two fds that shared one pipe end but not one description (so
+// not its O_NONBLOCK) must not come back sharing it. Opening an
+// anonymous pipe this way never waits for the other end.
+func reopenPipeEnd(end *os.File, write bool) (*os.File, error) {
+	mode := unix.O_RDONLY
+	if write {
+		mode = unix.O_WRONLY
+	}
+	path := fmt.Sprintf("/proc/self/fd/%d", end.Fd())
+	fd, err := unix.Open(path, mode|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open a new description of the pipe (%s): %w", path, err)
+	}
+	return os.NewFile(uintptr(fd), end.Name()), nil
 }
 
 // makePipe creates a pipe of the old capacity holding the old buffered
 // data.
-func makePipe(env RestoreEnv, pp *image.Pipe) ([2]*os.File, error) {
+func makePipe(env RestoreEnv, pp *image.Pipe) (*pipeEnds, error) {
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_CLOEXEC); err != nil {
-		return [2]*os.File{}, err
+		return nil, err
 	}
 	ends := [2]*os.File{os.NewFile(uintptr(fds[0]), "pipe-r"), os.NewFile(uintptr(fds[1]), "pipe-w")}
+	p := &pipeEnds{ends: ends}
 	env.Keep(ends[0])
 	env.Keep(ends[1])
 	if pp.Size > 0 {
 		if _, err := unix.FcntlInt(uintptr(fds[1]), unix.F_SETPIPE_SZ, pp.Size); err != nil {
-			return ends, fmt.Errorf("set capacity %d: %w", pp.Size, err)
+			return p, fmt.Errorf("set capacity %d: %w", pp.Size, err)
 		}
 	}
 	if pp.DataID != 0 {
 		data, err := env.Data(pp.DataID)
 		if err != nil {
-			return ends, fmt.Errorf("buffered data: %w", err)
+			return p, fmt.Errorf("buffered data: %w", err)
 		}
 		if _, err := ends[1].Write(data); err != nil {
-			return ends, fmt.Errorf("refill %d bytes: %w", len(data), err)
+			return p, fmt.Errorf("refill %d bytes: %w", len(data), err)
 		}
 	}
-	return ends, nil
+	return p, nil
 }
