@@ -95,6 +95,35 @@ type ghostKey int
 // memfdFirstKey marks the memfd of a content record handed out as is.
 type memfdFirstKey int
 
+// tmpfileFirstKey marks the O_TMPFILE file of a content record handed out
+// as is.
+type tmpfileFirstKey int
+
+// tmpfileFlag is the bit of O_TMPFILE besides O_DIRECTORY (__O_TMPFILE):
+// F_GETFL shows O_TMPFILE on a description an O_TMPFILE open made.
+const tmpfileFlag = unix.O_TMPFILE &^ unix.O_DIRECTORY
+
+// madeAsTmpfile tells whether a ghost file was made by an O_TMPFILE open.
+func madeAsTmpfile(f *os.File) bool {
+	fl, err := unix.FcntlInt(f.Fd(), unix.F_GETFL, 0)
+	return err == nil && fl&tmpfileFlag != 0
+}
+
+// tmpfileName tells whether a deleted file's path is the name the kernel
+// gives an O_TMPFILE file ("DIR/#INODE"): such a file never had a name.
+func tmpfileName(path string) bool {
+	n, ok := strings.CutPrefix(filepath.Base(path), "#")
+	if !ok || n == "" {
+		return false
+	}
+	for _, c := range n {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // openGhost opens a new description of the file standing for a deleted
 // one, made once per content record: every fd and mapping of it shares
 // it, as they shared the original.
@@ -114,6 +143,16 @@ func openGhost(env RestoreEnv, ref *image.FileRef, flags int) (*os.File, error) 
 			return dupFile(tmp)
 		}
 	}
+	// The description an O_TMPFILE open made (its flags show
+	// O_TMPFILE) is the file made the same way, once.
+	if flags&tmpfileFlag != 0 && madeAsTmpfile(tmp) {
+		first := false
+		env.Once(tmpfileFirstKey(ref.DataID), func() (any, error) { first = true; return true, nil })
+		if first {
+			return dupFile(tmp)
+		}
+	}
+	flags &^= tmpfileFlag | unix.O_DIRECTORY
 	// O_NOFOLLOW would refuse the /proc link itself.
 	f, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", tmp.Fd()), flags&^unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -166,6 +205,13 @@ func createGhost(ref *image.FileRef) (*os.File, error) {
 	}
 	defer keepParentTimes(ref.Path)()
 	defer makeParents(filepath.Dir(ref.Path))()
+	if tmpfileName(ref.Path) {
+		// an O_TMPFILE file: made the same way in its directory, so
+		// that its description shows O_TMPFILE as it did.
+		if fd, err := unix.Open(filepath.Dir(ref.Path), unix.O_TMPFILE|unix.O_RDWR|unix.O_CLOEXEC, mode); err == nil {
+			return settleGhost(os.NewFile(uintptr(fd), ref.Path), ref, mode)
+		}
+	}
 	if fd, err := unix.Open(ref.Path, unix.O_CREAT|unix.O_EXCL|unix.O_RDWR|unix.O_CLOEXEC|unix.O_NOFOLLOW, mode); err == nil {
 		f := os.NewFile(uintptr(fd), ref.Path)
 		if err := unix.Unlink(ref.Path); err != nil {
@@ -183,16 +229,17 @@ func createGhost(ref *image.FileRef) (*os.File, error) {
 	return nil, fmt.Errorf("%s: cannot create an unnamed file for the deleted file's content", ref.Path)
 }
 
-// settleGhost gives the new file the old one's mode (the umask took some
-// of it) and owner.
+// settleGhost gives the new file the old one's owner and mode (the umask
+// took some of it, and a chown clears the set-ID bits).
 func settleGhost(f *os.File, ref *image.FileRef, mode uint32) (*os.File, error) {
-	if err := unix.Fchmod(int(f.Fd()), mode); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("%s: chmod %#o: %w", ref.Path, mode, err)
-	}
+	// chown first: it clears the set-user-ID and set-group-ID bits.
 	if err := unix.Fchown(int(f.Fd()), ref.UID, ref.GID); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("%s: chown %d:%d: %w", ref.Path, ref.UID, ref.GID, err)
+	}
+	if err := unix.Fchmod(int(f.Fd()), mode); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("%s: chmod %#o: %w", ref.Path, mode, err)
 	}
 	return f, nil
 }

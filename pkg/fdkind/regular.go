@@ -129,7 +129,7 @@ func openInTarget(t Target, f *image.File, fd int, cloexec bool) error {
 // openFlags are the flags a file is reopened with: its access mode and
 // the status flags open takes (F_SETFL sets the rest, see Settle).
 const openFlags = unix.O_ACCMODE | unix.O_APPEND | unix.O_NONBLOCK | unix.O_DSYNC | unix.O_SYNC |
-	unix.O_DIRECT | unix.O_NOATIME | unix.O_LARGEFILE | unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW
+	unix.O_DIRECT | unix.O_NOATIME | unix.O_LARGEFILE | unix.O_PATH | unix.O_DIRECTORY | unix.O_NOFOLLOW | tmpfileFlag
 
 // OpenRef opens a file as the image describes it, with flags. Files
 // whose content is in the image (deleted at dump time) are recreated as
@@ -147,6 +147,11 @@ func OpenRef(env RestoreEnv, ref *image.FileRef, flags int, mapped bool) (*os.Fi
 	}
 	if st.Mode&unix.S_IFMT != ref.Mode&unix.S_IFMT {
 		return nil, fmt.Errorf("%s: was mode %#o, now %#o: %w", ref.Path, ref.Mode, st.Mode, ErrFileChanged)
+	}
+	if fl&tmpfileFlag != 0 {
+		// an O_TMPFILE file linked into a directory since: opened by
+		// its name (its F_GETFL no longer shows O_TMPFILE).
+		fl &^= tmpfileFlag | unix.O_DIRECTORY
 	}
 	f, err := os.OpenFile(ref.Path, fl|unix.O_CLOEXEC|unix.O_NOCTTY, 0)
 	if err != nil {

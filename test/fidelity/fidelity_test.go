@@ -68,6 +68,7 @@ var cases = []fcase{
 	{name: "fd_shm", src: "fd_shm.c"},
 	{name: "fd_pipes", src: "fd_pipes.c"},
 	{name: "fd_pipe_reopen", src: "fd_pipe_reopen.c"},
+	{name: "fd_ghost_attrs", src: "fd_ghost_attrs.c", args: []string{"DIR/"}},
 	{name: "fd_fifo", src: "fd_fifo.c", args: []string{"DIR/"}},
 	{name: "fd_locks", src: "fd_locks.c", args: []string{"DIR/"}},
 	{name: "fd_epoll", src: "fd_epoll.c"},
