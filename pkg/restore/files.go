@@ -34,10 +34,21 @@ func (t *tree) pass(f *os.File, owned bool) int {
 // tree inherits. Descriptions that only the process itself can open are
 // kept for builder.fds.
 func (t *tree) prepareFiles() error {
+	// The passed files sit above every fd number a process uses: its
+	// fds, and the numbers its epoll items were registered under (an
+	// item whose fd was closed since gets its file back there for a
+	// moment, which must not be a passed file).
 	maxFD := 2
 	for _, b := range t.procs {
 		for _, e := range b.p.FDs {
 			maxFD = max(maxFD, e.FD)
+		}
+		for _, f := range b.p.Files {
+			if f.Kind == image.FileEpoll && f.Event != nil {
+				for _, it := range f.Event.Items {
+					maxFD = max(maxFD, it.FD)
+				}
+			}
 		}
 	}
 	t.passBase = maxFD + 1

@@ -72,6 +72,7 @@ var cases = []fcase{
 	{name: "fd_fifo", src: "fd_fifo.c", args: []string{"DIR/"}},
 	{name: "fd_locks", src: "fd_locks.c", args: []string{"DIR/"}},
 	{name: "fd_epoll", src: "fd_epoll.c"},
+	{name: "fd_epoll_closed", src: "fd_epoll_closed.c"},
 	// Files of the /proc directory of a child that exited since.
 	{name: "fd_procgone", src: "fd_procgone.c"},
 	{name: "fd_inotify", src: "fd_inotify.c", args: []string{"DIR/"}},
