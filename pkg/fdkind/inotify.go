@@ -152,16 +152,18 @@ func handlePath(mounts []*proc.MountInfo, dev uint64, h unix.FileHandle) (string
 			lastErr = fmt.Errorf("open_by_handle_at: %w", err)
 			continue
 		}
-		p, err := os.Readlink(fmt.Sprintf("/proc/self/fd/%d", fd))
+		// The name counts only if it still leads to the same inode (not
+		// from the link text, whose " (deleted)" a file name can end with).
+		lf, err := proc.ReadLinkedFile(fmt.Sprintf("/proc/self/fd/%d", fd))
 		unix.Close(fd)
 		if err != nil {
 			lastErr = err
 			continue
 		}
-		if strings.HasSuffix(p, " (deleted)") {
+		if lf.Unlinked {
 			return "", fmt.Errorf("deleted")
 		}
-		return p, nil
+		return lf.Path, nil
 	}
 	return "", lastErr
 }
