@@ -54,6 +54,19 @@ func (fd *FD) Close() error {
 	return nil
 }
 
+// Release gives up ownership: it returns the fd number and leaves the FD
+// closed (without closing the fd), so that a later Close does nothing.
+// It is how a function that made an fd returns it once nothing can fail
+// any more: `defer fd.Close()` after making it, `return fd.Release()` at
+// the end.
+func (fd *FD) Release() int {
+	raw := fd.Int()
+	if fd != nil {
+		fd.raw = -1
+	}
+	return raw
+}
+
 // File hands the fd over to an *os.File named name; the FD is left closed
 // (without closing the fd) and must not be used any more.
 func (fd *FD) File(name string) *os.File {

@@ -35,3 +35,22 @@ func MemfdCreate(name string, flags int) (*FD, error) {
 	}
 	return NewFD(fd)
 }
+
+// Open opens a file (openat(2) at the working directory).
+func Open(path string, flags int, mode uint32) (*FD, error) {
+	fd, err := unix.Open(path, flags, mode)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return NewFD(fd)
+}
+
+// OpenByHandleAt opens the file a handle names, on the file system of
+// mount, an fd of a directory in it (open_by_handle_at(2)).
+func OpenByHandleAt(mount *FD, h unix.FileHandle, flags int) (*FD, error) {
+	fd, err := unix.OpenByHandleAt(mount.Int(), h, flags)
+	if err != nil {
+		return nil, os.NewSyscallError("open_by_handle_at", err)
+	}
+	return NewFD(fd)
+}

@@ -268,6 +268,50 @@ func TestOpen(t *testing.T) {
 	if _, err := MemfdCreate("x", -1); err == nil || !strings.Contains(err.Error(), "memfd_create") {
 		t.Errorf("bad memfd_create: %v", err)
 	}
+	dir := t.TempDir()
+	d, err := Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, err := Open(dir+"/none", unix.O_RDONLY, 0); !os.IsNotExist(err) || !strings.Contains(err.Error(), dir+"/none") {
+		t.Errorf("missing file: %v", err)
+	}
+	// A handle of the directory opens it again through the mount.
+	h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, dir, 0)
+	if err != nil {
+		t.Skipf("name_to_handle_at: %v", err)
+	}
+	o, err := OpenByHandleAt(d, h, unix.O_PATH|unix.O_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer o.Close()
+	if l, err := os.Readlink("/proc/self/fd/" + itoa(o.Int())); err != nil || l != dir {
+		t.Errorf("handle opened %q, %v; want %s", l, err, dir)
+	}
+	if _, err := OpenByHandleAt(&FD{raw: -1}, h, unix.O_PATH); err == nil || !strings.Contains(err.Error(), "open_by_handle_at") {
+		t.Errorf("bad mount fd: %v", err)
+	}
+}
+
+func TestRelease(t *testing.T) {
+	r, _ := pipe(t)
+	n := r.Int()
+	if got := r.Release(); got != n || r.Int() != -1 {
+		t.Fatalf("Release() = %d (Int now %d), want %d", got, r.Int(), n)
+	}
+	if err := r.Close(); err != nil {
+		t.Errorf("Close after Release: %v", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(n), unix.F_GETFD, 0); err != nil {
+		t.Errorf("fd %d closed by a Close after Release: %v", n, err)
+	}
+	unix.Close(n)
+	var none *FD
+	if none.Release() != -1 {
+		t.Error("nil FD released a number")
+	}
 }
 
 func TestRtSigqueueinfo(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/sockets"
 	"golang.org/x/sys/unix"
 )
@@ -197,16 +198,17 @@ func fdinfo(pid, fd int) (flags string, regs []string, err error) {
 // tcpOptions reads the options of a TCP socket that a program sets and an
 // MPI library relies on, through a copy of the fd (pidfd_getfd).
 func tcpOptions(pid, fd int) (string, error) {
-	pfd, err := unix.PidfdOpen(pid, 0)
+	pfd, err := sys.PidfdOpen(sys.PID(pid), 0)
 	if err != nil {
-		return "", fmt.Errorf("pidfd_open: %w", err)
+		return "", err
 	}
-	defer unix.Close(pfd)
-	sfd, err := unix.PidfdGetfd(pfd, fd, 0)
+	defer pfd.Close()
+	sock, err := sys.PidfdGetfd(pfd, sys.TargetFD(fd))
 	if err != nil {
-		return "", fmt.Errorf("pidfd_getfd: %w", err)
+		return "", err
 	}
-	defer unix.Close(sfd)
+	defer sock.Close()
+	sfd := sock.Int()
 	var out []string
 	for _, o := range []struct {
 		name       string

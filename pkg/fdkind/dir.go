@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -80,15 +81,15 @@ func OpenDeletedDir(env RestoreEnv, ref *image.FileRef, flags int) (*os.File, er
 		if err := unix.Mkdir(ref.Path, ref.Mode&0o7777); err != nil {
 			return nil, fmt.Errorf("deleted directory %s: make it again: %w", ref.Path, err)
 		}
-		fd, err := unix.Open(ref.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		fd, err := sys.Open(ref.Path, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if rmErr := unix.Rmdir(ref.Path); err == nil && rmErr != nil {
-			unix.Close(fd)
+			fd.Close()
 			return nil, fmt.Errorf("deleted directory %s: remove it again: %w", ref.Path, rmErr)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("deleted directory %s: %w", ref.Path, err)
 		}
-		holder := os.NewFile(uintptr(fd), ref.Path)
+		holder := fd.File(ref.Path)
 		env.Keep(holder)
 		if err := setMtime(holder, ref.MtimeNs); err != nil {
 			return nil, fmt.Errorf("deleted directory %s: %w", ref.Path, err)

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -141,21 +142,21 @@ func handlePath(mounts []*proc.MountInfo, dev uint64, h unix.FileHandle) (string
 		if m.MajorMinorVer != want {
 			continue
 		}
-		mfd, err := unix.Open(m.MountPoint, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		mnt, err := sys.Open(m.MountPoint, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
 		if err != nil {
 			lastErr = err
 			continue
 		}
-		fd, err := unix.OpenByHandleAt(mfd, h, unix.O_PATH|unix.O_CLOEXEC)
-		unix.Close(mfd)
+		fd, err := sys.OpenByHandleAt(mnt, h, unix.O_PATH|unix.O_CLOEXEC)
+		mnt.Close()
 		if err != nil {
-			lastErr = fmt.Errorf("open_by_handle_at: %w", err)
+			lastErr = err
 			continue
 		}
 		// The name counts only if it still leads to the same inode (not
 		// from the link text, whose " (deleted)" a file name can end with).
-		lf, err := proc.ReadLinkedFile(fmt.Sprintf("/proc/self/fd/%d", fd))
-		unix.Close(fd)
+		lf, err := proc.ReadLinkedFile(fmt.Sprintf("/proc/self/fd/%d", fd.Int()))
+		fd.Close()
 		if err != nil {
 			lastErr = err
 			continue

@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"syscall"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -75,14 +76,17 @@ func exitedPidfd() (*os.File, error) {
 	fd := -1
 	cmd := exec.Command("/bin/true")
 	cmd.SysProcAttr = &syscall.SysProcAttr{PidFD: &fd}
-	if err := cmd.Run(); err != nil || fd < 0 {
-		if fd >= 0 {
-			unix.Close(fd)
-		}
+	err := cmd.Run()
+	if fd < 0 {
+		return nil, fmt.Errorf("pidfd of an exited process: run /bin/true: %v", err)
+	}
+	pidfd, _ := sys.NewFD(fd)
+	if err != nil {
+		pidfd.Close()
 		return nil, fmt.Errorf("pidfd of an exited process: run /bin/true: %v", err)
 	}
 	unix.CloseOnExec(fd)
-	return os.NewFile(uintptr(fd), "pidfd"), nil
+	return pidfd.File("pidfd"), nil
 }
 
 // moveFD puts the process's fd r at number fd, with FD_CLOEXEC as asked.

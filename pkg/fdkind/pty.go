@@ -403,36 +403,36 @@ func makePair(env RestoreEnv, p *image.Pty) (*ptyPair, error) {
 	if _, err := os.Lstat(path); err == nil {
 		return nil, fmt.Errorf("the index is in use: %s exists%s: %w", path, ptsHolder(p.Index), ErrPtyTaken)
 	}
-	var held []int
+	var held []*sys.FD
 	defer func() {
 		for _, fd := range held {
-			unix.Close(fd)
+			fd.Close()
 		}
 	}()
-	master := -1
+	var master *sys.FD
 	for len(held) <= p.Index {
-		fd, err := unix.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+		fd, err := sys.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return nil, fmt.Errorf("open /dev/ptmx: %w", err)
+			return nil, err
 		}
-		n, err := unix.IoctlGetInt(fd, unix.TIOCGPTN)
+		held = append(held, fd)
+		n, err := unix.IoctlGetInt(fd.Int(), unix.TIOCGPTN)
 		if err != nil {
-			unix.Close(fd)
 			return nil, fmt.Errorf("TIOCGPTN: %w", err)
 		}
 		if n == p.Index {
 			master = fd
+			held = held[:len(held)-1]
 			break
 		}
-		held = append(held, fd)
 		if n > p.Index {
 			return nil, fmt.Errorf("the index is in use: the kernel handed out /dev/pts/%d instead%s: %w", n, ptsHolder(p.Index), ErrPtyTaken)
 		}
 	}
-	if master < 0 {
+	if master == nil {
 		return nil, fmt.Errorf("%s never came: %w", path, ErrPtyTaken)
 	}
-	mf := os.NewFile(uintptr(master), "/dev/ptmx")
+	mf := master.File("/dev/ptmx")
 	env.Keep(mf)
 	if err := unix.Chown(path, p.UID, p.GID); err != nil {
 		return nil, fmt.Errorf("chown %s %d:%d: %w", path, p.UID, p.GID, err)
@@ -440,7 +440,7 @@ func makePair(env RestoreEnv, p *image.Pty) (*ptyPair, error) {
 	if err := unix.Chmod(path, p.Mode); err != nil {
 		return nil, fmt.Errorf("chmod %s %#o: %w", path, p.Mode, err)
 	}
-	if err := settlePair(env, master, p); err != nil {
+	if err := settlePair(env, int(mf.Fd()), p); err != nil {
 		return nil, err
 	}
 	return &ptyPair{master: mf}, nil
@@ -464,11 +464,12 @@ func settlePair(env RestoreEnv, master int, p *image.Pty) error {
 	// (the slaves of the dump are opened after).
 	if p.InputID != 0 || p.Exclusive || p.SlaveClosed {
 		path := fmt.Sprintf("/dev/pts/%d", p.Index)
-		slave, err := unix.Open(path, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+		sf, err := sys.Open(path, unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
 		if err != nil {
-			return fmt.Errorf("open %s: %w", path, err)
+			return err
 		}
-		defer unix.Close(slave)
+		defer sf.Close()
+		slave := sf.Int()
 		if p.InputID != 0 {
 			in, err := env.Data(p.InputID)
 			if err != nil {

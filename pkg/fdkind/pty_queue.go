@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -68,12 +69,12 @@ func ptyQueues(env DumpEnv, pp *ptyHeld, p *image.Pty) error {
 			defer unix.IoctlSetPointerInt(master, unix.TIOCSPTLCK, 1)
 		}
 		path := fmt.Sprintf("/dev/pts/%d", p.Index)
-		fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+		fd, err := sys.Open(path, unix.O_RDWR|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 		if err != nil {
-			return fmt.Errorf("open %s: %w", path, err)
+			return err
 		}
-		defer unix.Close(fd)
-		slave = fd
+		defer fd.Close()
+		slave = fd.Int()
 	default:
 		// Never opened: bytes written to the master wait in the slave's
 		// line discipline, and only an open of the slave reaches them,
