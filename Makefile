@@ -53,6 +53,8 @@ fuzz:
 	$(GO) test ./pkg/proc -run '^$$' -fuzz '^FuzzParseTimers$$' -fuzztime 30s -fuzzminimizetime 10x
 	$(GO) test ./pkg/proc -run '^$$' -fuzz '^FuzzParseSysVIPC$$' -fuzztime 30s -fuzzminimizetime 10x
 	$(GO) test ./pkg/proc -run '^$$' -fuzz '^FuzzParseNUMAMaps$$' -fuzztime 30s -fuzzminimizetime 10x
+	$(GO) test ./pkg/sockets -run '^$$' -fuzz '^FuzzParseNetPeer$$' -fuzztime 30s -fuzzminimizetime 10x
+	$(GO) test ./pkg/fdkind -run '^$$' -fuzz '^FuzzParseLockLine$$' -fuzztime 30s -fuzzminimizetime 10x
 
 # Coverage per package: unit and in-process tests alone (go test -short),
 # then the end-to-end tests through commands built for coverage.

@@ -251,6 +251,15 @@ func procNetPeer(netDir string, family, typ int, ino uint64) (netip.Addr, bool, 
 	if err != nil {
 		return netip.Addr{}, false, err
 	}
+	return parseNetPeer(b, file, ino)
+}
+
+// parseNetPeer finds socket ino in b, the text of /proc/net/FILE for an
+// icmp, icmp6, raw or raw6 table, which procfs does not read (it reads
+// the tcp and udp ones, of the same format): one header line, then per
+// socket "sl local rem st ... uid timeout inode ...", addresses in hex
+// words of host byte order.
+func parseNetPeer(b []byte, file string, ino uint64) (netip.Addr, bool, error) {
 	want := strconv.FormatUint(ino, 10)
 	for _, line := range strings.Split(string(b), "\n")[1:] {
 		f := strings.Fields(line)
