@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sort"
 	"strconv"
 	"strings"
 
@@ -95,9 +96,13 @@ func Locks(lines []string) (posix, desc []image.Lock, err error) {
 		if !ok {
 			continue
 		}
-		if l.lock.Kind == image.LockPOSIX {
+		switch l.lock.Kind {
+		case image.LockPOSIX:
 			posix = append(posix, l.lock)
-		} else {
+		case image.LockFlock:
+			l.lock.PID = l.pid
+			desc = append(desc, l.lock)
+		default:
 			desc = append(desc, l.lock)
 		}
 	}
@@ -142,12 +147,17 @@ func showLock(l image.Lock) string {
 
 // TakeLocks takes the OFD and flock locks of a description again on the
 // rebuilt one, never waiting: a lock someone else took meanwhile fails
-// the restore, naming the holder.
-func TakeLocks(f *image.File, of *os.File) error {
+// the restore, naming the holder. A flock lock taken by a process of the
+// dump (byOwner) is left to that process (TakeFlocks): /proc/locks shows
+// who took it.
+func TakeLocks(f *image.File, of *os.File, byOwner func(pid int) bool) error {
 	for _, l := range f.Locks {
 		var err error
 		switch l.Kind {
 		case image.LockFlock:
+			if l.PID > 0 && byOwner(l.PID) {
+				continue
+			}
 			how := unix.LOCK_SH
 			if l.Write {
 				how = unix.LOCK_EX
@@ -164,6 +174,38 @@ func TakeLocks(f *image.File, of *os.File) error {
 		}
 		if err != nil {
 			return lockError(l, &f.Ref, err)
+		}
+	}
+	return nil
+}
+
+// TakeFlocks makes the restored process take again the flock locks it
+// had taken on descriptions of the dump (never waiting), through the
+// copies of them ckpt-redo passed it: the lock belongs to the
+// description, and /proc/locks names the process that took it.
+func TakeFlocks(t Target, p *image.Process, files map[int]*image.File) error {
+	ids := make([]int, 0, len(files))
+	for id := range files {
+		ids = append(ids, id)
+	}
+	sort.Ints(ids)
+	for _, id := range ids {
+		f := files[id]
+		for _, l := range f.Locks {
+			if l.Kind != image.LockFlock || l.PID != p.PID {
+				continue
+			}
+			fd, ok := t.Passed(f.ID)
+			if !ok {
+				return fmt.Errorf("%s of %s: the description was not opened by ckpt-redo: %w", showLock(l), f.Ref.Path, image.ErrCorrupt)
+			}
+			how := uint64(unix.LOCK_SH)
+			if l.Write {
+				how = unix.LOCK_EX
+			}
+			if _, err := t.Call(fmt.Sprintf("flock(%d)", fd), unix.SYS_FLOCK, uint64(fd), how|unix.LOCK_NB); err != nil {
+				return lockError(l, &f.Ref, err)
+			}
 		}
 	}
 	return nil

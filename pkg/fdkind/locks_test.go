@@ -58,7 +58,7 @@ func TestLocksRoundTrip(t *testing.T) {
 	}
 	env := newTestEnv(t)
 	f := describeOwn(t, env, fd)
-	want := map[image.Lock]bool{{Kind: image.LockOFD, Write: true, Start: 10, End: 14}: true, {Kind: image.LockFlock, End: -1}: true}
+	want := map[image.Lock]bool{{Kind: image.LockOFD, Write: true, Start: 10, End: 14}: true, {Kind: image.LockFlock, End: -1, PID: os.Getpid()}: true}
 	if len(f.Locks) != 2 || !want[f.Locks[0]] || !want[f.Locks[1]] || f.Locks[0] == f.Locks[1] {
 		t.Fatalf("locks %+v, want %+v", f.Locks, want)
 	}
@@ -70,11 +70,12 @@ func TestLocksRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.File.Close()
-	if err := TakeLocks(f, d.File); !errors.Is(err, ErrLockTaken) {
+	noOwner := func(int) bool { return false }
+	if err := TakeLocks(f, d.File, noOwner); !errors.Is(err, ErrLockTaken) {
 		t.Fatalf("locks taken while held elsewhere: %v", err)
 	}
 	unix.Close(fd)
-	if err := TakeLocks(f, d.File); err != nil {
+	if err := TakeLocks(f, d.File, noOwner); err != nil {
 		t.Fatal(err)
 	}
 	other, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)

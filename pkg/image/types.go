@@ -604,6 +604,9 @@ type Lock struct {
 	Write bool     `json:"write,omitempty"`
 	Start int64    `json:"start,omitempty"`
 	End   int64    `json:"end"` // inclusive, -1 for EOF
+	// PID is, for a flock lock, the process that took it (/proc/locks
+	// shows it); 0 if unknown.
+	PID int `json:"pid,omitempty"`
 }
 
 // FileData is the metadata of a TypeFileData record: the content of a

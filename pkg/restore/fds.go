@@ -55,6 +55,9 @@ func (b *builder) fds() error {
 			return err
 		}
 	}
+	if err := fdkind.TakeFlocks(tg, b.p, b.t.files); err != nil {
+		return err
+	}
 	if _, err := b.call("close_range", unix.SYS_CLOSE_RANGE, uint64(b.t.passBase), ^uint64(0), 0); err != nil {
 		return err
 	}

@@ -129,7 +129,15 @@ func (t *tree) openFile(env fileEnv, f *image.File, at fdkind.Where) error {
 	if err := fdkind.Settle(f, d.File); err != nil {
 		return err
 	}
-	return fdkind.TakeLocks(f, d.File)
+	return fdkind.TakeLocks(f, d.File, t.takesFlocks)
+}
+
+// takesFlocks tells whether pid is a process of the dump that gets its fd
+// table back (not a zombie): it takes its flock locks itself
+// (fdkind.TakeFlocks).
+func (t *tree) takesFlocks(pid int) bool {
+	b, ok := t.byPID[pid]
+	return ok && !b.p.Zombie
 }
 
 // setOwners gives the restored descriptions their F_SETOWN owners, once

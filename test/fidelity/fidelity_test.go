@@ -71,6 +71,7 @@ var cases = []fcase{
 	{name: "fd_ghost_attrs", src: "fd_ghost_attrs.c", args: []string{"DIR/"}},
 	{name: "fd_fifo", src: "fd_fifo.c", args: []string{"DIR/"}},
 	{name: "fd_locks", src: "fd_locks.c", args: []string{"DIR/"}},
+	{name: "fd_flock_owner", src: "fd_flock_owner.c", args: []string{"DIR/"}},
 	{name: "fd_epoll", src: "fd_epoll.c"},
 	{name: "fd_epoll_closed", src: "fd_epoll_closed.c"},
 	// Files of the /proc directory of a child that exited since.
