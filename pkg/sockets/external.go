@@ -67,10 +67,12 @@ func OpenExternal(s *image.Socket) (int, error) {
 	if s.ExternalPeer == "" {
 		return -1, fmt.Errorf("connected to an unnamed socket outside the dump: %w", ErrState)
 	}
-	fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
+	sock, err := sys.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("socket: %w", err)
+		return -1, err
 	}
+	defer sock.Close()
+	fd := sock.Int()
 	err = setOptions(fd, s.Options, early, nil)
 	if err == nil && s.Local != "" {
 		err = bindUnix(fd, s.Local)
@@ -84,10 +86,9 @@ func OpenExternal(s *image.Socket) (int, error) {
 		err = finishUnix(fd, s)
 	}
 	if err != nil {
-		unix.Close(fd)
 		return -1, err
 	}
-	return fd, nil
+	return sock.Release(), nil
 }
 
 // listening says whether a listener of type typ is bound to name.

@@ -179,15 +179,15 @@ func readOther(fd int, o otherOption) (image.SockOpt, error) {
 // options, bound to its address (a ping socket with its identifier),
 // connected to its peer, shut down as it was.
 func OpenOther(s *image.Socket) (int, error) {
-	fd, err := unix.Socket(s.Family, s.Type|unix.SOCK_CLOEXEC, s.Protocol)
+	sock, err := sys.Socket(s.Family, s.Type|unix.SOCK_CLOEXEC, s.Protocol)
 	if err != nil {
-		return -1, fmt.Errorf("socket: %w", err)
+		return -1, err
 	}
-	if err := openOther(fd, s); err != nil {
-		unix.Close(fd)
+	defer sock.Close()
+	if err := openOther(sock.Int(), s); err != nil {
 		return -1, fmt.Errorf("%s: %w", OtherName(s.Family, s.Type, s.Protocol), err)
 	}
-	return fd, nil
+	return sock.Release(), nil
 }
 
 func openOther(fd int, s *image.Socket) error {

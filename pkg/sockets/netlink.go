@@ -99,12 +99,13 @@ func DescribeNetlink(fd int) (*image.Socket, error) {
 // OpenNetlink builds a netlink socket DescribeNetlink saved: options,
 // bound to its port id, its groups joined, connected.
 func OpenNetlink(s *image.Socket) (int, error) {
-	fd, err := unix.Socket(unix.AF_NETLINK, s.Type|unix.SOCK_CLOEXEC, s.Protocol)
+	sock, err := sys.Socket(unix.AF_NETLINK, s.Type|unix.SOCK_CLOEXEC, s.Protocol)
 	if err != nil {
 		return -1, fmt.Errorf("netlink socket: %w", err)
 	}
+	defer sock.Close()
+	fd := sock.Int()
 	fail := func(err error) (int, error) {
-		unix.Close(fd)
 		return -1, fmt.Errorf("netlink socket (protocol %d): %w", s.Protocol, err)
 	}
 	if err := setOptions(fd, s.Options, early, nil); err != nil {
@@ -137,5 +138,5 @@ func OpenNetlink(s *image.Socket) (int, error) {
 	if err := setOptions(fd, s.Options, late, nil); err != nil {
 		return fail(err)
 	}
-	return fd, nil
+	return sock.Release(), nil
 }

@@ -95,12 +95,13 @@ func DescribePacket(fd int, ino uint64) (*image.Socket, error) {
 
 // OpenPacket builds a packet socket DescribePacket saved.
 func OpenPacket(s *image.Socket) (int, error) {
-	fd, err := unix.Socket(unix.AF_PACKET, s.Type|unix.SOCK_CLOEXEC, s.Protocol)
+	sock, err := sys.Socket(unix.AF_PACKET, s.Type|unix.SOCK_CLOEXEC, s.Protocol)
 	if err != nil {
 		return -1, fmt.Errorf("packet socket: %w", err)
 	}
+	defer sock.Close()
+	fd := sock.Int()
 	fail := func(err error) (int, error) {
-		unix.Close(fd)
 		return -1, fmt.Errorf("packet socket: %w", err)
 	}
 	if err := setOptions(fd, s.Options, early, nil); err != nil {
@@ -123,7 +124,7 @@ func OpenPacket(s *image.Socket) (int, error) {
 	if err := setOptions(fd, s.Options, late, nil); err != nil {
 		return fail(err)
 	}
-	return fd, nil
+	return sock.Release(), nil
 }
 
 // packetRings asks sock_diag whether the packet socket ino has an mmap

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 
 	"golang.org/x/sys/unix"
@@ -79,27 +80,28 @@ func PeekUDP(fd, family int) ([]Datagram, error) {
 // from their source address and port, to their destination, as raw IP
 // packets (the sender's port may belong to a socket of the dump).
 func RefillUDP(ds []Datagram) error {
-	raw := map[bool]int{}
+	raw := map[bool]*sys.FD{}
 	defer func() {
 		for _, fd := range raw {
-			unix.Close(fd)
+			fd.Close()
 		}
 	}()
 	for _, d := range ds {
 		src, dst := d.From.Addr().Unmap(), d.To.Addr().Unmap()
 		v4 := src.Is4() && dst.Is4()
-		fd, ok := raw[v4]
+		sock, ok := raw[v4]
 		if !ok {
 			family := unix.AF_INET6
 			if v4 {
 				family = unix.AF_INET
 			}
 			var err error
-			if fd, err = unix.Socket(family, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW); err != nil {
-				return fmt.Errorf("raw socket: %w", err)
+			if sock, err = sys.Socket(family, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW); err != nil {
+				return fmt.Errorf("raw: %w", err)
 			}
-			raw[v4] = fd
+			raw[v4] = sock
 		}
+		fd := sock.Int()
 		pkt := udpPacket(src, dst, d.From.Port(), d.To.Port(), d.Data)
 		var to unix.Sockaddr = &unix.SockaddrInet6{Addr: dst.As16()}
 		if v4 {
