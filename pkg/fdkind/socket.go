@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/rewrite"
@@ -183,22 +184,25 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	if err != nil {
 		return Desc{}, fmt.Errorf("socket %s %s: %w", s.Local, s.Remote, err)
 	}
+	sock, err := sys.NewFD(fd)
+	if err != nil {
+		return Desc{}, err
+	}
+	defer sock.Close()
 	if len(s.RecvMsgs) > 0 {
 		var data [][]byte
 		for _, id := range s.RecvMsgs {
 			b, err := env.Data(id)
 			if err != nil {
-				unix.Close(fd)
 				return Desc{}, fmt.Errorf("UDP socket queue: %w", err)
 			}
 			data = append(data, b)
 		}
 		if err := sockets.RefillDatagrams(fd, s, data); err != nil {
-			unix.Close(fd)
 			return Desc{}, fmt.Errorf("UDP socket %s: %w", s.Local, err)
 		}
 	}
-	of := os.NewFile(uintptr(fd), "socket")
+	of := sock.File("socket")
 	if s.TCP != nil {
 		se.Repairing(of, s, sendQ)
 	}
