@@ -68,3 +68,13 @@ func SameVM(pid1, pid2 PID) (bool, error) {
 	r, err := kcmp(pid1, pid2, KcmpVM, 0, 0)
 	return err == nil && r == 0, err
 }
+
+// KcmpFiles is KCMP_FILES: two processes with one file descriptor table.
+const KcmpFiles KcmpType = 2
+
+// SameFiles reports whether pid1 and pid2 share their file descriptor
+// table (threads of one process, clone(CLONE_FILES) between processes).
+func SameFiles(pid1, pid2 PID) (bool, error) {
+	r, err := kcmp(pid1, pid2, KcmpFiles, 0, 0)
+	return err == nil && r == 0, err
+}

@@ -1,6 +1,7 @@
 package dump
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -33,6 +34,9 @@ type openFile struct {
 // description once in the whole tree (kcmp tells shared ones apart), by
 // its kind's handler (pkg/fdkind).
 func (d *dumper) collectFiles(p *image.Process) error {
+	if err := d.checkOwnFDTable(); err != nil {
+		return err
+	}
 	fds, err := proc.FDs(d.pid)
 	if err != nil {
 		return fmt.Errorf("list fds: %w", err)
@@ -79,6 +83,31 @@ func (d *dumper) collectFiles(p *image.Process) error {
 		p.Files = append(p.Files, *f)
 		d.t.files = append(d.t.files, openFile{pid: d.pid, fd: fd, dev: src.Stat.Dev, ino: src.Stat.Ino, id: f.ID})
 		p.FDs = append(p.FDs, entry)
+	}
+	return nil
+}
+
+// ErrSharedFDTable means two processes of the tree share one file
+// descriptor table (clone with CLONE_FILES but not CLONE_THREAD): the
+// restore would give each its own copy.
+var ErrSharedFDTable = errors.New("file descriptor table shared between processes: cannot be restored")
+
+// checkOwnFDTable refuses a process that shares its file descriptor
+// table with another process of the tree (kcmp KCMP_FILES): each would
+// come back with a copy of its own, and an fd one opens would no longer
+// be seen by the other.
+func (d *dumper) checkOwnFDTable() error {
+	for _, m := range d.t.members {
+		if m.pid == d.pid || m.fz == nil {
+			continue
+		}
+		same, err := sys.SameFiles(sys.PID(m.pid), sys.PID(d.pid))
+		if err != nil {
+			continue // an exited process has no table
+		}
+		if same {
+			return fmt.Errorf("shares its file descriptor table with process %d (%s) (clone CLONE_FILES): %w", m.pid, m.comm, ErrSharedFDTable)
+		}
 	}
 	return nil
 }

@@ -162,6 +162,7 @@ var cases = []fcase{
 	{name: "sock_unix_external", src: "sock_refused.c", args: []string{"unix_external"}, refuse: "of a process outside the dump"},
 	{name: "sock_pending_error", src: "sock_refused.c", args: []string{"pending_error"}, refuse: "a pending socket error"},
 	// Refusals: each dump fails by name, the program goes on untouched.
+	{name: "fd_shared_table", src: "fd_shared_table.c", refuse: "shares its file descriptor table with process"},
 	{name: "fd_io_uring", src: "fd_refused.c", args: []string{"io_uring"}, refuse: "fd 4 (anon_inode:[io_uring]): io_uring instance: cannot be restored"},
 	{name: "fd_bpf", src: "fd_refused.c", args: []string{"bpf"}, refuse: "fd 4 (anon_inode:bpf-map): bpf object"},
 	{name: "fd_perf_event", src: "fd_refused.c", args: []string{"perf_event"}, refuse: "fd 4 (anon_inode:[perf_event]): perf_event: cannot be restored"},
