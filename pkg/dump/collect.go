@@ -6,9 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"unsafe"
 
-	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -93,24 +91,8 @@ func (d *dumper) collect() (*image.Process, error) {
 	d.opts.fault(PhaseInjected)
 	// Queued signals last, after the injection: a SIGSTOP it took off the
 	// queue is saved as pending.
-	for i, t := range d.fz.tasks {
-		pend, err := ptrace.PeekSigInfo(t.tid, false)
-		if err != nil {
-			return nil, fmt.Errorf("thread %d: %w", t.tid, err)
-		}
-		for _, s := range t.signals {
-			pend = append(pend, s.Info)
-		}
-		for _, s := range pend {
-			p.Threads[i].Pending = append(p.Threads[i].Pending, image.SigInfo(s))
-		}
-	}
-	shared, err := ptrace.PeekSigInfo(pid, true)
-	if err != nil {
+	if err := d.collectPending(p); err != nil {
 		return nil, err
-	}
-	for _, s := range shared {
-		p.Signals.Pending = append(p.Signals.Pending, image.SigInfo(s))
 	}
 	return p, nil
 }
@@ -146,85 +128,6 @@ func (d *dumper) collectMisc(p *image.Process, status *proc.Status) error {
 	}
 	for _, l := range lims {
 		p.Rlimits = append(p.Rlimits, image.Rlimit{Resource: l.Resource, Cur: l.Cur, Max: l.Max})
-	}
-	return nil
-}
-
-func (d *dumper) collectThread(t *task) (*image.Thread, error) {
-	th := &image.Thread{TID: t.tid, InSyscall: -1}
-	regs, err := ptrace.GetRegs(t.tid)
-	if err != nil {
-		return nil, err
-	}
-	th.Regs = *(*image.Regs)(unsafe.Pointer(&regs))
-	if int64(regs.Orig_rax) >= 0 {
-		th.InSyscall = int64(regs.Orig_rax)
-	}
-	if regs.Orig_rax == sysRestart && int64(regs.Rax) == -restartBlock {
-		th.Restart = restartedCall(t.wchan, regs.Rdi, regs.Rsi)
-	}
-	if th.XState, err = ptrace.GetXState(t.tid); err != nil {
-		return nil, err
-	}
-	th.SigMask = t.mask
-	rs, err := ptrace.GetRseq(t.tid)
-	if err != nil {
-		return nil, err
-	}
-	th.Rseq = image.Rseq{Ptr: rs.Ptr, Size: rs.Size, Sig: rs.Sig, Flags: rs.Flags}
-	if err := d.fixRseq(th); err != nil {
-		return nil, err
-	}
-	head, hlen, err := sys.GetRobustList(sys.TID(t.tid))
-	if err != nil {
-		return nil, fmt.Errorf("thread %d: %w", t.tid, err)
-	}
-	th.Robust = image.Robust{Head: head, Len: hlen}
-	if b, err := t.readFile(d.pid, "comm"); err == nil {
-		th.Comm = strings.TrimSuffix(string(b), "\n")
-	}
-	if s, err := t.readStat(d.pid); err == nil {
-		th.State = string(s.State)
-	}
-	status, err := t.readStatus()
-	if err != nil {
-		return nil, fmt.Errorf("read status: %w", err)
-	}
-	if th.Creds, err = readCreds(t.tid, status); err != nil {
-		return nil, err
-	}
-	if err := collectSched(d.pid, t, th); err != nil {
-		return nil, err
-	}
-	if err := threadFlags(d.pid, t, th); err != nil {
-		return nil, err
-	}
-	return th, nil
-}
-
-// fixRseq moves a thread stopped inside an rseq critical section to the
-// section's abort handler, as the kernel would on preemption.
-func (d *dumper) fixRseq(th *image.Thread) error {
-	if th.Rseq.Ptr == 0 {
-		return nil
-	}
-	// struct rseq: u32 cpu_id_start, u32 cpu_id, u64 rseq_cs, ...
-	var csPtr [8]byte
-	if err := readMem(d.pid, th.Rseq.Ptr+8, csPtr[:]); err != nil {
-		return fmt.Errorf("read rseq area: %w", err)
-	}
-	cs := binary.LittleEndian.Uint64(csPtr[:])
-	if cs == 0 {
-		return nil
-	}
-	// struct rseq_cs: u32 version, u32 flags, u64 start_ip, u64 post_commit_offset, u64 abort_ip
-	var b [32]byte
-	if err := readMem(d.pid, cs, b[:]); err != nil {
-		return nil // a stale pointer: the kernel ignores it too until used
-	}
-	start, off, abort := binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:]), binary.LittleEndian.Uint64(b[24:])
-	if th.Regs.Rip >= start && th.Regs.Rip < start+off {
-		th.Regs.Rip = abort
 	}
 	return nil
 }

@@ -8,6 +8,12 @@
 // the metadata, then the memory pages, read with process_vm_readv in large
 // batches and written while the next batch is read.
 //
+// The files mirror pkg/restore's steps: tree.go and freeze.go (the tree,
+// seized), vmas.go and memory.go (mm: mappings and pages), threads.go,
+// signals.go, creds.go, procattrs.go (process and thread attributes),
+// files.go (fds, through pkg/fdkind) and sockets.go; refuse.go holds what
+// no restore can produce, and inject.go the window of injected calls.
+//
 // The tree's sessions and process groups must be led from inside it (or
 // by processes gone): a leader alive outside is refused by name unless
 // Options.ShellJob. A process sharing its memory with another (a parent

@@ -433,31 +433,8 @@ func (d *dumper) injectThread(a asker, p *image.Process, th *image.Thread, leade
 		return a.flush()
 	}
 	injectProcAttrs(a, p)
-	// Only caught and ignored signals can have a handler; the others are
-	// SIG_DFL. SIGCHLD is always asked: SA_NOCLDWAIT and SA_NOCLDSTOP
-	// matter even with SIG_DFL.
-	status, err := proc.ReadStatus(d.pid)
-	if err != nil {
-		return fmt.Errorf("read status: %w", err)
-	}
-	handled := status.SigCgt | status.SigIgn | 1<<(unix.SIGCHLD-1)
-	p.Signals.Actions = make([]image.Sigaction, 64)
-	for sig := 1; sig <= 64; sig++ {
-		if sig == int(unix.SIGKILL) || sig == int(unix.SIGSTOP) || handled&(1<<(sig-1)) == 0 {
-			continue
-		}
-		act := &p.Signals.Actions[sig-1]
-		a.ask("rt_sigaction", 32, func(_ uint64, b []byte) error {
-			*act = image.Sigaction{Handler: le64(b), Flags: le64(b[8:]), Restorer: le64(b[16:]), Mask: le64(b[24:])}
-			return nil
-		}, unix.SYS_RT_SIGACTION, uint64(sig), 0, outArg, 8)
-	}
-	for which, it := range []*image.ITimer{&p.Timers.Real, &p.Timers.Virtual, &p.Timers.Prof} {
-		a.ask("getitimer", 32, func(_ uint64, b []byte) error {
-			it.IntervalUs = int64(le64(b))*1e6 + int64(le64(b[8:]))
-			it.ValueUs = int64(le64(b[16:]))*1e6 + int64(le64(b[24:]))
-			return nil
-		}, unix.SYS_GETITIMER, uint64(which), outArg)
+	if err := d.askSignals(a, p); err != nil {
+		return err
 	}
 	a.ask("prctl(PR_GET_PDEATHSIG)", 4, func(_ uint64, b []byte) error {
 		p.Misc.PdeathSig = int(binary.LittleEndian.Uint32(b))
@@ -467,23 +444,6 @@ func (d *dumper) injectThread(a asker, p *image.Process, th *image.Thread, leade
 		p.Misc.Dumpable = int(ret)
 		return nil
 	}, unix.SYS_PRCTL, unix.PR_GET_DUMPABLE)
-	timers, err := readPosixTimers(d.pid)
-	if err != nil {
-		return err
-	}
-	for i := range timers {
-		pt := &timers[i]
-		a.ask("timer_gettime", 32, func(_ uint64, b []byte) error {
-			pt.IntervalNs = int64(le64(b))*1e9 + int64(le64(b[8:]))
-			pt.ValueNs = int64(le64(b[16:]))*1e9 + int64(le64(b[24:]))
-			return nil
-		}, unix.SYS_TIMER_GETTIME, uint64(pt.ID), outArg)
-		a.ask("timer_getoverrun", 0, func(ov uint64, _ []byte) error {
-			pt.Overrun = int(ov)
-			return nil
-		}, unix.SYS_TIMER_GETOVERRUN, uint64(pt.ID))
-	}
-	p.Timers.Posix = timers
 	d.stopReports(a)
 	return a.flush()
 }
@@ -521,17 +481,3 @@ func (d *dumper) stopReports(a asker) {
 }
 
 func le64(b []byte) uint64 { return binary.LittleEndian.Uint64(b) }
-
-// readPosixTimers reads the POSIX timers of a process from
-// /proc/PID/timers; their times come from injected timer_gettime.
-func readPosixTimers(pid int) ([]image.PosixTimer, error) {
-	ts, err := proc.ReadTimers(pid)
-	if err != nil {
-		return nil, fmt.Errorf("read timers: %w", err)
-	}
-	var out []image.PosixTimer
-	for _, t := range ts {
-		out = append(out, image.PosixTimer{ID: t.ID, Clock: t.Clock, Signal: t.Signal, Notify: t.Notify, NotifyTID: t.NotifyTID, SigValue: t.SigValue})
-	}
-	return out, nil
-}

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"fmt"
 	"os"
-	"reflect"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -30,44 +29,6 @@ const (
 	pfMCEProcess            = 0x00000080 // PF_MCE_PROCESS: a PR_MCE_KILL policy of its own
 	pfMCEEarly              = 0x08000000 // PF_MCE_EARLY: that policy is early kill
 )
-
-// readCreds reads the credentials of task tid of process pid from its
-// status, and its seccomp filters with their flags. (Strict seccomp mode is
-// seen when the tree is frozen: Thread.SeccompStrict.)
-func readCreds(tid int, status *proc.Status) (*image.Creds, error) {
-	c := &image.Creds{
-		UID: status.UID, GID: status.GID, Groups: status.Groups,
-		CapInh: status.CapInh, CapPrm: status.CapPrm, CapEff: status.CapEff, CapBnd: status.CapBnd, CapAmb: status.CapAmb,
-		NoNewPrivs: status.NoNewPrivs, Seccomp: status.Seccomp,
-	}
-	if c.Seccomp == 2 {
-		var err error
-		if c.Filters, err = ptrace.GetSeccompFilters(tid); err != nil {
-			return nil, err
-		}
-		for i := range c.Filters {
-			fl, err := seccompFlags(tid, i)
-			if err != nil {
-				return nil, err
-			}
-			c.FilterFlags = append(c.FilterFlags, fl)
-		}
-	}
-	return c, nil
-}
-
-// seccompFlags returns the SECCOMP_FILTER_FLAG_* filter i of tid was
-// installed with.
-func seccompFlags(tid, i int) (uint64, error) {
-	fl, err := ptrace.GetSeccompFilterFlags(tid, i)
-	if err != nil {
-		return 0, err
-	}
-	if fl&^seccompFilterFlagsSaved != 0 {
-		return 0, refuse(tgidOf(tid), fmt.Sprintf("thread %d seccomp filter %d", tid, i), "filter flags %#x are not restored", fl)
-	}
-	return fl, nil
-}
 
 // collectSched reads the scheduling policy, nice value, CPU affinity, I/O
 // priority and timer slack of thread t of process pid from outside.
@@ -270,18 +231,4 @@ func injectProcAttrs(a asker, p *image.Process) {
 		p.Misc.Membarrier = int(regs)
 		return nil
 	}, unix.SYS_MEMBARRIER, membarrierGetRegs, 0, 0)
-}
-
-// threadCreds moves each thread's credentials into Process.Creds (the
-// leader's) and keeps them in the thread only where they differ.
-func threadCreds(p *image.Process) {
-	if len(p.Threads) == 0 || p.Threads[0].Creds == nil {
-		return
-	}
-	p.Creds = *p.Threads[0].Creds
-	for i := range p.Threads {
-		if c := p.Threads[i].Creds; c != nil && reflect.DeepEqual(*c, p.Creds) {
-			p.Threads[i].Creds = nil
-		}
-	}
 }
