@@ -194,6 +194,10 @@ func (d *dumper) mappedFile(m proc.Mapping) (image.FileRef, error) {
 		return image.FileRef{}, err
 	}
 	ref := statRef(lf.Path, &lf.Stat)
+	if lf.Unlinked && lf.Stat.Nlink > 0 && lf.Stat.Mode&unix.S_IFMT == unix.S_IFREG {
+		// removed, but linked under another name: the same file, not a copy
+		return ref, fdkind.LinkedElsewhere(mf, uint64(lf.Stat.Nlink), &ref)
+	}
 	if lf.Unlinked {
 		if err := d.ghost(mf, &lf.Stat, &ref); err != nil {
 			return ref, err

@@ -3,9 +3,11 @@ package fdkind
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -39,12 +41,64 @@ func describeRegular(env DumpEnv, s *Source, f *image.File) error {
 		return nil
 	}
 	f.Ref = StatRef(lf.Path, &s.Stat)
+	if lf.Unlinked && s.Stat.Nlink > 0 && s.Type() == unix.S_IFREG {
+		return LinkedElsewhere(s.Path(), uint64(s.Stat.Nlink), &f.Ref)
+	}
 	if lf.Unlinked {
 		if err := env.Ghost(s.Path(), &s.Stat, &f.Ref); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// LinkedElsewhere saves a file whose name was removed while it has
+// nlink other links (path is a /proc link that opens it: an fd or a
+// map_files entry): the same inode is still reachable, under a name the
+// dump does not know. A copy of it would be another file (writes would
+// not reach the other names), so it is saved by its file handle and
+// opened again by it (openLinkedElsewhere); a file system without file
+// handles is refused.
+func LinkedElsewhere(path string, nlink uint64, ref *image.FileRef) error {
+	h, _, err := unix.NameToHandleAt(unix.AT_FDCWD, path, unix.AT_SYMLINK_FOLLOW)
+	if err != nil {
+		return fmt.Errorf("%s was removed but still has %d other links, and its file system gives no file handle to open it again (%v): cannot be restored: %w",
+			ref.Path, nlink, err, ErrUnsupported)
+	}
+	ref.Handle = &image.FileHandle{Type: h.Type(), Bytes: h.Bytes()}
+	return nil
+}
+
+// openLinkedElsewhere opens a removed file that still has other links by
+// its file handle, on the file system of the nearest existing directory
+// above its old name, and checks it is the file of the dump.
+func openLinkedElsewhere(env RestoreEnv, ref *image.FileRef, flags int, mapped bool) (*os.File, error) {
+	dir := filepath.Dir(ref.Path)
+	var mnt *sys.FD
+	for {
+		m, err := sys.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			mnt = m
+			break
+		}
+		if dir == "/" || dir == "." {
+			return nil, fmt.Errorf("%s (removed, linked elsewhere): no directory of its file system: %w", ref.Path, err)
+		}
+		dir = filepath.Dir(dir)
+	}
+	defer mnt.Close()
+	h := unix.NewFileHandle(ref.Handle.Type, ref.Handle.Bytes)
+	fd, err := sys.OpenByHandleAt(mnt, h, flags|unix.O_CLOEXEC|unix.O_NOCTTY)
+	if err != nil {
+		return nil, fmt.Errorf("%s (removed at the dump, still linked under another name): open it by its file handle on the file system of %s: %w",
+			ref.Path, dir, err)
+	}
+	f := fd.File(ref.Path)
+	if err := checkUnchanged(env, ref, f, flags, mapped); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // StatRef identifies a file by its path and stat.
@@ -65,6 +119,9 @@ func showRef(f *image.File) string {
 	}
 	if f.Ref.Deleted {
 		return f.Ref.Path + " (deleted, content in image)"
+	}
+	if f.Ref.Handle != nil {
+		return f.Ref.Path + " (removed, still linked under another name: opened by its file handle)"
 	}
 	return f.Ref.Path
 }
@@ -140,6 +197,9 @@ func OpenRef(env RestoreEnv, ref *image.FileRef, flags int, mapped bool) (*os.Fi
 	fl := flags & openFlags
 	if ref.Deleted {
 		return openGhost(env, ref, fl)
+	}
+	if ref.Handle != nil {
+		return openLinkedElsewhere(env, ref, fl&^(tmpfileFlag|unix.O_DIRECTORY|unix.O_NOFOLLOW), mapped)
 	}
 	var st unix.Stat_t
 	if err := unix.Stat(ref.Path, &st); err != nil {

@@ -257,6 +257,17 @@ type FileRef struct {
 	Extents  []Extent `json:"extents,omitempty"`
 	// Seals are a deleted memfd's F_GET_SEALS.
 	Seals int `json:"seals,omitempty"`
+	// Handle is set for a file whose name Path was removed while it
+	// still has other links (st_nlink > 0): it is not recreated but
+	// opened again by this file handle (name_to_handle_at), on the file
+	// system of Path's directory.
+	Handle *FileHandle `json:"handle,omitempty"`
+}
+
+// FileHandle is a file handle of name_to_handle_at(2).
+type FileHandle struct {
+	Type  int32  `json:"type"`
+	Bytes []byte `json:"bytes"`
 }
 
 // Extent is a range of a file that holds data.

@@ -69,6 +69,7 @@ var cases = []fcase{
 	{name: "fd_pipes", src: "fd_pipes.c"},
 	{name: "fd_pipe_reopen", src: "fd_pipe_reopen.c"},
 	{name: "fd_ghost_attrs", src: "fd_ghost_attrs.c", args: []string{"DIR/"}},
+	{name: "fd_linked_elsewhere", src: "fd_linked_elsewhere.c", args: []string{"DIR/"}},
 	{name: "fd_fifo", src: "fd_fifo.c", args: []string{"DIR/"}},
 	{name: "fd_locks", src: "fd_locks.c", args: []string{"DIR/"}},
 	{name: "fd_flock_owner", src: "fd_flock_owner.c", args: []string{"DIR/"}},
