@@ -73,3 +73,15 @@ func MsgPeek(id, index, max int) (typ int64, text []byte, err error) {
 	}
 	return int64(binary.LittleEndian.Uint64(buf)), buf[8 : 8+n], nil
 }
+
+// MsgSend sends a message of type typ (> 0) to queue id (msgsnd with
+// flags, e.g. IPC_NOWAIT).
+func MsgSend(id int, typ int64, text []byte, flags int) error {
+	buf := make([]byte, 8+len(text))
+	binary.LittleEndian.PutUint64(buf, uint64(typ))
+	copy(buf[8:], text)
+	if _, _, e := unix.Syscall6(unix.SYS_MSGSND, uintptr(id), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(text)), uintptr(flags), 0, 0); e != 0 {
+		return os.NewSyscallError("msgsnd", e)
+	}
+	return nil
+}

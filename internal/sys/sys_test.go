@@ -377,3 +377,45 @@ func TestSetThreadEffectiveIDs(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+func TestMsgQueue(t *testing.T) {
+	id, err := MsgGet(unix.IPC_PRIVATE, unix.IPC_CREAT|0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer MsgRemove(id)
+	for i, m := range []string{"first", "second"} {
+		if err := MsgSend(id, int64(i+1), []byte(m), unix.IPC_NOWAIT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ds, err := MsgStat(id)
+	if err != nil || ds.QNum != 2 || ds.CBytes != uint64(len("firstsecond")) || int(ds.LSPID) != os.Getpid() {
+		t.Fatalf("IPC_STAT %+v, %v; want 2 messages of 11 bytes sent by us", ds, err)
+	}
+	for i, want := range []string{"first", "second"} {
+		typ, text, err := MsgPeek(id, i, 64)
+		if err != nil || typ != int64(i+1) || string(text) != want {
+			t.Errorf("message %d: type %d %q, %v; want type %d %q", i, typ, text, err, i+1, want)
+		}
+	}
+	if ds, err := MsgStat(id); err != nil || ds.QNum != 2 {
+		t.Errorf("a peek took a message: %+v, %v", ds, err)
+	}
+	ds.QBytes = 1024
+	if err := MsgSet(id, ds); err != nil {
+		t.Fatal(err)
+	}
+	if err := MsgSend(id, 1, make([]byte, 2048), unix.IPC_NOWAIT); err == nil || !strings.Contains(err.Error(), "msgsnd") {
+		t.Errorf("a message over the queue's limit: %v", err)
+	}
+	if err := MsgRemove(id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MsgStat(id); err == nil || !strings.Contains(err.Error(), "msgctl IPC_STAT") {
+		t.Errorf("removed queue: %v", err)
+	}
+	if _, err := MsgGet(0x7fff_1234, 0); err == nil || !strings.Contains(err.Error(), "msgget") {
+		t.Errorf("missing key: %v", err)
+	}
+}

@@ -3,7 +3,6 @@ package restore
 import (
 	"strings"
 	"testing"
-	"unsafe"
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
@@ -65,10 +64,7 @@ func TestSameQueue(t *testing.T) {
 // send sends a message of type typ from the test process.
 func send(t *testing.T, id int, typ int64, text string) {
 	t.Helper()
-	buf := make([]byte, 8+len(text))
-	buf[0] = byte(typ)
-	copy(buf[8:], text)
-	if _, _, e := unix.Syscall6(unix.SYS_MSGSND, uintptr(id), uintptr(unsafe.Pointer(&buf[0])), uintptr(len(text)), unix.IPC_NOWAIT, 0, 0); e != 0 {
-		t.Fatalf("msgsnd: %v", e)
+	if err := sys.MsgSend(id, typ, []byte(text), unix.IPC_NOWAIT); err != nil {
+		t.Fatal(err)
 	}
 }
