@@ -3,6 +3,7 @@ package fdkind
 import (
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
@@ -39,6 +40,13 @@ func isTTY(rdev uint64) bool {
 // stands for (TIOCGDEV), which the master's Finish keeps if that pty is
 // in the dump.
 func describeTTY(env DumpEnv, s *Source, f *image.File) error {
+	if isPts(s.Stat.Rdev) && strings.HasSuffix(s.Link, " (deleted)") {
+		// devpts removes /dev/pts/N when the master's last fd closes:
+		// the slave is hung up (reads end of file, writes fail), and no
+		// new pair can give it back its state.
+		return fmt.Errorf("slave of pseudo-terminal %s whose master was closed (hung up): cannot be restored: %w",
+			strings.TrimSuffix(s.Link, " (deleted)"), ErrUnsupported)
+	}
 	if err := describeCharDev(env, s, f); err != nil {
 		return err
 	}

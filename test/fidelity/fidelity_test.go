@@ -181,6 +181,8 @@ var cases = []fcase{
 		refuse: "but has no controlling terminal, while the session's is this one: cannot be restored"},
 	{name: "pty_never_opened", src: "pty_refused.c", args: []string{"never_opened"}, lockPtys: true,
 		refuse: "its slave was never opened: what was written to the master cannot be read without changing the terminal"},
+	{name: "pty_hung_up", src: "pty_refused.c", args: []string{"hung_up"}, lockPtys: true,
+		refuse: "whose master was closed (hung up): cannot be restored"},
 	{name: "proc_userfaultfd", src: "proc_uffd.c", refuse: "userfaultfd"},
 	{name: "mem_shm_unreachable", src: "mem_refused.c", args: []string{"unreachable"}, refuse: "holds data at offset 0x1000 that no mapping of the tree covers: cannot be restored"},
 	{name: "mem_sysv_part", src: "mem_refused.c", args: []string{"sysv_part"}, refuse: "attached in part (offset 0x0, 4096 of 8192 bytes): cannot be restored"},
