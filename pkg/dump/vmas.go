@@ -270,11 +270,12 @@ var vmaRefused = []struct{ flag, what string }{
 }
 
 // vmaAttributes reads the attributes of a mapping restore gives back
-// (mlock, mlock on fault, mseal) and refuses those it cannot.
+// (mlock, mlock on fault, mseal, MAP_NORESERVE) and refuses those it cannot.
 func vmaAttributes(v *image.VMA, m proc.Mapping) error {
 	v.Locked = m.VmFlags["lo"]
 	v.LockOnFault = m.VmFlags["lf"]
 	v.Sealed = m.VmFlags["sl"]
+	v.NoReserve = m.VmFlags["nr"]
 	if m.ProtectionKey != 0 {
 		return fmt.Errorf("memory protection key %d (pkey_mprotect): cannot be restored: %w", m.ProtectionKey, ErrUnsupported)
 	}

@@ -36,7 +36,7 @@ func Inherits(c *Process, cv *VMA, p *Process, pv *VMA) bool {
 		return false
 	}
 	if cv.Start != pv.Start || cv.End != pv.End || cv.Kind != pv.Kind || cv.Prot != pv.Prot || cv.Name != pv.Name ||
-		cv.Offset != pv.Offset || cv.GrowsDown != pv.GrowsDown || !slices.Equal(cv.Advice, pv.Advice) {
+		cv.Offset != pv.Offset || cv.GrowsDown != pv.GrowsDown || cv.NoReserve != pv.NoReserve || !slices.Equal(cv.Advice, pv.Advice) {
 		return false
 	}
 	if slices.Contains(cv.Advice, unix.MADV_DONTFORK) || slices.Contains(cv.Advice, unix.MADV_WIPEONFORK) {

@@ -177,6 +177,9 @@ type VMA struct {
 	Locked      bool `json:"locked,omitempty"`
 	LockOnFault bool `json:"lock_on_fault,omitempty"`
 	Sealed      bool `json:"sealed,omitempty"`
+	// NoReserve is MAP_NORESERVE (VmFlags nr): no swap space reserved, the
+	// mapping not counted against the overcommit limit.
+	NoReserve bool `json:"no_reserve,omitempty"`
 	// SysV describes the segment a VMASysVShm mapping attaches.
 	SysV *SysVShm `json:"sysv,omitempty"`
 	// AIO is the ring of a VMAAIO mapping.

@@ -17,6 +17,9 @@ import (
 // below its own. (The dump refuses these too, when ckpt ran with the same
 // limits.)
 func checkLimits(p *image.Process) error {
+	if err := checkNoReserve(p); err != nil {
+		return err
+	}
 	st, err := proc.ReadStatus(os.Getpid())
 	if err != nil {
 		return err
@@ -55,6 +58,28 @@ func checkLimits(p *image.Process) error {
 			return fmt.Errorf("process %d: rlimit %d: hard limit %d is above ckpt-redo's own %d, and ckpt-redo has no CAP_SYS_RESOURCE to raise it: %w",
 				p.PID, l.Resource, l.Max, mine, ErrIncompatible)
 		}
+	}
+	return nil
+}
+
+// checkNoReserve refuses a process with MAP_NORESERVE mappings (VmFlags nr)
+// on a machine in strict overcommit mode (vm.overcommit_memory 2), where
+// the kernel ignores MAP_NORESERVE: they would come back reserved.
+func checkNoReserve(p *image.Process) error {
+	for i := range p.VMAs {
+		v := &p.VMAs[i]
+		if !v.NoReserve {
+			continue
+		}
+		b, err := os.ReadFile("/proc/sys/vm/overcommit_memory")
+		if err != nil {
+			return fmt.Errorf("process %d: mapping %#x-%#x is MAP_NORESERVE: %w", p.PID, v.Start, v.End, err)
+		}
+		if strings.TrimSpace(string(b)) == "2" {
+			return fmt.Errorf("process %d: mapping %#x-%#x is MAP_NORESERVE, which this machine's strict overcommit (vm.overcommit_memory 2) ignores: %w",
+				p.PID, v.Start, v.End, ErrIncompatible)
+		}
+		return nil
 	}
 	return nil
 }

@@ -35,7 +35,7 @@ func (m *mapBatch) mapAt(v *image.VMA, flags int, fd, off uint64) error {
 	}
 	tb := m.tb
 	k := tb.add(fmt.Sprintf("mmap %#x-%#x %s", v.Start, v.End, v.Name), unix.SYS_MMAP,
-		v.Start, v.Len(), uint64(mapProt(v)), uint64(flags), fd, off)
+		v.Start, v.Len(), uint64(mapProt(v)), uint64(mmapFlags(v, flags)), fd, off)
 	m.landed = append(m.landed, func(res []uint64) error {
 		if res[k] != v.Start {
 			return fmt.Errorf("mmap %#x-%#x landed at %#x", v.Start, v.End, res[k])

@@ -126,10 +126,18 @@ func (b *builder) mapVMAs() error {
 	return b.aioRings(aio)
 }
 
+// mmapFlags adds to flags those v's own attributes ask of mmap.
+func mmapFlags(v *image.VMA, flags int) int {
+	if v.NoReserve {
+		flags |= unix.MAP_NORESERVE // VmFlags nr
+	}
+	return flags
+}
+
 // mapAt maps v at its address and gives it its advice.
 func (b *builder) mapAt(v *image.VMA, flags int, fd, off uint64) error {
 	ret, err := b.call(fmt.Sprintf("mmap %#x-%#x %s", v.Start, v.End, v.Name), unix.SYS_MMAP,
-		v.Start, v.Len(), uint64(mapProt(v)), uint64(flags), fd, off)
+		v.Start, v.Len(), uint64(mapProt(v)), uint64(mmapFlags(v, flags)), fd, off)
 	if err != nil && v.HugePageSize != 0 {
 		return fmt.Errorf("hugetlb mapping of %d pages of %d kB: %w (free huge pages of that size: %s)",
 			v.Len()/v.HugePageSize, v.HugePageSize>>10, err, freeHugePages(v.HugePageSize))

@@ -5,7 +5,9 @@
  * (dc), MADV_WIPEONFORK (wf), MADV_DONTDUMP (dd), MADV_HUGEPAGE (hg),
  * MADV_NOHUGEPAGE (nh), MADV_RANDOM (rr), MADV_SEQUENTIAL (sr), mlock
  * (lo), mlock2(MLOCK_ONFAULT) with one page touched (lo lf), mseal (sl,
- * where the kernel has it). After the restore each region has the same
+ * where the kernel has it), MAP_NORESERVE private and shared anonymous
+ * memory (nr: no swap space reserved, not counted against overcommit).
+ * After the restore each region has the same
  * VmFlags as before (all of them, compared as text), its content, and
  * behaves so: a forked child does not have the MADV_DONTFORK region and
  * sees the MADV_WIPEONFORK one zeroed, the locked regions are resident,
@@ -21,9 +23,10 @@
 #define PG 4096
 #define N 4
 
-enum { DONTFORK, WIPEONFORK, DONTDUMP, HUGE, NOHUGE, RANDOM, SEQ, LOCKED, ONFAULT, SEALED, NREG };
+enum { DONTFORK, WIPEONFORK, DONTDUMP, HUGE, NOHUGE, RANDOM, SEQ, LOCKED, ONFAULT, SEALED, NORESERVE, SHNORESERVE, NREG };
 static const char *names[NREG] = {"dontfork", "wipeonfork", "dontdump", "hugepage", "nohugepage",
-				  "random", "sequential", "mlock", "mlock-onfault", "mseal"};
+				  "random", "sequential", "mlock", "mlock-onfault", "mseal",
+				  "noreserve", "shared-noreserve"};
 static unsigned char *reg[NREG];
 static char flags[NREG][256];
 static int present[NREG];
@@ -65,7 +68,12 @@ int main(int argc, char **argv)
 	FID_SETUP(base != MAP_FAILED, "mmap: %s", strerror(errno));
 	for (int r = 0; r < NREG; r++) {
 		reg[r] = base + r * (N + 1) * PG;
-		FID_SETUP(mmap(reg[r], N * PG, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0) == reg[r],
+		int mf = MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED;
+		if (r == NORESERVE)
+			mf |= MAP_NORESERVE;
+		if (r == SHNORESERVE)
+			mf = MAP_SHARED | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE;
+		FID_SETUP(mmap(reg[r], N * PG, PROT_READ | PROT_WRITE, mf, -1, 0) == reg[r],
 			  "mmap %s: %s", names[r], strerror(errno));
 		size_t n = r == ONFAULT ? PG : N * PG;
 		for (size_t i = 0; i < n; i++)
@@ -85,6 +93,9 @@ int main(int argc, char **argv)
 	present[SEALED] = syscall(462, reg[SEALED], N * PG, 0) == 0;
 	for (int r = 0; r < NREG; r++)
 		FID_SETUP(vmflags(reg[r], flags[r], sizeof flags[r]) == 0, "no VmFlags for %s", names[r]);
+	/* (under vm.overcommit_memory=2 the kernel ignores MAP_NORESERVE) */
+	FID_SETUP(strstr(flags[NORESERVE], " nr") && strstr(flags[SHNORESERVE], " nr"),
+		  "MAP_NORESERVE regions show VmFlags '%s' and '%s', without nr", flags[NORESERVE], flags[SHNORESERVE]);
 	FID_SETUP(mlockall(MCL_FUTURE | MCL_ONFAULT) == 0, "mlockall: %s", strerror(errno));
 
 	fid_ready();
