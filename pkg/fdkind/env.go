@@ -93,6 +93,12 @@ type SocketRestoreEnv interface {
 	// Repairing hands over a TCP connection built in repair mode: it is
 	// taken out once every process is built.
 	Repairing(f *os.File, s *image.Socket, sendQ []byte)
+	// Finally runs fn once every socket of the tree is built (before
+	// connections leave repair mode), or when the restore fails; the
+	// functions run in the reverse order of the calls (as deferred
+	// calls): a temporary SO_REUSEPORT cleared, the file of a deleted
+	// UNIX socket name removed again.
+	Finally(fn func() error)
 }
 
 // Target is a process being restored, stopped, in which ckpt-redo runs

@@ -206,6 +206,20 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	if s.TCP != nil {
 		se.Repairing(of, s, sendQ)
 	}
+	if s.PortShared {
+		kept, err := dupFile(of)
+		if err != nil {
+			of.Close()
+			return Desc{}, err
+		}
+		env.Keep(kept)
+		se.Finally(func() error {
+			if err := sockets.SettlePort(int(kept.Fd()), s); err != nil {
+				return fmt.Errorf("socket %s: SO_REUSEPORT: %w", s.Local, err)
+			}
+			return nil
+		})
+	}
 	return Desc{File: of}, nil
 }
 

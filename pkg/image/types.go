@@ -312,6 +312,15 @@ type Socket struct {
 	Local    string `json:"local,omitempty"` // address:port
 	Remote   string `json:"remote,omitempty"`
 	Backlog  int    `json:"backlog,omitempty"` // listening sockets
+	// FreeBind is set when the local address is none of the machine's
+	// (bound with IP_FREEBIND or IP_TRANSPARENT): the restore binds with
+	// IP_FREEBIND, then sets the saved value back.
+	FreeBind bool `json:"free_bind,omitempty"`
+	// PortShared is set on a TCP listener whose address and port another
+	// listener had too (an SO_REUSEPORT group): the restore binds and
+	// listens with SO_REUSEPORT on, and sets the saved value once every
+	// socket is built.
+	PortShared bool `json:"port_shared,omitempty"`
 	// Options are the socket options that differ from a new socket's
 	// (pkg/sockets.Options lists them), Linger SO_LINGER (on, seconds) of
 	// older images.

@@ -195,9 +195,26 @@ type repairing struct {
 	sendQ []byte
 }
 
+// runFinally runs the socket kinds' last steps, last registered first,
+// once; the first error is returned.
+func (t *tree) runFinally() error {
+	var first error
+	for i := len(t.finally) - 1; i >= 0; i-- {
+		if err := t.finally[i](); err != nil && first == nil {
+			first = err
+		}
+	}
+	t.finally = nil
+	return first
+}
+
 // resumeSockets takes every restored connection out of repair mode, once
-// all are built; the network lock stays until Release.
+// all are built (and the socket kinds' last steps ran); the network lock
+// stays until Release.
 func (t *tree) resumeSockets() error {
+	if err := t.runFinally(); err != nil {
+		return err
+	}
 	for _, r := range t.repairs {
 		if err := sockets.ResumeSocket(int(r.f.Fd()), r.s, r.sendQ); err != nil {
 			return fmt.Errorf("socket %s-%s: %w", r.s.Local, r.s.Remote, err)
@@ -392,6 +409,9 @@ func (e fileEnv) Named(name string) []*image.File {
 func (e fileEnv) Repairing(f *os.File, s *image.Socket, sendQ []byte) {
 	e.t.repairs = append(e.t.repairs, repairing{f: f, s: s, sendQ: sendQ})
 }
+
+// Finally implements fdkind.SocketRestoreEnv.
+func (e fileEnv) Finally(fn func() error) { e.t.finally = append(e.t.finally, fn) }
 
 // BeforeBuild implements fdkind.RestoreEnv: fn runs in build, once every
 // process exists and before any is built.

@@ -47,6 +47,8 @@ type tree struct {
 	ctty map[int]ctty
 
 	repairs []repairing // restored connections still in repair mode
+	// finally are the socket kinds' last steps (fdkind.SocketRestoreEnv.Finally).
+	finally []func() error
 	// lock is the network lock covering the restored connections, and
 	// ownLock tells that this restore took it (a failed restore lifts
 	// it; the dump's own lock stays for a retry).
@@ -114,6 +116,7 @@ func (t *tree) warnf(format string, args ...any) {
 }
 
 func (t *tree) cleanup() {
+	t.runFinally() // a failed restore's (a successful one ran them)
 	for _, f := range t.owned {
 		f.Close()
 	}

@@ -155,7 +155,11 @@ func DescribeOther(fd int, ino uint64, netDir string) (*image.Socket, error) {
 		}
 		s.Options = append(s.Options, v)
 	}
-	s.Shutdown = shutdownOf(fd)
+	if s.Protocol == unix.IPPROTO_UDPLITE {
+		s.Shutdown = dgramShutdown(fd, s.Family, s.Protocol)
+	} else {
+		s.Shutdown = shutdownOf(fd)
+	}
 	return s, nil
 }
 

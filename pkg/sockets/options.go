@@ -238,7 +238,7 @@ var Options = []Option{
 	{unix.IPPROTO_TCP, tcpAOInfo, "IPPROTO_TCP TCP_AO_INFO", onTCP, Refuse, 0, false, false, "TCP-AO keys cannot be read back"},
 	{unix.IPPROTO_TCP, unix.TCP_MD5SIG, "IPPROTO_TCP TCP_MD5SIG", onTCP, Refuse, 0, false, false, "TCP-MD5 keys have no getsockopt: seen through sock_diag (INET_DIAG_MD5SIG) on listeners and connections in ckpt's network namespace"},
 	{unix.IPPROTO_TCP, unix.TCP_FASTOPEN_KEY, "IPPROTO_TCP TCP_FASTOPEN_KEY", onTCP, Derived, 0, false, false, "the namespace's key unless set: not restored per socket"},
-	{unix.IPPROTO_TCP, unix.TCP_QUICKACK, "IPPROTO_TCP TCP_QUICKACK", onTCP, Derived, 0, false, false, "transient"},
+	{unix.IPPROTO_TCP, unix.TCP_QUICKACK, "IPPROTO_TCP TCP_QUICKACK", onTCP, Int, 0, true, false, "0 is the delayed-ACK (pingpong) mode a program set or the kernel entered; set after the queues"},
 	{unix.IPPROTO_TCP, unix.TCP_INFO, "IPPROTO_TCP TCP_INFO", onTCP, Derived, 0, false, false, "state, sequence, window, options via repair; counters start again"},
 	{unix.IPPROTO_TCP, unix.TCP_SAVED_SYN, "IPPROTO_TCP TCP_SAVED_SYN", onTCP, Unreadable, 0, false, false, "reading frees it: not saved"},
 	{unix.IPPROTO_TCP, unix.TCP_TIMESTAMP, "IPPROTO_TCP TCP_TIMESTAMP", onTCP, Derived, 0, false, false, "repair mode"},

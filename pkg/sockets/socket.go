@@ -66,6 +66,14 @@ func Describe(fd int) (*image.Socket, error) {
 	if la, err := unix.Getsockname(fd); err == nil {
 		if ap := AddrPort(la); ap.Port() != 0 || s.State == StateListen {
 			s.Local = ap.String()
+			s.FreeBind = nonLocal(s.Family, ap.Addr())
+			if s.State == StateListen && s.Protocol == unix.IPPROTO_TCP {
+				n, err := listenersOn(s.Family, ap)
+				if err != nil {
+					return nil, err
+				}
+				s.PortShared = n > 1
+			}
 		}
 	}
 
@@ -91,7 +99,9 @@ func Describe(fd int) (*image.Socket, error) {
 		return nil, err
 	}
 	switch {
-	case s.Protocol == unix.IPPROTO_UDP || tcpConn && s.State != StateSynSent:
+	case s.Protocol == unix.IPPROTO_UDP:
+		s.Shutdown = dgramShutdown(fd, s.Family, s.Protocol)
+	case tcpConn && s.State != StateSynSent:
 		s.Shutdown = shutdownOf(fd)
 	case s.Protocol == unix.IPPROTO_TCP && s.State == tcpClose:
 		s.Shutdown = closedShutdown(fd, false)
@@ -130,12 +140,11 @@ func le32(b []byte) uint32 {
 }
 
 // shutdownOf reads what shutdown() closed on an established TCP
-// connection or a UDP socket, as the kernel's sk_shutdown bits (1 receive,
-// 2 send): poll says POLLRDHUP once the receive side is shut (an
+// connection or a datagram socket, as the kernel's sk_shutdown bits (1
+// receive, 2 send): poll says POLLRDHUP once the receive side is shut (an
 // established connection's peer cannot have sent a FIN, or it would be in
-// CLOSE_WAIT), and POLLHUP when both are. A UDP socket's shut send side
-// alone does not show (and changes nothing a program sees but
-// sock_diag).
+// CLOSE_WAIT), and POLLHUP when both are. A datagram socket's shut send
+// side alone does not show (dgramShutdown asks sock_diag).
 func shutdownOf(fd int) int {
 	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
 	if _, err := unix.Poll(p, 0); err != nil {
@@ -148,6 +157,15 @@ func shutdownOf(fd int) int {
 		return 1
 	}
 	return 0
+}
+
+// dgramShutdown reads the shutdown bits of a datagram socket: from
+// sock_diag, which shows a send side shut alone, or else from poll.
+func dgramShutdown(fd, family, protocol int) int {
+	if bits, ok, err := inetShutdown(fd, family, protocol); err == nil && ok {
+		return bits
+	}
+	return shutdownOf(fd)
 }
 
 // closedShutdown reads the shutdown bits of a TCP socket in state CLOSE:
@@ -314,12 +332,20 @@ func openPlain(fd int, s *image.Socket) error {
 			return fmt.Errorf("set SO_REUSEADDR to listen: %w", err)
 		}
 	}
+	// A listener of an SO_REUSEPORT group joins it with SO_REUSEPORT
+	// on, whatever its value now: SettlePort sets that once the whole
+	// group listens again.
+	if listener && s.PortShared {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, 1); err != nil {
+			return fmt.Errorf("set SO_REUSEPORT to listen: %w", err)
+		}
+	}
 	if s.Local != "" {
 		local, err := netip.ParseAddrPort(s.Local)
 		if err != nil {
 			return fmt.Errorf("local address %q: %w", s.Local, err)
 		}
-		if err := unix.Bind(fd, Sockaddr(local)); err != nil {
+		if err := bindFree(fd, s, local); err != nil {
 			return fmt.Errorf("bind %s: %w", local, err)
 		}
 	}

@@ -147,6 +147,13 @@ var cases = []fcase{
 	{name: "sock_reset", src: "sock_refused.c", args: []string{"reset"}, refuse: "TCP socket closed after a connection"},
 	{name: "sock_peercred", src: "sock_peercred.c"},
 	{name: "sock_peercred_gone", src: "sock_peercred.c", args: []string{"gone"}, refuse: "a socket pair made by process"},
+	// Inet socket state besides queues and option values (found by CRIU's
+	// zdtm tests): delayed-ACK mode, UDP shutdown, nonlocal binds,
+	// SO_REUSEPORT groups.
+	{name: "sock_quickack", src: "sock_inet_state.c", args: []string{"quickack"}},
+	{name: "sock_udp_shutdown", src: "sock_inet_state.c", args: []string{"udp_shutdown"}},
+	{name: "sock_freebind", src: "sock_inet_state.c", args: []string{"freebind"}},
+	{name: "sock_reuseport", src: "sock_inet_state.c", args: []string{"reuseport"}},
 	{name: "sock_udplite4", src: "sock_families.c", args: []string{"udplite4"}},
 	{name: "sock_udplite6", src: "sock_families.c", args: []string{"udplite6"}},
 	{name: "sock_ping4", src: "sock_families.c", args: []string{"ping4"}},

@@ -1,0 +1,63 @@
+package sockets
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
+)
+
+// listenersOn counts, through sock_diag, the TCP listeners of ckpt's
+// network namespace bound to local (of its family).
+func listenersOn(family int, local netip.AddrPort) (int, error) {
+	req := make([]byte, 16+56)
+	le, be := binary.LittleEndian, binary.BigEndian
+	le.PutUint32(req[0:], uint32(len(req)))
+	le.PutUint16(req[4:], sockDiagByFamily)
+	le.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	le.PutUint32(req[8:], 1)
+	r := req[16:]
+	r[0], r[1] = byte(family), unix.IPPROTO_TCP
+	le.PutUint32(r[4:], 1<<StateListen)
+	le.PutUint32(r[8+40:], 0xffffffff)
+	le.PutUint32(r[8+44:], 0xffffffff)
+	n := 0
+	err := sockDiagDump(req, func(d []byte) bool {
+		// struct inet_diag_msg: the socket id at 4 (sport, dport, src).
+		if len(d) < 72 || be.Uint16(d[4:]) != local.Port() {
+			return false
+		}
+		var a netip.Addr
+		if family == unix.AF_INET {
+			a = netip.AddrFrom4([4]byte(d[8:12]))
+		} else {
+			a = netip.AddrFrom16([16]byte(d[8:24]))
+		}
+		if a == local.Addr() || a.Unmap() == local.Addr().Unmap() && family == unix.AF_INET {
+			n++
+		}
+		return false
+	})
+	return n, err
+}
+
+// reusePortOf is the SO_REUSEPORT value among saved options (0 when not
+// saved: a new socket's).
+func reusePortOf(s *image.Socket) int {
+	for _, o := range s.Options {
+		if o.Level == unix.SOL_SOCKET && o.Name == unix.SO_REUSEPORT {
+			return o.Value
+		}
+	}
+	return 0
+}
+
+// SettlePort sets the saved SO_REUSEPORT of a listener restored with it
+// on (PortShared), once every listener of its group is there.
+func SettlePort(fd int, s *image.Socket) error {
+	if !s.PortShared {
+		return nil
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, reusePortOf(s))
+}
