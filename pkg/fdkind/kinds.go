@@ -14,6 +14,6 @@ func Table() []Kind {
 		// Anonymous-inode files.
 		eventfd(), timerfd(), signalfd(), epoll(), pidfd(), inotify(), fanotify(),
 		// Files with a type of their own.
-		pipe(), fifo(), socket(), ptmx(), tty(), charDev(), dir(), symlink(), regular(),
+		pipe(), fifo(), socket(), ptmx(), tty(), charDev(), dir(), symlink(), nsFile(), regular(),
 	}
 }

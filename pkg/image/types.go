@@ -301,6 +301,8 @@ const (
 	FileFanotify FileKind = "fanotify"
 	FileSocket   FileKind = "socket"
 	FileSymlink  FileKind = "symlink" // an O_PATH fd of a symbolic link
+	// FileNS is an open namespace file (/proc/PID/ns/TYPE).
+	FileNS FileKind = "ns"
 )
 
 // Socket is a TCP or UDP socket (IPv4 or IPv6).

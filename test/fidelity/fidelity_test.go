@@ -70,6 +70,7 @@ var cases = []fcase{
 	{name: "fd_pipe_reopen", src: "fd_pipe_reopen.c"},
 	{name: "fd_ghost_attrs", src: "fd_ghost_attrs.c", args: []string{"DIR/"}},
 	{name: "fd_linked_elsewhere", src: "fd_linked_elsewhere.c", args: []string{"DIR/"}},
+	{name: "fd_nsfile", src: "fd_nsfile.c", args: []string{"own"}},
 	{name: "fd_fifo", src: "fd_fifo.c", args: []string{"DIR/"}},
 	{name: "fd_locks", src: "fd_locks.c", args: []string{"DIR/"}},
 	{name: "fd_flock_owner", src: "fd_flock_owner.c", args: []string{"DIR/"}},
@@ -171,6 +172,7 @@ var cases = []fcase{
 	{name: "sock_pending_error", src: "sock_refused.c", args: []string{"pending_error"}, refuse: "a pending socket error"},
 	// Refusals: each dump fails by name, the program goes on untouched.
 	{name: "fd_shared_table", src: "fd_shared_table.c", refuse: "shares its file descriptor table with process"},
+	{name: "fd_nsfile_other", src: "fd_nsfile.c", args: []string{"other"}, refuse: "of a uts namespace other than ckpt's"},
 	{name: "fd_io_uring", src: "fd_refused.c", args: []string{"io_uring"}, refuse: "fd 4 (anon_inode:[io_uring]): io_uring instance: cannot be restored"},
 	{name: "fd_bpf", src: "fd_refused.c", args: []string{"bpf"}, refuse: "fd 4 (anon_inode:bpf-map): bpf object"},
 	{name: "fd_perf_event", src: "fd_refused.c", args: []string{"perf_event"}, refuse: "fd 4 (anon_inode:[perf_event]): perf_event: cannot be restored"},
