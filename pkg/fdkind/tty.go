@@ -75,6 +75,11 @@ func openTTY(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	if f.Pty != nil {
 		return openPts(env, f)
 	}
+	if !isPts(f.Rdev) && !env.ShellJob() {
+		// the console or a virtual terminal, one device for everyone:
+		// opened again by its path (or its node made again)
+		return openDevice(env, f, at)
+	}
 	if env.ShellJob() {
 		for _, our := range []*os.File{os.Stdin, os.Stdout, os.Stderr} {
 			if _, err := unix.IoctlGetTermios(int(our.Fd()), unix.TCGETS); err == nil {
