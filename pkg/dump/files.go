@@ -81,6 +81,7 @@ func (d *dumper) collectFiles(p *image.Process) error {
 		f.ID = len(d.t.files)
 		entry.File = f.ID
 		p.Files = append(p.Files, *f)
+		p.Files = append(p.Files, d.t.takeFlight()...)
 		d.t.files = append(d.t.files, openFile{pid: d.pid, fd: fd, dev: src.Stat.Dev, ino: src.Stat.Ino, id: f.ID})
 		p.FDs = append(p.FDs, entry)
 	}
@@ -148,6 +149,9 @@ func (t *tree) finishFiles() error {
 			fds = append(fds, fdkind.Held{PID: m.pid, FD: e.FD, File: byID[e.File]})
 		}
 	}
+	for _, h := range t.flight.held {
+		fds = append(fds, fdkind.Held{PID: os.Getpid(), FD: h.fd, File: byID[h.id]})
+	}
 	for _, k := range fdkind.Table() {
 		if k.Finish == nil {
 			continue
@@ -199,6 +203,9 @@ func (e fileEnv) Ghost(path string, st *unix.Stat_t, ref *image.FileRef) error {
 
 // Socket implements fdkind.DumpEnv.
 func (e fileEnv) Socket(pid, fd int) (int, bool) {
+	if pid == os.Getpid() {
+		return fd, true // a socket in flight: ckpt's copy
+	}
 	our, ok := e.t.socks.fds[[2]int{pid, fd}]
 	return our, ok
 }
@@ -223,7 +230,7 @@ func (t *tree) UnixSockets() (map[uint32]sockets.UnixInfo, error) {
 }
 
 // InTree tells whether a UNIX socket inode belongs to the tree.
-func (t *tree) InTree(ino uint32) bool { return t.socks.inos[ino] }
+func (t *tree) InTree(ino uint32) bool { return t.socks.inos[ino] || t.flight.socks[ino] }
 
 // Reuse is the SO_REUSEADDR of a connection ckpt put in repair mode.
 func (t *tree) Reuse(fd int) int { return t.socks.reuse[fd] }

@@ -96,6 +96,9 @@ func (t *tree) takeSockets() error {
 			}
 		}
 	}
+	if err := t.findInFlight(); err != nil {
+		return err
+	}
 	if len(guarded) == 0 && len(conns) == 0 {
 		return nil
 	}
@@ -234,6 +237,7 @@ func (t *tree) keepLock() error {
 }
 
 func (t *tree) closeSockets() {
+	t.closeFlight()
 	for _, fd := range t.socks.fds {
 		unix.Close(fd)
 	}

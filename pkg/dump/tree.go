@@ -27,6 +27,7 @@ type tree struct {
 	opts     *Options
 	members  []*member // parents before children
 	files    []openFile
+	flight   inFlight // files in flight in the UNIX sockets' queues
 	fileData []fileData
 	nextData int
 	ghosts   map[[2]uint64]image.FileRef // dev, ino of a deleted file -> its saved ref

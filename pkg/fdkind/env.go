@@ -23,6 +23,12 @@ type DumpEnv interface {
 	Sockets() SocketDumpEnv
 	// InDump tells whether pid is a live process of the dump.
 	InDump(pid int) bool
+	// InFlight names a file in flight in a UNIX socket's queue (fd is
+	// ckpt's copy, which the caller closes): a UNIX socket by its inode
+	// (described once, if no process of the dump holds it), any other
+	// description as the same File as the tree's fds of it, or described
+	// now. Files it cannot restore are refused (ErrUnsupported).
+	InFlight(fd int) (image.InFlight, error)
 }
 
 // SocketDumpEnv is the dump's view of the tree's sockets.
@@ -47,6 +53,10 @@ type SocketDumpEnv interface {
 	// Member tells whether pid is a live process (not a zombie) of the
 	// dumped tree.
 	Member(pid int) bool
+	// Peeked gives, once, the messages the dump already read from the
+	// queue of the UNIX socket ino (sockets.PeekUnix) while it looked for
+	// sockets in flight; ok is false if it read none.
+	Peeked(ino uint32) (msgs []sockets.UnixMsg, ok bool)
 }
 
 // RestoreEnv is what the restore of a tree offers the kinds.
@@ -79,6 +89,11 @@ type RestoreEnv interface {
 	// Descriptions opened by fn reach the processes through
 	// Desc.InTarget.
 	BeforeBuild(fn func(target func(pid int) (Target, bool)) error)
+	// File returns ckpt-redo's copy of the description with File ID id,
+	// opened now if no fd uses it (a file in flight in a UNIX socket's
+	// queue). It is called in BeforeBuild steps, once every description
+	// is opened.
+	File(id int) (*os.File, error)
 }
 
 // SocketRestoreEnv is the restore's view of the tree's sockets.

@@ -16,6 +16,8 @@ type testEnv struct {
 	data map[int][]byte
 	once map[any]any
 	kept []*os.File
+	// steps are the BeforeBuild steps asked for (runSteps runs them).
+	steps []func(func(int) (Target, bool)) error
 	// otherBoot makes the restore side act as on another machine.
 	otherBoot bool
 }
@@ -44,6 +46,9 @@ func (e *testEnv) Ghost(path string, st *unix.Stat_t, ref *image.FileRef) error 
 func (e *testEnv) Socket(pid, fd int) (int, bool) { return 0, false }
 func (e *testEnv) Sockets() SocketDumpEnv         { return nil }
 func (e *testEnv) InDump(pid int) bool            { return false }
+func (e *testEnv) InFlight(int) (image.InFlight, error) {
+	return image.InFlight{}, fmt.Errorf("in flight: %w", ErrUnsupported)
+}
 func (e *testEnv) ShellJob() bool                 { return false }
 func (e *testEnv) SameBoot() bool                 { return !e.otherBoot }
 func (e *testEnv) Stdio() (*os.File, bool, error) { return nil, false, nil }
@@ -73,8 +78,25 @@ type restoreEnv struct{ *testEnv }
 
 func (r restoreEnv) Sockets() SocketRestoreEnv { return nil }
 
-// BeforeBuild: no process is built here.
-func (r restoreEnv) BeforeBuild(func(func(int) (Target, bool)) error) {}
+// BeforeBuild keeps the step for runSteps: no process is built here.
+func (r restoreEnv) BeforeBuild(fn func(func(int) (Target, bool)) error) {
+	r.steps = append(r.steps, fn)
+}
+
+// runSteps runs the BeforeBuild steps, those they ask for too, with no
+// process to target.
+func (e *testEnv) runSteps(t *testing.T) {
+	t.Helper()
+	none := func(int) (Target, bool) { return nil, false }
+	for i := 0; i < len(e.steps); i++ {
+		if err := e.steps[i](none); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+func (r restoreEnv) File(id int) (*os.File, error) {
+	return nil, fmt.Errorf("file %d: %w", id, image.ErrCorrupt)
+}
 
 // describeOwn describes fd of the test process as the dump would.
 func describeOwn(t *testing.T, env *testEnv, fd int) *image.File {

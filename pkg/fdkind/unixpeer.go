@@ -57,7 +57,7 @@ type credPairKey unixPairKey
 // openCredPair rebuilds an end of an unnamed pair with its SO_PEERCRED:
 // the pair is made in BeforeBuild, the end taken by its processes at
 // their fds.
-func openCredPair(env RestoreEnv, f *image.File, msgs func(*image.Socket) ([]sockets.UnixMsg, error)) (Desc, error) {
+func openCredPair(env RestoreEnv, f *image.File, at Where, msgs func(*image.Socket) ([]sockets.UnixMsg, error)) (Desc, error) {
 	s := f.Socket
 	key := credPairKey{min(s.Ino, s.Peer), max(s.Ino, s.Peer)}
 	v, err := env.Once(key, func() (any, error) {
@@ -88,7 +88,11 @@ func openCredPair(env RestoreEnv, f *image.File, msgs func(*image.Socket) ([]soc
 			env.Keep(fa)
 			env.Keep(fb)
 			ends[s.Ino], ends[s.Peer] = fa, fb
-			if err := sockets.FinishPair([2]int{a, b}, s, pf.Socket, qa, qb); err != nil {
+			fill, err := sockets.FinishPair([2]int{a, b}, s, pf.Socket, qa, qb)
+			if err != nil {
+				return fmt.Errorf("UNIX socket pair: %w", err)
+			}
+			if err := fillLater(env, at, fill, queue{s, qa}, queue{pf.Socket, qb}); err != nil {
 				return fmt.Errorf("UNIX socket pair: %w", err)
 			}
 			for _, e := range []struct {

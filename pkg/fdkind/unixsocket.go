@@ -21,7 +21,7 @@ func describeUnix(env DumpEnv, our int, ino uint64, f *image.File) error {
 	if err != nil {
 		return err
 	}
-	s, msgs, err := sockets.DescribeUnix(our, uint32(ino), all, se.InTree)
+	s, msgs, err := sockets.DescribeUnix(our, uint32(ino), all, se.InTree, se.Peeked)
 	if errors.Is(err, sockets.ErrExternalPeer) {
 		if !se.ExternalUnix(uint32(ino)) {
 			return fmt.Errorf("%w (ckpt dump --external unix:%d saves it, to connect again at restore): %w", err, ino, ErrUnsupported)
@@ -39,17 +39,11 @@ func describeUnix(env DumpEnv, our int, ino uint64, f *image.File) error {
 		return fmt.Errorf("UNIX socket: %w", err)
 	}
 	if err := peerCredCheck(env, our, s, all[s.Peer].Name); err != nil {
+		sockets.CloseRights(msgs)
 		return err
 	}
-	named := false
-	for _, m := range msgs {
-		s.RecvMsgs = append(s.RecvMsgs, env.AddData(m.Data))
-		named = named || m.From != ""
-	}
-	for _, m := range msgs {
-		if named {
-			s.RecvFrom = append(s.RecvFrom, m.From)
-		}
+	if err := saveQueue(env, s, msgs); err != nil {
+		return err
 	}
 	f.Socket = s
 	return nil
@@ -68,21 +62,7 @@ func openUnix(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	if s.External {
 		return openExternal(s, at)
 	}
-	msgs := func(s *image.Socket) ([]sockets.UnixMsg, error) {
-		var out []sockets.UnixMsg
-		for i, id := range s.RecvMsgs {
-			b, err := env.Data(id)
-			if err != nil {
-				return nil, fmt.Errorf("UNIX socket queue: %w", err)
-			}
-			m := sockets.UnixMsg{Data: b}
-			if i < len(s.RecvFrom) {
-				m.From = s.RecvFrom[i]
-			}
-			out = append(out, m)
-		}
-		return out, nil
-	}
+	msgs := func(s *image.Socket) ([]sockets.UnixMsg, error) { return queueOf(env, s) }
 	// A listener, the connections it accepted and those waiting in its
 	// queue are rebuilt together.
 	lino := s.AcceptOf | s.AcceptedFrom
@@ -93,7 +73,7 @@ func openUnix(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		lino = p.Socket.AcceptedFrom
 	}
 	if lino != 0 {
-		v, err := env.Once(unixListenerKey(lino), func() (any, error) { return openAcceptQueue(env, lino, msgs) })
+		v, err := env.Once(unixListenerKey(lino), func() (any, error) { return openAcceptQueue(env, at, lino, msgs) })
 		if err != nil {
 			return Desc{}, err
 		}
@@ -106,7 +86,7 @@ func openUnix(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		if sino == 0 {
 			sino = s.Ino
 		}
-		v, err := env.Once(unixServerKey(sino), func() (any, error) { return openConnectedTo(env, sino, msgs) })
+		v, err := env.Once(unixServerKey(sino), func() (any, error) { return openConnectedTo(env, at, sino, msgs) })
 		if err != nil {
 			return Desc{}, err
 		}
@@ -137,8 +117,14 @@ func openUnix(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 			}
 			return int(of.Fd()), true
 		}
-		if err := sockets.FillUnix(int(f.Fd()), s, q, sender); err != nil {
-			return Desc{}, fmt.Errorf("UNIX socket %s: %w", s.Local, err)
+		fill := func(hold sockets.Hold) error {
+			if err := sockets.FillUnix(int(f.Fd()), s, q, sender, hold); err != nil {
+				return fmt.Errorf("UNIX socket %s: %w", s.Local, err)
+			}
+			return nil
+		}
+		if err := fillLater(env, at, fill, queue{s, q}); err != nil {
+			return Desc{}, err
 		}
 		d, err := dupFile(f)
 		return Desc{File: d}, err
@@ -148,14 +134,19 @@ func openUnix(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		if err != nil {
 			return Desc{}, err
 		}
-		fd, err := sockets.OpenUnix(s, q)
+		fd, fill, err := sockets.OpenUnix(s, q)
 		if err != nil {
 			return Desc{}, fmt.Errorf("UNIX socket %s: %w", s.Local, err)
 		}
-		return Desc{File: os.NewFile(uintptr(fd), "unix")}, nil
+		f := os.NewFile(uintptr(fd), "unix")
+		if err := fillLater(env, at, fill, queue{s, q}); err != nil {
+			f.Close()
+			return Desc{}, err
+		}
+		return Desc{File: f}, nil
 	}
 	if s.PeerCred != nil {
-		return openCredPair(env, f, msgs)
+		return openCredPair(env, f, at, msgs)
 	}
 	key := unixPairKey{min(s.Ino, s.Peer), max(s.Ino, s.Peer)}
 	v, err := env.Once(key, func() (any, error) {
@@ -171,13 +162,16 @@ func openUnix(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		if err != nil {
 			return nil, err
 		}
-		a, b, err := sockets.UnixPair(s, peer.Socket, mine, theirs)
+		a, b, fill, err := sockets.UnixPair(s, peer.Socket, mine, theirs)
 		if err != nil {
 			return nil, fmt.Errorf("UNIX socket pair: %w", err)
 		}
 		ends := map[uint32]*os.File{s.Ino: os.NewFile(uintptr(a), "unix"), s.Peer: os.NewFile(uintptr(b), "unix")}
 		for _, e := range ends {
 			env.Keep(e)
+		}
+		if err := fillLater(env, at, fill, queue{s, mine}, queue{peer.Socket, theirs}); err != nil {
+			return nil, fmt.Errorf("UNIX socket pair: %w", err)
 		}
 		return ends, nil
 	})
@@ -229,14 +223,17 @@ type unixListenerKey uint32
 // openAcceptQueue rebuilds a UNIX listener and, in their order, the
 // clients whose connections waited in its accept queue, connected to it
 // again; it returns every socket by inode.
-func openAcceptQueue(env RestoreEnv, lino uint32, msgs func(*image.Socket) ([]sockets.UnixMsg, error)) (any, error) {
+func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Socket) ([]sockets.UnixMsg, error)) (any, error) {
 	se := env.Sockets()
 	lf := se.Peer(lino)
 	if lf == nil || lf.Socket == nil {
 		return nil, fmt.Errorf("UNIX listener %d is not in the image: %w", lino, image.ErrCorrupt)
 	}
 	l := lf.Socket
-	fd, err := sockets.OpenUnix(l, nil)
+	fd, fill, err := sockets.OpenUnix(l, nil)
+	if err == nil {
+		err = fill(nil)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("UNIX socket %s: %w", l.Local, err)
 	}
@@ -266,8 +263,15 @@ func openAcceptQueue(env RestoreEnv, lino uint32, msgs func(*image.Socket) ([]so
 				return nil, err
 			}
 		}
-		sfd, cfd, err := sockets.AcceptedPair(fd, l.Local, srv, cli, qs, qc)
+		sfd, cfd, fill, err := sockets.AcceptedPair(fd, l.Local, srv, cli, qs, qc)
 		if err != nil {
+			return nil, fmt.Errorf("UNIX connection accepted from %s: %w", l.Local, err)
+		}
+		qq := []queue{{srv, qs}}
+		if cli != nil {
+			qq = append(qq, queue{cli, qc})
+		}
+		if err := fillLater(env, at, fill, qq...); err != nil {
 			return nil, fmt.Errorf("UNIX connection accepted from %s: %w", l.Local, err)
 		}
 		ends[sino] = os.NewFile(uintptr(sfd), "unix")
@@ -298,7 +302,7 @@ type unixServerKey uint32
 
 // openConnectedTo rebuilds a named UNIX datagram socket and the sockets
 // connected to it one way, connected again; it returns each by inode.
-func openConnectedTo(env RestoreEnv, sino uint32, msgs func(*image.Socket) ([]sockets.UnixMsg, error)) (any, error) {
+func openConnectedTo(env RestoreEnv, at Where, sino uint32, msgs func(*image.Socket) ([]sockets.UnixMsg, error)) (any, error) {
 	se := env.Sockets()
 	sf := se.Peer(sino)
 	if sf == nil || sf.Socket == nil {
@@ -309,12 +313,15 @@ func openConnectedTo(env RestoreEnv, sino uint32, msgs func(*image.Socket) ([]so
 	if err != nil {
 		return nil, err
 	}
-	fd, err := sockets.OpenUnix(srv, q)
+	fd, fill, err := sockets.OpenUnix(srv, q)
 	if err != nil {
 		return nil, fmt.Errorf("UNIX socket %s: %w", srv.Local, err)
 	}
 	ends := map[uint32]*os.File{sino: os.NewFile(uintptr(fd), "unix")}
 	env.Keep(ends[sino])
+	if err := fillLater(env, at, fill, queue{srv, q}); err != nil {
+		return nil, fmt.Errorf("UNIX socket %s: %w", srv.Local, err)
+	}
 	for _, c := range srv.ConnectedFrom {
 		cf := se.Peer(c)
 		if cf == nil || cf.Socket == nil || cf.Socket.ConnectedTo != sino {
@@ -324,12 +331,15 @@ func openConnectedTo(env RestoreEnv, sino uint32, msgs func(*image.Socket) ([]so
 		if err != nil {
 			return nil, err
 		}
-		cfd, err := sockets.ConnectDgram(cf.Socket, srv.Local, fd, cq)
+		cfd, fill, err := sockets.ConnectDgram(cf.Socket, srv.Local, fd, cq)
 		if err != nil {
 			return nil, fmt.Errorf("UNIX socket connected to %s: %w", srv.Local, err)
 		}
 		ends[c] = os.NewFile(uintptr(cfd), "unix")
 		env.Keep(ends[c])
+		if err := fillLater(env, at, fill, queue{cf.Socket, cq}); err != nil {
+			return nil, fmt.Errorf("UNIX socket connected to %s: %w", srv.Local, err)
+		}
 	}
 	return ends, nil
 }

@@ -349,6 +349,12 @@ type Socket struct {
 	// RecvFrom are the names of the senders of RecvMsgs, when one of
 	// them has a name (a datagram socket receiving from several).
 	RecvFrom []string `json:"recv_from,omitempty"`
+	// RecvRights are, on a UNIX socket, the files in flight attached to
+	// each message of RecvMsgs (SCM_RIGHTS, same index; nil: none), and
+	// RecvCreds the credentials each carries (SCM_CREDENTIALS: the
+	// sender's pid, uid and gid; Groups unused).
+	RecvRights [][]InFlight `json:"recv_rights,omitempty"`
+	RecvCreds  []PeerCred   `json:"recv_creds,omitempty"`
 	// RecvTo are the destinations of the datagrams queued in a UDP
 	// socket (RecvFrom their sources).
 	RecvTo []string `json:"recv_to,omitempty"`
@@ -389,6 +395,14 @@ type Socket struct {
 	Groups    []uint32 `json:"groups,omitempty"`
 	DstPortID uint32   `json:"dst_port_id,omitempty"`
 	DstGroup  uint32   `json:"dst_group,omitempty"`
+}
+
+// InFlight is a file in flight in a UNIX socket's queue: a UNIX socket
+// by its inode (Sock, the socket of the image with that Ino), or another
+// open file description by its File ID.
+type InFlight struct {
+	Sock uint32 `json:"sock,omitempty"`
+	File int    `json:"file"`
 }
 
 // PeerCred is a UNIX socket's SO_PEERCRED and SO_PEERGROUPS: process,

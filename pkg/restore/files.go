@@ -429,10 +429,33 @@ func (t *tree) runBeforeBuild() error {
 		}
 		return target{b}, true
 	}
-	for _, fn := range t.beforeBuild {
-		if err := fn(target); err != nil {
+	// Steps may ask for more steps: they run after those asked before.
+	for i := 0; i < len(t.beforeBuild); i++ {
+		if err := t.beforeBuild[i](target); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// File implements fdkind.RestoreEnv: ckpt-redo's copy of the description
+// id, opened now if no fd uses it (a file in flight).
+func (e fileEnv) File(id int) (*os.File, error) {
+	t := e.t
+	if _, ok := t.fileFD[id]; !ok {
+		f := t.files[id]
+		if f == nil {
+			return nil, fmt.Errorf("file %d is not in the image: %w", id, image.ErrCorrupt)
+		}
+		if t.inTarget[id] != nil {
+			return nil, fmt.Errorf("file %d (%s) is opened by its process only", id, fdkind.Show(f))
+		}
+		if err := t.openFile(e, f, fdkind.Where{}); err != nil {
+			return nil, fmt.Errorf("file %d (%s) in flight: %w", id, f.Kind, err)
+		}
+		if _, ok := t.fileFD[id]; !ok {
+			return nil, fmt.Errorf("file %d (%s) in flight is opened by its process only", id, fdkind.Show(f))
+		}
+	}
+	return t.passed[t.fileFD[id]-t.passBase], nil
 }

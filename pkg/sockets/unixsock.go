@@ -16,6 +16,13 @@ import (
 type UnixMsg struct {
 	Data []byte
 	From string
+	// Rights are the files in flight attached to it (SCM_RIGHTS): at
+	// the dump, ckpt's copies (CloseRights closes them); at the restore,
+	// ckpt-redo's fds of the files to send.
+	Rights []int
+	// Cred is the credentials it carries (its sender's pid, uid, gid),
+	// nil if the kernel gave none.
+	Cred *unix.Ucred
 }
 
 // maxUnixMsg is the largest datagram the dump reads.
@@ -24,11 +31,28 @@ const maxUnixMsg = 4 << 20
 // DescribeUnix saves a UNIX socket (one of ckpt's fds) whose inode is ino:
 // bound, listening or neither; one end of a connection whose other end is
 // in the dump (inTree) or was closed; its options, shutdown state and the
-// messages in its receive queue (never consumed). It refuses, naming
-// them, connections to sockets outside the dump, connections waiting in a
-// listener's queue, file descriptors in flight (SCM_RIGHTS), and a
-// datagram socket connected one way to another socket of the dump.
-func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint32) bool) (*image.Socket, []UnixMsg, error) {
+// messages in its receive queue (never consumed), with their credentials
+// and their files in flight (ckpt's copies: the caller closes them,
+// CloseRights). It refuses, naming them, connections to sockets outside
+// the dump, connections waiting in a listener's queue, and a datagram
+// socket connected one way to another socket of the dump.
+//
+// peeked, if not nil, gives the messages the dump already read from the
+// socket (PeekUnix), which are not read again.
+func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint32) bool, peeked func(uint32) ([]UnixMsg, bool)) (*image.Socket, []UnixMsg, error) {
+	if peeked != nil {
+		if msgs, ok := peeked(ino); ok {
+			s, q, err := describeUnix(fd, ino, all, inTree, msgs)
+			if err != nil || q == nil {
+				CloseRights(msgs)
+			}
+			return s, q, err
+		}
+	}
+	return describeUnix(fd, ino, all, inTree, nil)
+}
+
+func describeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint32) bool, peeked []UnixMsg) (*image.Socket, []UnixMsg, error) {
 	u, ok := all[ino]
 	if !ok {
 		return nil, nil, fmt.Errorf("UNIX socket %d not found by sock_diag: %w", ino, ErrState)
@@ -118,127 +142,64 @@ func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 	if u.State == UnixListenState || s.AcceptOf != 0 || u.Type != unix.SOCK_DGRAM && u.State != StateEstablished {
 		return s, nil, nil // no queue: a stream socket that is not connected
 	}
-	limit := -1
-	if s.PeerReset {
-		// A peek past the data would take the pending error: stop
-		// at the bytes queued.
-		if limit, err = sys.IoctlInt(fd, unix.SIOCINQ); err != nil {
+	msgs := peeked
+	if msgs == nil {
+		limit := -1
+		if s.PeerReset {
+			// A peek past the data would take the pending error:
+			// stop at the bytes queued.
+			if limit, err = sys.IoctlInt(fd, unix.SIOCINQ); err != nil {
+				return nil, nil, err
+			}
+		}
+		if msgs, err = peekUnix(fd, u.Type, limit); err != nil {
 			return nil, nil, err
 		}
 	}
-	msgs, err := peekUnix(fd, u.Type, limit)
-	if err != nil {
-		return nil, nil, err
-	}
 	if len(msgs) > 0 && u.State != StateEstablished && u.Name == "" {
+		CloseRights(msgs)
 		return nil, nil, fmt.Errorf("messages queued on an unbound, unconnected UNIX socket: %w", ErrState)
 	}
 	return s, msgs, nil
 }
 
-// peekUnix reads the receive queue of a UNIX socket without consuming it:
-// a stream's bytes as one message, datagram or seqpacket messages one by
-// one with their senders (SO_PEEK_OFF). It never blocks. SO_PASSCRED is on
-// while it reads: every message then carries credentials, which tells an
-// empty message from the end of a shut down seqpacket queue. The
-// program's SO_PEEK_OFF and SO_PASSCRED are put back. With limit >= 0 it
-// stops after that many bytes (a peek past the data would take a pending
-// error; empty seqpacket messages at the end are then not seen).
-func peekUnix(fd, typ, limit int) ([]UnixMsg, error) {
-	for _, o := range []struct{ name, val int }{{unix.SO_PEEK_OFF, 0}, {unix.SO_PASSCRED, 1}} {
-		old, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, o.name)
-		if err != nil {
-			return nil, fmt.Errorf("getsockopt %d: %w", o.name, err)
-		}
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, o.name, o.val); err != nil {
-			return nil, fmt.Errorf("setsockopt %d: %w", o.name, err)
-		}
-		defer unix.SetsockoptInt(fd, unix.SOL_SOCKET, o.name, old)
-	}
-	var out []UnixMsg
-	buf := make([]byte, maxUnixMsg)
-	oob := make([]byte, unix.CmsgSpace(253*4)+unix.CmsgSpace(unix.SizeofUcred))
-	for total := 0; limit < 0 || total < limit; {
-		n, oobn, flags, from, err := unix.Recvmsg(fd, buf, oob, unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
-		if err == unix.EAGAIN {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("peek the queue: %w", err)
-		}
-		if flags&unix.MSG_TRUNC != 0 {
-			return nil, fmt.Errorf("a queued message larger than %d bytes: %w", maxUnixMsg, ErrState)
-		}
-		creds, rights := false, false
-		if cmsgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
-			for _, c := range cmsgs {
-				if c.Header.Level != unix.SOL_SOCKET {
-					continue
-				}
-				switch c.Header.Type {
-				case unix.SCM_CREDENTIALS:
-					creds = true
-				case unix.SCM_RIGHTS:
-					rights = true
-					if fds, err := unix.ParseUnixRights(&c); err == nil {
-						for _, f := range fds {
-							unix.Close(f)
-						}
-					}
-				}
-			}
-		}
-		if rights {
-			return nil, fmt.Errorf("file descriptors in flight in the queue (SCM_RIGHTS) cannot be restored: %w", ErrState)
-		}
-		if n == 0 && (typ == unix.SOCK_STREAM || !creds) {
-			break // end of a shut down queue
-		}
-		m := UnixMsg{Data: append([]byte(nil), buf[:n]...)}
-		if sa, ok := from.(*unix.SockaddrUnix); ok && typ == unix.SOCK_DGRAM {
-			m.From = sa.Name
-		}
-		out = append(out, m)
-		total += n
-	}
-	if typ == unix.SOCK_STREAM && len(out) > 1 {
-		var all []byte
-		for _, m := range out {
-			all = append(all, m.Data...)
-		}
-		out = []UnixMsg{{Data: all}}
-	}
-	return out, nil
-}
-
 // UnixPair rebuilds two connected UNIX sockets of the dump, a and b, with
-// their options, the messages queued for each (qa for a, sent by b) and
-// their shutdown state.
-func UnixPair(a, b *image.Socket, qa, qb []UnixMsg) (int, int, error) {
+// their early options; fill then refills the messages queued for each
+// (qa for a, sent by b) and sets their late options and shutdown state.
+func UnixPair(a, b *image.Socket, qa, qb []UnixMsg) (int, int, Fill, error) {
 	if a.Local != "" || b.Local != "" {
 		return namedPair(a, b, qa, qb)
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, -1, fmt.Errorf("socketpair: %w", err)
+		return -1, -1, nil, fmt.Errorf("socketpair: %w", err)
 	}
-	if err := buildPair(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}); err != nil {
+	if err := earlyPair(fds, [2]*image.Socket{a, b}); err != nil {
 		unix.Close(fds[0])
 		unix.Close(fds[1])
-		return -1, -1, err
+		return -1, -1, nil, err
 	}
-	return fds[0], fds[1], nil
+	return fds[0], fds[1], func(hold Hold) error {
+		return fillAndFinish(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}, hold)
+	}, nil
 }
 
 // FinishPair gives an unnamed pair made elsewhere (socketpair in the
 // process that made it at the dump, see fdkind) what UnixPair gives the
-// pairs it makes: options, queues (qa for a, sent by b) and shutdown
-// state.
-func FinishPair(fds [2]int, a, b *image.Socket, qa, qb []UnixMsg) error {
-	return buildPair(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb})
+// pairs it makes: early options now; fill then gives queues (qa for a,
+// sent by b), late options and shutdown state.
+func FinishPair(fds [2]int, a, b *image.Socket, qa, qb []UnixMsg) (Fill, error) {
+	if err := earlyPair(fds, [2]*image.Socket{a, b}); err != nil {
+		return nil, err
+	}
+	return func(hold Hold) error {
+		return fillAndFinish(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}, hold)
+	}, nil
 }
 
-func buildPair(fds [2]int, s [2]*image.Socket, q [2][]UnixMsg) error {
+// earlyPair sets the early options of both ends of a pair (a nil image:
+// that end is left as is).
+func earlyPair(fds [2]int, s [2]*image.Socket) error {
 	for i := range fds {
 		if s[i] == nil {
 			continue
@@ -247,14 +208,14 @@ func buildPair(fds [2]int, s [2]*image.Socket, q [2][]UnixMsg) error {
 			return err
 		}
 	}
-	return fillAndFinish(fds, s, q)
+	return nil
 }
 
 // fillAndFinish refills the queues of a connected pair and sets their
 // late options and shutdown state (a nil image: that end is left as is).
-func fillAndFinish(fds [2]int, s [2]*image.Socket, q [2][]UnixMsg) error {
+func fillAndFinish(fds [2]int, s [2]*image.Socket, q [2][]UnixMsg, hold Hold) error {
 	for i := range fds {
-		if err := fillUnix(fds[1-i], fds[i], q[i], func(m UnixMsg) error { return sendNow(fds[1-i], m.Data, nil) }); err != nil {
+		if err := fillUnix(fds[1-i], fds[i], q[i], func(m UnixMsg) error { return sendMsg(fds[1-i], m, nil, hold) }); err != nil {
 			return err
 		}
 	}
@@ -288,6 +249,13 @@ func fillUnix(from, to int, msgs []UnixMsg, send func(UnixMsg) error) error {
 	if err := raiseBuffers(to, 0, total); err != nil {
 		return err
 	}
+	// A message sent without credentials gets none only if the receiver
+	// does not ask for them either.
+	undo, err := credsOff(to)
+	if err != nil {
+		return err
+	}
+	defer undo()
 	for _, m := range msgs {
 		if err := send(m); err != nil {
 			return fmt.Errorf("refill the queue: %w", err)
@@ -339,43 +307,39 @@ func sendNow(fd int, b []byte, to unix.Sockaddr) error {
 // OpenUnix builds a UNIX socket that is not one end of a pair of the dump:
 // bound to its name (a stale socket file of the dead process is
 // replaced), listening with its backlog, or a datagram socket whose queued
-// messages are sent to it again from their senders' names; or a connected
-// socket whose peer was closed (a pair whose other end is closed once the
-// queue is refilled).
-func OpenUnix(s *image.Socket, queue []UnixMsg) (int, error) {
+// messages fill sends to it again from their senders' names; or a
+// connected socket whose peer was closed (a pair whose other end fill
+// closes once the queue is refilled).
+func OpenUnix(s *image.Socket, queue []UnixMsg) (int, Fill, error) {
 	if s.PeerClosed {
 		fds, err := unix.Socketpair(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			return -1, fmt.Errorf("socketpair: %w", err)
+			return -1, nil, fmt.Errorf("socketpair: %w", err)
 		}
-		err = buildPair(fds, [2]*image.Socket{s, nil}, [2][]UnixMsg{queue, nil})
-		if err == nil && s.PeerReset {
-			// Closing a socket with data unread resets its peer.
-			err = sendNow(fds[0], []byte{0}, nil)
-		}
-		unix.Close(fds[1])
-		if err != nil {
+		if err := earlyPair(fds, [2]*image.Socket{s, nil}); err != nil {
 			unix.Close(fds[0])
-			return -1, err
+			unix.Close(fds[1])
+			return -1, nil, err
 		}
-		return fds[0], nil
+		return fds[0], func(hold Hold) error {
+			defer unix.Close(fds[1])
+			err := fillAndFinish(fds, [2]*image.Socket{s, nil}, [2][]UnixMsg{queue, nil}, hold)
+			if err == nil && s.PeerReset {
+				// Closing a socket with data unread resets its peer.
+				err = sendNow(fds[0], []byte{0}, nil)
+			}
+			return err
+		}, nil
 	}
 	fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("socket: %w", err)
+		return -1, nil, fmt.Errorf("socket: %w", err)
 	}
-	if err := openUnix(fd, s, queue); err != nil {
-		unix.Close(fd)
-		return -1, err
-	}
-	return fd, nil
-}
-
-func openUnix(fd int, s *image.Socket, queue []UnixMsg) error {
 	if err := bindUnconnected(fd, s); err != nil {
-		return err
+		unix.Close(fd)
+		return -1, nil, err
 	}
-	return FillUnix(fd, s, queue, nil)
+	return fd, func(hold Hold) error { return FillUnix(fd, s, queue, nil, hold) }, nil
 }
 
 // OpenUnixBound makes an unconnected UNIX socket with its early options,
@@ -416,7 +380,7 @@ func bindUnconnected(fd int, s *image.Socket) error {
 // whose sender's name sender finds among the rebuilt sockets (its fd) is
 // sent from that socket, which holds the name; any other from a temporary
 // socket bound to the name.
-func FillUnix(fd int, s *image.Socket, queue []UnixMsg, sender func(name string) (int, bool)) error {
+func FillUnix(fd int, s *image.Socket, queue []UnixMsg, sender func(name string) (int, bool), hold Hold) error {
 	if len(queue) > 0 {
 		if s.Local == "" || s.Type == unix.SOCK_STREAM {
 			return fmt.Errorf("queued data on an unconnected socket: %w", ErrState)
@@ -425,10 +389,10 @@ func FillUnix(fd int, s *image.Socket, queue []UnixMsg, sender func(name string)
 		send := func(m UnixMsg) error {
 			if sender != nil && m.From != "" {
 				if from, ok := sender(m.From); ok {
-					return sendNow(from, m.Data, to)
+					return sendMsg(from, m, to, hold)
 				}
 			}
-			return sendFrom(s.Type, m, to)
+			return sendFrom(s.Type, m, to, hold)
 		}
 		if err := fillUnix(-1, fd, queue, send); err != nil {
 			return err
@@ -441,7 +405,7 @@ func FillUnix(fd int, s *image.Socket, queue []UnixMsg, sender func(name string)
 // original sender's name, so that recvfrom gives the same name. A path
 // name taken by a socket file is moved aside while the temporary socket
 // binds it.
-func sendFrom(typ int, m UnixMsg, to unix.Sockaddr) error {
+func sendFrom(typ int, m UnixMsg, to unix.Sockaddr, hold Hold) error {
 	tmpFD, err := sys.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return err
@@ -455,7 +419,7 @@ func sendFrom(typ int, m UnixMsg, to unix.Sockaddr) error {
 		}
 		defer undo()
 	}
-	return sendNow(tmp, m.Data, to)
+	return sendMsg(tmp, m, to, hold)
 }
 
 // bindAside binds a temporary socket to name; a file at a path name is
@@ -535,23 +499,24 @@ func bindUnix(fd int, name string) error {
 // the server end is accepted from it, so that both bear the same names as
 // before; then their queues (qs for the server, qc for the client),
 // options and shutdown state. A closed client is closed once the queue is
-// refilled. The listener's queue must hold no other connection.
-func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []UnixMsg) (int, int, error) {
+// refilled (by fill, which does the queues and what follows). The
+// listener's queue must hold no other connection.
+func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []UnixMsg) (int, int, Fill, error) {
 	ctmp := &image.Socket{Type: srv.Type}
 	if cli != nil {
 		ctmp = cli
 	}
 	cfd, err := unix.Socket(unix.AF_UNIX, srv.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
-		return -1, -1, fmt.Errorf("socket: %w", err)
+		return -1, -1, nil, fmt.Errorf("socket: %w", err)
 	}
 	sfd := -1
-	fail := func(err error) (int, int, error) {
+	fail := func(err error) (int, int, Fill, error) {
 		unix.Close(cfd)
 		if sfd >= 0 {
 			unix.Close(sfd)
 		}
-		return -1, -1, err
+		return -1, -1, nil, err
 	}
 	if err := setOptions(cfd, ctmp.Options, early, nil); err != nil {
 		return fail(err)
@@ -574,14 +539,16 @@ func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []Uni
 	if cli != nil {
 		c = cli
 	}
-	if err := fillAndFinish([2]int{sfd, cfd}, [2]*image.Socket{srv, c}, [2][]UnixMsg{qs, qc}); err != nil {
-		return fail(err)
+	fill := func(hold Hold) error {
+		if cli == nil {
+			defer unix.Close(cfd)
+		}
+		return fillAndFinish([2]int{sfd, cfd}, [2]*image.Socket{srv, c}, [2][]UnixMsg{qs, qc}, hold)
 	}
 	if cli == nil {
-		unix.Close(cfd)
-		cfd = -1
+		return sfd, -1, fill, nil
 	}
-	return sfd, cfd, nil
+	return sfd, cfd, fill, nil
 }
 
 // ConnectDgram rebuilds a UNIX datagram socket that was connected one way
@@ -589,19 +556,19 @@ func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []Uni
 // connected to it again, with its queued messages (those from the server
 // sent by sfd itself, others from their senders' names) and its shutdown
 // state.
-func ConnectDgram(s *image.Socket, server string, sfd int, queue []UnixMsg) (int, error) {
+func ConnectDgram(s *image.Socket, server string, sfd int, queue []UnixMsg) (int, Fill, error) {
 	fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("socket: %w", err)
+		return -1, nil, fmt.Errorf("socket: %w", err)
 	}
-	if err := connectDgram(fd, s, server, sfd, queue); err != nil {
+	if err := connectDgram(fd, s, server); err != nil {
 		unix.Close(fd)
-		return -1, err
+		return -1, nil, err
 	}
-	return fd, nil
+	return fd, func(hold Hold) error { return fillDgram(fd, s, server, sfd, queue, hold) }, nil
 }
 
-func connectDgram(fd int, s *image.Socket, server string, sfd int, queue []UnixMsg) error {
+func connectDgram(fd int, s *image.Socket, server string) error {
 	if err := setOptions(fd, s.Options, early, nil); err != nil {
 		return err
 	}
@@ -613,6 +580,10 @@ func connectDgram(fd int, s *image.Socket, server string, sfd int, queue []UnixM
 	if err := unix.Connect(fd, unixAddr(server)); err != nil {
 		return fmt.Errorf("connect to %s: %w", server, err)
 	}
+	return nil
+}
+
+func fillDgram(fd int, s *image.Socket, server string, sfd int, queue []UnixMsg, hold Hold) error {
 	if len(queue) > 0 {
 		if s.Local == "" {
 			return fmt.Errorf("messages queued on an unnamed datagram socket: %w", ErrState)
@@ -620,9 +591,9 @@ func connectDgram(fd int, s *image.Socket, server string, sfd int, queue []UnixM
 		to := unixAddr(s.Local)
 		err := fillUnix(-1, fd, queue, func(m UnixMsg) error {
 			if m.From == server {
-				return sendNow(sfd, m.Data, to)
+				return sendMsg(sfd, m, to, hold)
 			}
-			return sendFrom(s.Type, m, to)
+			return sendFrom(s.Type, m, to, hold)
 		})
 		if err != nil {
 			return err
@@ -647,16 +618,16 @@ func connectedTo(all map[uint32]UnixInfo, ino uint32) bool {
 // connection is made through a temporary listener on the name of the end
 // that was accepted (its listener is gone), the other end connecting to
 // it from its own name, if any.
-func namedPair(a, b *image.Socket, qa, qb []UnixMsg) (int, int, error) {
+func namedPair(a, b *image.Socket, qa, qb []UnixMsg) (int, int, Fill, error) {
 	var fds [2]int
 	fds[0], fds[1] = -1, -1
-	fail := func(err error) (int, int, error) {
+	fail := func(err error) (int, int, Fill, error) {
 		for _, fd := range fds {
 			if fd >= 0 {
 				unix.Close(fd)
 			}
 		}
-		return -1, -1, err
+		return -1, -1, nil, err
 	}
 	if a.Type == unix.SOCK_DGRAM {
 		if a.Local == "" || b.Local == "" {
@@ -720,8 +691,7 @@ func namedPair(a, b *image.Socket, qa, qb []UnixMsg) (int, int, error) {
 			return fail(err)
 		}
 	}
-	if err := fillAndFinish(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}); err != nil {
-		return fail(err)
-	}
-	return fds[0], fds[1], nil
+	return fds[0], fds[1], func(hold Hold) error {
+		return fillAndFinish(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}, hold)
+	}, nil
 }

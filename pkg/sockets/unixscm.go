@@ -1,0 +1,260 @@
+package sockets
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ckpt/ckpt/internal/sys"
+	"golang.org/x/sys/unix"
+)
+
+// Messages queued in a UNIX socket carry more than bytes: the files in
+// flight attached to them (SCM_RIGHTS) and the credentials of their
+// sender (SCM_CREDENTIALS, which a receiver sees once it sets
+// SO_PASSCRED). The dump peeks them (the files in flight are then
+// installed in ckpt's fd table), the restore sends them again with both.
+
+// Hold runs fn while a process holds the PID pid (at restore, a
+// short-lived helper), so that a message may be sent with credentials
+// naming a process that no longer exists.
+type Hold func(pid int, fn func() error) error
+
+// Fill refills the queues of UNIX sockets already made and sets what
+// comes after (late options, shutdown). It runs once every process of
+// the tree exists: credentials name them.
+type Fill func(hold Hold) error
+
+// CloseRights closes ckpt's copies of the files in flight of msgs (those
+// peekUnix installed).
+func CloseRights(msgs []UnixMsg) {
+	for _, m := range msgs {
+		for _, fd := range m.Rights {
+			unix.Close(fd)
+		}
+	}
+}
+
+// oobSize holds every control message a peek may get: SCM_MAX_FD files,
+// credentials and a pidfd (SO_PASSPIDFD).
+var oobSize = unix.CmsgSpace(253*4) + unix.CmsgSpace(unix.SizeofUcred) + unix.CmsgSpace(4)
+
+// peekUnix reads the receive queue of a UNIX socket without consuming it:
+// datagram or seqpacket messages one by one with their senders, a
+// stream's bytes as few messages as keep what a reader can observe: a
+// new one where the credentials change, and after each piece files are
+// attached to. A peek of a stream reads up to the end of the piece that
+// has files, and cannot tell where that piece starts: bytes sent before
+// it with the same credentials come back in one piece with it (a reader
+// reading fewer bytes than they are gets the files with the first). Every
+// message has its credentials and its files in flight (ckpt's fds: the
+// caller closes them, CloseRights). It never blocks, using SO_PEEK_OFF;
+// SO_PASSCRED is on while it reads: every message then carries
+// credentials, which also tells an empty message from the end of a shut
+// down seqpacket queue. The program's SO_PEEK_OFF and SO_PASSCRED are put
+// back. With limit >= 0 it stops after that many bytes (a peek past the
+// data would take a pending error; empty seqpacket messages at the end
+// are then not seen).
+func peekUnix(fd, typ, limit int) (out []UnixMsg, err error) {
+	for _, o := range []struct{ name, val int }{{unix.SO_PEEK_OFF, 0}, {unix.SO_PASSCRED, 1}} {
+		old, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, o.name)
+		if err != nil {
+			return nil, fmt.Errorf("getsockopt %d: %w", o.name, err)
+		}
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, o.name, o.val); err != nil {
+			return nil, fmt.Errorf("setsockopt %d: %w", o.name, err)
+		}
+		defer unix.SetsockoptInt(fd, unix.SOL_SOCKET, o.name, old)
+	}
+	defer func() {
+		if err != nil {
+			CloseRights(out)
+			out = nil
+		}
+	}()
+	buf := make([]byte, maxUnixMsg)
+	oob := make([]byte, oobSize)
+	for total := 0; limit < 0 || total < limit; {
+		size := len(buf)
+		if limit >= 0 && typ == unix.SOCK_STREAM {
+			size = min(size, limit-total)
+		}
+		n, cm, flags, from, err := peekOne(fd, buf[:size], oob)
+		if err == unix.EAGAIN {
+			break
+		}
+		if err != nil {
+			return out, fmt.Errorf("peek the queue: %w", err)
+		}
+		m := UnixMsg{Rights: cm.rights, Cred: cm.cred}
+		if m.Cred != nil && m.Cred.Pid == 0 {
+			// Sent while neither end asked for credentials: the
+			// message has none (the kernel says pid 0, overflow ids).
+			m.Cred = nil
+		}
+		if flags&unix.MSG_TRUNC != 0 {
+			CloseRights([]UnixMsg{m})
+			return out, fmt.Errorf("a queued message larger than %d bytes: %w", maxUnixMsg, ErrState)
+		}
+		if n == 0 && (typ == unix.SOCK_STREAM || cm.cred == nil) {
+			CloseRights([]UnixMsg{m})
+			break // end of a shut down queue
+		}
+		m.Data = append([]byte(nil), buf[:n]...)
+		if sa, ok := from.(*unix.SockaddrUnix); ok && typ == unix.SOCK_DGRAM {
+			m.From = sa.Name
+		}
+		if typ == unix.SOCK_STREAM {
+			out = appendStream(out, m)
+		} else {
+			out = append(out, m)
+		}
+		total += n
+	}
+	return out, nil
+}
+
+// appendStream adds bytes of a stream to the messages read: glued to the
+// last one when a reader could not tell them apart (same credentials,
+// neither with files).
+func appendStream(out []UnixMsg, m UnixMsg) []UnixMsg {
+	if k := len(out) - 1; k >= 0 && len(out[k].Rights) == 0 && len(m.Rights) == 0 && sameCred(out[k].Cred, m.Cred) {
+		out[k].Data = append(out[k].Data, m.Data...)
+		return out
+	}
+	return append(out, m)
+}
+
+func sameCred(a, b *unix.Ucred) bool {
+	return a == nil && b == nil || a != nil && b != nil && *a == *b
+}
+
+// control is what a peeked message's control messages said.
+type control struct {
+	rights []int
+	cred   *unix.Ucred
+}
+
+// peekOne peeks one message (or piece of a stream) with its control
+// messages; a pidfd (SO_PASSPIDFD) is closed, files in flight kept.
+func peekOne(fd int, buf, oob []byte) (int, control, int, unix.Sockaddr, error) {
+	var c control
+	n, oobn, flags, from, err := unix.Recvmsg(fd, buf, oob, unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return 0, c, 0, nil, err
+	}
+	cmsgs, perr := unix.ParseSocketControlMessage(oob[:oobn])
+	for _, m := range cmsgs {
+		if m.Header.Level != unix.SOL_SOCKET {
+			continue
+		}
+		switch m.Header.Type {
+		case unix.SCM_CREDENTIALS:
+			if uc, err := unix.ParseUnixCredentials(&m); err == nil {
+				c.cred = uc
+			}
+		case unix.SCM_RIGHTS:
+			if fds, err := unix.ParseUnixRights(&m); err == nil {
+				c.rights = append(c.rights, fds...)
+			}
+		case 0x04: // SCM_PIDFD
+			if fds, err := unix.ParseUnixRights(&m); err == nil {
+				for _, f := range fds {
+					unix.Close(f)
+				}
+			}
+		}
+	}
+	if perr != nil || flags&unix.MSG_CTRUNC != 0 {
+		CloseRights([]UnixMsg{{Rights: c.rights}})
+		return 0, control{}, 0, nil, fmt.Errorf("control messages of a queued message cut short: %w", ErrState)
+	}
+	return n, c, flags, from, nil
+}
+
+// PeekUnix reads the queue of the UNIX socket fd (ckpt's copy) of type
+// typ without consuming it, as DescribeUnix does (it stops before a
+// pending error): messages with their credentials and files in flight
+// (ckpt's copies: CloseRights). A message is peeked only once: a second
+// peek no longer sees an empty seqpacket message (the kernel skips an
+// empty message it has given a peek), so the dump keeps what it read
+// first and hands it to DescribeUnix.
+func PeekUnix(fd, typ int) ([]UnixMsg, error) {
+	limit := -1
+	if typ != unix.SOCK_DGRAM && pendingError(fd) {
+		n, err := sys.IoctlInt(fd, unix.SIOCINQ)
+		if err != nil {
+			return nil, err
+		}
+		limit = n
+	}
+	return peekUnix(fd, typ, limit)
+}
+
+// sendMsg sends a queued message again from fd (to its peer, or to to):
+// its bytes, its files in flight and its sender's credentials. A sender
+// whose PID no longer exists is held by hold while the message goes. The
+// sending socket's SO_PASSCRED and SO_PASSPIDFD are off meanwhile: a
+// message without credentials gets none, and an unnamed datagram socket
+// is not bound by the send.
+func sendMsg(fd int, m UnixMsg, to unix.Sockaddr, hold Hold) error {
+	undo, err := credsOff(fd)
+	if err != nil {
+		return err
+	}
+	defer undo()
+	err = sendWith(fd, m, to)
+	if errors.Is(err, unix.ESRCH) && m.Cred != nil && hold != nil {
+		err = hold(int(m.Cred.Pid), func() error { return sendWith(fd, m, to) })
+	}
+	if err != nil && m.Cred != nil {
+		return fmt.Errorf("send %d bytes as process %d (uid %d gid %d): %w", len(m.Data), m.Cred.Pid, m.Cred.Uid, m.Cred.Gid, err)
+	}
+	return err
+}
+
+// sendWith sends without blocking; files go with the first bytes only,
+// credentials with every part.
+func sendWith(fd int, m UnixMsg, to unix.Sockaddr) error {
+	b, rights := m.Data, m.Rights
+	for {
+		var oob []byte
+		if len(rights) > 0 {
+			oob = unix.UnixRights(rights...)
+		}
+		if m.Cred != nil {
+			oob = append(oob, unix.UnixCredentials(m.Cred)...)
+		}
+		n, err := unix.SendmsgN(fd, b, oob, to, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if to != nil || n == len(b) {
+			return nil
+		}
+		b, rights = b[n:], nil
+	}
+}
+
+// credsOff turns SO_PASSCRED and SO_PASSPIDFD off on a socket being
+// refilled or sending; undo puts them back.
+func credsOff(fd int) (undo func(), err error) {
+	var back []int
+	for _, o := range []int{unix.SO_PASSCRED, unix.SO_PASSPIDFD} {
+		v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, o)
+		if err != nil || v == 0 {
+			continue // SO_PASSPIDFD: unknown to older kernels
+		}
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, o, 0); err != nil {
+			return nil, fmt.Errorf("setsockopt %d: %w", o, err)
+		}
+		back = append(back, o)
+	}
+	return func() {
+		for _, o := range back {
+			unix.SetsockoptInt(fd, unix.SOL_SOCKET, o, 1)
+		}
+	}, nil
+}
