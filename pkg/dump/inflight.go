@@ -134,14 +134,13 @@ func (e fileEnv) InFlight(fd int) (image.InFlight, error) {
 		if err != nil {
 			return image.InFlight{}, fmt.Errorf("socket %d: %w", ino, err)
 		}
-		if t.socks.inos[ino] {
-			if dom != unix.AF_UNIX {
-				return image.InFlight{}, fmt.Errorf("socket %d of family %d, which the dump holds: only UNIX sockets can be in flight: %w", ino, dom, fdkind.ErrUnsupported)
-			}
-			return image.InFlight{Sock: ino}, nil
-		}
 		if dom != unix.AF_UNIX {
-			return image.InFlight{}, fmt.Errorf("socket %d of family %d that no process of the dump holds: %w", ino, dom, fdkind.ErrUnsupported)
+			// A TCP connection would have to be read in repair
+			// mode and made again where no fd has it.
+			return image.InFlight{}, fmt.Errorf("socket %d of family %d in flight: only UNIX sockets can be restored in flight: %w", ino, dom, fdkind.ErrUnsupported)
+		}
+		if t.socks.inos[ino] {
+			return image.InFlight{Sock: ino}, nil
 		}
 		if t.flight.described[ino] {
 			return image.InFlight{Sock: ino}, nil

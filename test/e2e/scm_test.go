@@ -15,7 +15,8 @@ import (
 // (SCM_RIGHTS). Connections the worker took are its own fds: after a
 // dump and a restore both clients still get their echoes, and a new
 // client is accepted and handed over again. A connection still in
-// flight in the UNIX socket's queue at dump time cannot be restored: the
+// flight in the UNIX socket's queue at dump time cannot be restored (a TCP
+// socket in flight; UNIX ones are): the
 // dump refuses naming SCM_RIGHTS, the server goes on untouched and
 // serves it once the worker takes it.
 func TestSCMRights(t *testing.T) {
@@ -45,7 +46,7 @@ func TestSCMRights(t *testing.T) {
 				c := dial()
 				v.waitLine(t, func(l string) bool { return l == "passed 1" })
 				res := e.runCkpt(t, nil, "dump", "--dir", img, strconv.Itoa(v.pid))
-				for _, want := range []string{"process ", "file descriptors in flight in the queue (SCM_RIGHTS)"} {
+				for _, want := range []string{"process ", "a file in flight in its queue (SCM_RIGHTS)", "only UNIX sockets can be restored in flight"} {
 					if res.code == 0 || !strings.Contains(res.stderr, want) {
 						t.Fatalf("dump: %v; want it refused, saying %q", res, want)
 					}
