@@ -127,7 +127,7 @@ func tmpfileName(path string) bool {
 // openGhost opens a new description of the file standing for a deleted
 // one, made once per content record: every fd and mapping of it shares
 // it, as they shared the original.
-func openGhost(env RestoreEnv, ref *image.FileRef, flags int) (*os.File, error) {
+func openGhost(env RestoreEnv, ref *image.FileRef, flags int, mapped bool) (*os.File, error) {
 	v, err := env.Once(ghostKey(ref.DataID), func() (any, error) { return makeGhost(env, ref) })
 	if err != nil {
 		return nil, err
@@ -137,6 +137,12 @@ func openGhost(env RestoreEnv, ref *image.FileRef, flags int) (*os.File, error) 
 	// memfd_create made, as it was: a reopened one counts as a writer,
 	// and a sealed memfd could then not be run (execveat: ETXTBSY).
 	if strings.HasPrefix(ref.Path, "/memfd:") && flags&unix.O_ACCMODE == unix.O_RDWR {
+		if mapped {
+			// a shared writable mapping is made from the memfd itself,
+			// as a program maps it: a reopened description would stay
+			// a writer as long as the mapping lives (execveat: ETXTBSY)
+			return dupFile(tmp)
+		}
 		first := false
 		env.Once(memfdFirstKey(ref.DataID), func() (any, error) { first = true; return true, nil })
 		if first {

@@ -196,7 +196,7 @@ const openFlags = unix.O_ACCMODE | unix.O_APPEND | unix.O_NONBLOCK | unix.O_DSYN
 func OpenRef(env RestoreEnv, ref *image.FileRef, flags int, mapped bool) (*os.File, error) {
 	fl := flags & openFlags
 	if ref.Deleted {
-		return openGhost(env, ref, fl)
+		return openGhost(env, ref, fl, mapped)
 	}
 	if ref.Handle != nil {
 		return openLinkedElsewhere(env, ref, fl&^(tmpfileFlag|unix.O_DIRECTORY|unix.O_NOFOLLOW), mapped)

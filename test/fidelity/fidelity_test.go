@@ -72,6 +72,7 @@ var cases = []fcase{
 	{name: "fd_linked_elsewhere", src: "fd_linked_elsewhere.c", args: []string{"DIR/"}},
 	{name: "fd_nsfile", src: "fd_nsfile.c", args: []string{"own"}},
 	{name: "fd_devnodes", src: "fd_devnodes.c", args: []string{"DIR/"}},
+	{name: "fd_memfd_mapped_exec", src: "fd_memfd_mapped_exec.c"},
 	{name: "fd_fifo", src: "fd_fifo.c", args: []string{"DIR/"}},
 	{name: "fd_locks", src: "fd_locks.c", args: []string{"DIR/"}},
 	{name: "fd_flock_owner", src: "fd_flock_owner.c", args: []string{"DIR/"}},
