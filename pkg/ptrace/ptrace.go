@@ -281,8 +281,9 @@ func GetRseq(tid int) (RseqConfig, error) {
 	return c, nil
 }
 
-// GetSeccompFilters reads the task's seccomp filters, oldest last (index 0
-// is the most recently installed one), as raw sock_filter arrays.
+// GetSeccompFilters reads the task's seccomp filters, oldest first (index 0,
+// PTRACE_SECCOMP_GET_FILTER's filter_off, is the first one installed), as
+// raw sock_filter arrays.
 func GetSeccompFilters(tid int) ([][]byte, error) {
 	var out [][]byte
 	for i := 0; ; i++ {
@@ -305,7 +306,7 @@ func GetSeccompFilters(tid int) ([][]byte, error) {
 }
 
 // GetSeccompFilterFlags returns the SECCOMP_FILTER_FLAG_* that filter i
-// of the task (index 0 the most recently installed) was installed with
+// of the task (index 0 the first installed) was installed with
 // (PTRACE_SECCOMP_GET_METADATA).
 func GetSeccompFilterFlags(tid, i int) (uint64, error) {
 	md := struct{ FilterOff, Flags uint64 }{FilterOff: uint64(i)}

@@ -71,6 +71,10 @@ type builder struct {
 	// ourChildren are the zombies restore made: their SIGCHLD is not the
 	// process's.
 	ourChildren map[int32]bool
+	// sharedFilters counts the oldest seccomp filters every thread has in
+	// common, installed once for all with SECCOMP_FILTER_FLAG_TSYNC
+	// (syncFilters); the threads' own calls install the rest.
+	sharedFilters int
 }
 
 func (b *builder) warnf(format string, args ...any) { b.t.warnf(format, args...) }
