@@ -19,3 +19,13 @@ func RtSigqueueinfo(pid PID, sig unix.Signal, info *[SigInfoSize]byte) error {
 	}
 	return nil
 }
+
+// RtTgsigqueueinfo queues sig with the given siginfo to thread tid of
+// process pid (rt_tgsigqueueinfo(2); x/sys/unix has no wrapper).
+func RtTgsigqueueinfo(pid PID, tid TID, sig unix.Signal, info *[SigInfoSize]byte) error {
+	_, _, e := unix.Syscall6(unix.SYS_RT_TGSIGQUEUEINFO, uintptr(pid), uintptr(tid), uintptr(sig), uintptr(unsafe.Pointer(&info[0])), 0, 0)
+	if e != 0 {
+		return os.NewSyscallError("rt_tgsigqueueinfo", e)
+	}
+	return nil
+}

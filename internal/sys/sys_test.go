@@ -324,6 +324,12 @@ func TestRtSigqueueinfo(t *testing.T) {
 	if err := RtSigqueueinfo(PID(1<<30), unix.SIGWINCH, &info); !errors.Is(err, unix.ESRCH) || !strings.Contains(err.Error(), "rt_sigqueueinfo") {
 		t.Errorf("missing process: %v", err)
 	}
+	if err := RtTgsigqueueinfo(PID(os.Getpid()), TID(unix.Gettid()), unix.SIGWINCH, &info); err != nil {
+		t.Fatal(err)
+	}
+	if err := RtTgsigqueueinfo(PID(os.Getpid()), TID(1<<30), unix.SIGWINCH, &info); !errors.Is(err, unix.ESRCH) || !strings.Contains(err.Error(), "rt_tgsigqueueinfo") {
+		t.Errorf("missing thread: %v", err)
+	}
 }
 
 func TestSemGetPID(t *testing.T) {

@@ -10,8 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/internal/testenv"
 )
 
@@ -78,15 +78,13 @@ func queue3(t *testing.T, v *victim, last *int) {
 	t.Helper()
 	for i := 0; i < 3; i++ {
 		*last++
-		var si [128]byte
+		var si [sys.SigInfoSize]byte
 		binary.LittleEndian.PutUint32(si[0:], uint32(sigQueued))
 		binary.LittleEndian.PutUint32(si[8:], ^uint32(0)) // si_code SI_QUEUE (-1)
 		binary.LittleEndian.PutUint32(si[16:], uint32(os.Getpid()))
 		binary.LittleEndian.PutUint32(si[24:], uint32(*last)) // si_value.sival_int
-		_, _, errno := syscall.Syscall(syscall.SYS_RT_SIGQUEUEINFO, uintptr(v.pid), uintptr(sigQueued),
-			uintptr(unsafe.Pointer(&si[0])))
-		if errno != 0 {
-			t.Fatalf("rt_sigqueueinfo(%d, %d): %v", v.pid, sigQueued, errno)
+		if err := sys.RtSigqueueinfo(sys.PID(v.pid), sigQueued, &si); err != nil {
+			t.Fatalf("queue signal %d to %d: %v", sigQueued, v.pid, err)
 		}
 	}
 }

@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/internal/testenv"
 )
 
@@ -284,17 +284,12 @@ func TestThreads(t *testing.T) {
 // tgsigqueue queues sig to thread tid of pid with rt_tgsigqueueinfo,
 // si_code SI_QUEUE and value val.
 func tgsigqueue(pid, tid int, sig syscall.Signal, val int) error {
-	var si [128]byte
+	var si [sys.SigInfoSize]byte
 	binary.LittleEndian.PutUint32(si[0:], uint32(sig))
 	binary.LittleEndian.PutUint32(si[8:], ^uint32(0)) // si_code SI_QUEUE (-1)
 	binary.LittleEndian.PutUint32(si[16:], uint32(os.Getpid()))
 	binary.LittleEndian.PutUint32(si[24:], uint32(val))
-	_, _, errno := syscall.Syscall6(syscall.SYS_RT_TGSIGQUEUEINFO, uintptr(pid), uintptr(tid), uintptr(sig),
-		uintptr(unsafe.Pointer(&si[0])), 0, 0)
-	if errno != 0 {
-		return errno
-	}
-	return nil
+	return sys.RtTgsigqueueinfo(sys.PID(pid), sys.TID(tid), sig, &si)
 }
 
 // TestThreadPendingSignals leaves signals pending on single threads of

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/internal/testenv"
 )
 
@@ -514,8 +515,8 @@ func removeMsgQueues(t *testing.T, dir string) {
 		if err != nil {
 			t.Fatalf("msqids: %q", f)
 		}
-		if _, _, e := syscall.Syscall(syscall.SYS_MSGCTL, uintptr(id), 0 /* IPC_RMID */, 0); e != 0 {
-			t.Fatalf("remove message queue %d: %v", id, e)
+		if err := sys.MsgRemove(id); err != nil {
+			t.Fatalf("remove message queue %d: %v", id, err)
 		}
 	}
 }
