@@ -36,7 +36,7 @@ func describeSocket(env DumpEnv, src *Source, f *image.File) error {
 		return fmt.Errorf("socket appeared after the freeze: %w", ErrUnsupported)
 	}
 	if dom, err := unix.GetsockoptInt(our, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX {
-		return describeUnix(env, our, src.Stat.Ino, f)
+		return describeUnix(env, src.PID, our, src.Stat.Ino, f)
 	}
 	if sockets.IsNetlink(our) {
 		ns, err := sockets.DescribeNetlink(our)

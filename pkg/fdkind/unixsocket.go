@@ -15,7 +15,7 @@ import (
 // describeUnix saves a UNIX socket (see sockets.DescribeUnix): bound,
 // listening, unconnected, one end of a pair of the dump or of a connection
 // whose peer was closed, with its queued messages and their senders.
-func describeUnix(env DumpEnv, our int, ino uint64, f *image.File) error {
+func describeUnix(env DumpEnv, pid, our int, ino uint64, f *image.File) error {
 	se := env.Sockets()
 	all, err := se.UnixSockets()
 	if err != nil {
@@ -42,6 +42,13 @@ func describeUnix(env DumpEnv, our int, ino uint64, f *image.File) error {
 		sockets.CloseRights(msgs)
 		return err
 	}
+	if err := sockets.DescribeSockFile(pid, s, all[uint32(ino)]); err != nil {
+		sockets.CloseRights(msgs)
+		if errors.Is(err, sockets.ErrState) {
+			return fmt.Errorf("%w: %w", err, ErrUnsupported)
+		}
+		return fmt.Errorf("UNIX socket %s: %w", s.Local, err)
+	}
 	if err := saveQueue(env, s, msgs); err != nil {
 		return err
 	}
@@ -58,6 +65,24 @@ type unixPairKey [2]uint32
 // (--external) connects again to its peer's name, unless ckpt-redo
 // --inherit-fd gave it (then it is not opened here).
 func openUnix(env RestoreEnv, f *image.File, at Where) (Desc, error) {
+	d, err := openUnixSocket(env, f, at)
+	if err != nil || d.File == nil || f.Socket.File == nil || !f.Socket.File.Gone {
+		return d, err
+	}
+	// A gone name is removed again once every socket that connects to it
+	// by name is built.
+	kept, err := dupFile(d.File)
+	if err != nil {
+		d.File.Close()
+		return Desc{}, err
+	}
+	env.Keep(kept)
+	s := f.Socket
+	env.Sockets().Finally(func() error { return sockets.ForgetName(int(kept.Fd()), s) })
+	return d, nil
+}
+
+func openUnixSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	s := f.Socket
 	if s.External {
 		return openExternal(s, at)
@@ -263,7 +288,7 @@ func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Soc
 				return nil, err
 			}
 		}
-		sfd, cfd, fill, err := sockets.AcceptedPair(fd, l.Local, srv, cli, qs, qc)
+		sfd, cfd, fill, err := sockets.AcceptedPair(fd, sockets.ReachName(l), srv, cli, qs, qc)
 		if err != nil {
 			return nil, fmt.Errorf("UNIX connection accepted from %s: %w", l.Local, err)
 		}
@@ -286,7 +311,7 @@ func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Soc
 		if cf == nil || cf.Socket == nil || cf.Socket.AcceptOf != lino {
 			return nil, fmt.Errorf("UNIX socket %d waiting in the accept queue of %s is not in the image: %w", c, l.Local, image.ErrCorrupt)
 		}
-		cfd, err := sockets.ConnectUnix(cf.Socket, l.Local)
+		cfd, err := sockets.ConnectUnix(cf.Socket, sockets.ReachName(l))
 		if err != nil {
 			return nil, fmt.Errorf("UNIX socket waiting in the accept queue of %s: %w", l.Local, err)
 		}
@@ -331,7 +356,7 @@ func openConnectedTo(env RestoreEnv, at Where, sino uint32, msgs func(*image.Soc
 		if err != nil {
 			return nil, err
 		}
-		cfd, fill, err := sockets.ConnectDgram(cf.Socket, srv.Local, fd, cq)
+		cfd, fill, err := sockets.ConnectDgram(cf.Socket, srv, fd, cq)
 		if err != nil {
 			return nil, fmt.Errorf("UNIX socket connected to %s: %w", srv.Local, err)
 		}

@@ -379,6 +379,9 @@ type Socket struct {
 	// unless ckpt-redo --inherit-fd gives the fd.
 	External     bool   `json:"external,omitempty"`
 	ExternalPeer string `json:"external_peer,omitempty"`
+	// File is, on a UNIX socket bound to a path name, the socket file the
+	// bind made (pkg/sockets sockfile.go).
+	File *SockFile `json:"sock_file,omitempty"`
 	// PeerCred is, on an unnamed pair of connected UNIX sockets
 	// (socketpair), what SO_PEERCRED said: the process that made the
 	// pair and its effective ids then. The restore makes the pair in
@@ -403,6 +406,23 @@ type Socket struct {
 type InFlight struct {
 	Sock uint32 `json:"sock,omitempty"`
 	File int    `json:"file"`
+}
+
+// SockFile is the file a UNIX socket bound to a path name made: its
+// owner and permissions, where a relative name lies, whether it is gone.
+type SockFile struct {
+	// Dir is, for a relative name, the directory it was found in (the
+	// process's working directory): the restore binds there.
+	Dir  string `json:"dir,omitempty"`
+	Mode uint32 `json:"mode"` // permission bits
+	UID  uint32 `json:"uid"`
+	GID  uint32 `json:"gid"`
+	// Gone is set when the name no longer leads to the socket (unlinked,
+	// or another file took its place): the restore binds, then removes
+	// the file again. MissingDirs is how many of its last directories
+	// were gone too: made for the bind, removed after.
+	Gone        bool `json:"gone,omitempty"`
+	MissingDirs int  `json:"missing_dirs,omitempty"`
 }
 
 // PeerCred is a UNIX socket's SO_PEERCRED and SO_PEERGROUPS: process,

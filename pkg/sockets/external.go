@@ -75,7 +75,7 @@ func OpenExternal(s *image.Socket) (int, error) {
 	fd := sock.Int()
 	err = setOptions(fd, s.Options, early, nil)
 	if err == nil && s.Local != "" {
-		err = bindUnix(fd, s.Local)
+		err = bindName(fd, s)
 	}
 	if err == nil {
 		if err = unix.Connect(fd, unixAddr(s.ExternalPeer)); err != nil {

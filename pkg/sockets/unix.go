@@ -21,11 +21,16 @@ type UnixInfo struct {
 	// Icons are, for a listener, the inodes of the clients whose
 	// connections wait to be accepted, in order.
 	Icons []uint32
+	// VFSIno and VFSDev identify the file a socket bound to a path made
+	// (the kernel's dev_t: major << 20 | minor); 0 for others.
+	VFSIno, VFSDev uint32
 }
 
 const (
 	sockDiagByFamily = 20
 	udiagShowName    = 0x01
+	udiagShowVFS     = 0x02
+	unixDiagVFS      = 1
 	udiagShowPeer    = 0x04
 	udiagShowIcons   = 0x08
 	udiagShowRqlen   = 0x10
@@ -47,7 +52,7 @@ func UnixSockets() (map[uint32]UnixInfo, error) {
 	le.PutUint32(req[8:], 1)
 	req[16] = unix.AF_UNIX
 	le.PutUint32(req[20:], 0xffffffff) // every state
-	le.PutUint32(req[28:], udiagShowName|udiagShowPeer|udiagShowIcons|udiagShowRqlen)
+	le.PutUint32(req[28:], udiagShowName|udiagShowVFS|udiagShowPeer|udiagShowIcons|udiagShowRqlen)
 	le.PutUint32(req[32:], 0xffffffff) // cookie: none
 	le.PutUint32(req[36:], 0xffffffff)
 	out := map[uint32]UnixInfo{}
@@ -63,6 +68,10 @@ func UnixSockets() (map[uint32]UnixInfo, error) {
 					info.Name = "@" + string(v[1:])
 				} else {
 					info.Name = strings.TrimRight(string(v), "\x00")
+				}
+			case unixDiagVFS:
+				if len(v) >= 8 {
+					info.VFSIno, info.VFSDev = le.Uint32(v), le.Uint32(v[4:])
 				}
 			case unixDiagPeer:
 				if len(v) >= 4 {

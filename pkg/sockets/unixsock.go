@@ -92,9 +92,10 @@ func describeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 			return nil, nil, fmt.Errorf("UNIX socket with data sent on a connection %s has not accepted yet (%d bytes of buffer; it cannot be read back): %w", l.Name, out, ErrAcceptQueue)
 		}
 		s.State, s.AcceptOf = StateEstablished, l.Ino
-	case u.State == StateEstablished && u.Peer == 0 && u.Type == unix.SOCK_DGRAM && connectedTo(all, ino):
+	case u.State == StateEstablished && u.Peer == 0 && u.Type == unix.SOCK_DGRAM && (connectedTo(all, ino) || u.Name != ""):
 		// A datagram socket others connected to (connect sets its
-		// state too); they connect to it again at restore.
+		// state too), even if they are gone since: it stays bound
+		// and unconnected; those of the dump connect to it again.
 	case u.State == StateEstablished && u.Peer == 0:
 		// The peer was closed: sock_diag no longer knows its inode.
 		s.State, s.PeerClosed = StateEstablished, true
@@ -363,7 +364,7 @@ func bindUnconnected(fd int, s *image.Socket) error {
 		return err
 	}
 	if s.Local != "" {
-		if err := bindUnix(fd, s.Local); err != nil {
+		if err := bindName(fd, s); err != nil {
 			return err
 		}
 	}
@@ -385,7 +386,7 @@ func FillUnix(fd int, s *image.Socket, queue []UnixMsg, sender func(name string)
 		if s.Local == "" || s.Type == unix.SOCK_STREAM {
 			return fmt.Errorf("queued data on an unconnected socket: %w", ErrState)
 		}
-		to := unixAddr(s.Local)
+		to := unixAddr(ReachName(s))
 		send := func(m UnixMsg) error {
 			if sender != nil && m.From != "" {
 				if from, ok := sender(m.From); ok {
@@ -462,7 +463,7 @@ func ConnectUnix(s *image.Socket, listener string) (int, error) {
 	}
 	err = setOptions(fd, s.Options, early, nil)
 	if err == nil && s.Local != "" {
-		err = bindUnix(fd, s.Local)
+		err = bindName(fd, s)
 	}
 	if err == nil {
 		if err = unix.Connect(fd, unixAddr(listener)); err != nil {
@@ -522,7 +523,7 @@ func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []Uni
 		return fail(err)
 	}
 	if cli != nil && cli.Local != "" {
-		if err := bindUnix(cfd, cli.Local); err != nil {
+		if err := bindName(cfd, cli); err != nil {
 			return fail(err)
 		}
 	}
@@ -552,32 +553,33 @@ func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []Uni
 }
 
 // ConnectDgram rebuilds a UNIX datagram socket that was connected one way
-// to the named socket server (rebuilt, its fd sfd): options and name,
+// to the named socket srv (rebuilt, its fd sfd): options and name,
 // connected to it again, with its queued messages (those from the server
 // sent by sfd itself, others from their senders' names) and its shutdown
 // state.
-func ConnectDgram(s *image.Socket, server string, sfd int, queue []UnixMsg) (int, Fill, error) {
+func ConnectDgram(s, srv *image.Socket, sfd int, queue []UnixMsg) (int, Fill, error) {
 	fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return -1, nil, fmt.Errorf("socket: %w", err)
 	}
-	if err := connectDgram(fd, s, server); err != nil {
+	if err := connectDgram(fd, s, srv); err != nil {
 		unix.Close(fd)
 		return -1, nil, err
 	}
-	return fd, func(hold Hold) error { return fillDgram(fd, s, server, sfd, queue, hold) }, nil
+	return fd, func(hold Hold) error { return fillDgram(fd, s, srv.Local, sfd, queue, hold) }, nil
 }
 
-func connectDgram(fd int, s *image.Socket, server string) error {
+func connectDgram(fd int, s, srv *image.Socket) error {
+	server := srv.Local
 	if err := setOptions(fd, s.Options, early, nil); err != nil {
 		return err
 	}
 	if s.Local != "" {
-		if err := bindUnix(fd, s.Local); err != nil {
+		if err := bindName(fd, s); err != nil {
 			return err
 		}
 	}
-	if err := unix.Connect(fd, unixAddr(server)); err != nil {
+	if err := unix.Connect(fd, unixAddr(ReachName(srv))); err != nil {
 		return fmt.Errorf("connect to %s: %w", server, err)
 	}
 	return nil
@@ -588,7 +590,7 @@ func fillDgram(fd int, s *image.Socket, server string, sfd int, queue []UnixMsg,
 		if s.Local == "" {
 			return fmt.Errorf("messages queued on an unnamed datagram socket: %w", ErrState)
 		}
-		to := unixAddr(s.Local)
+		to := unixAddr(ReachName(s))
 		err := fillUnix(-1, fd, queue, func(m UnixMsg) error {
 			if m.From == server {
 				return sendMsg(sfd, m, to, hold)
@@ -642,11 +644,11 @@ func namedPair(a, b *image.Socket, qa, qb []UnixMsg) (int, int, Fill, error) {
 			if err := setOptions(fd, s.Options, early, nil); err != nil {
 				return fail(err)
 			}
-			if err := bindUnix(fd, s.Local); err != nil {
+			if err := bindName(fd, s); err != nil {
 				return fail(err)
 			}
 		}
-		for i, to := range []string{b.Local, a.Local} {
+		for i, to := range []string{ReachName(b), ReachName(a)} {
 			if err := unix.Connect(fds[i], unixAddr(to)); err != nil {
 				return fail(fmt.Errorf("connect to %s: %w", to, err))
 			}
@@ -677,7 +679,7 @@ func namedPair(a, b *image.Socket, qa, qb []UnixMsg) (int, int, Fill, error) {
 			return fail(err)
 		}
 		if ss[cli].Local != "" {
-			if err := bindUnix(fds[cli], ss[cli].Local); err != nil {
+			if err := bindName(fds[cli], ss[cli]); err != nil {
 				return fail(err)
 			}
 		}

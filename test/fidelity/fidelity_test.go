@@ -161,6 +161,14 @@ var cases = []fcase{
 	{name: "sock_udp_shutdown", src: "sock_inet_state.c", args: []string{"udp_shutdown"}},
 	{name: "sock_freebind", src: "sock_inet_state.c", args: []string{"freebind"}},
 	{name: "sock_reuseport", src: "sock_inet_state.c", args: []string{"reuseport"}},
+	// The file of a UNIX socket bound to a path name: owner and
+	// permissions, relative names, names removed (directory too), a
+	// bound datagram socket whose clients are gone.
+	{name: "sock_unix_file_owner", src: "sock_unix_file.c", args: []string{"DIR/", "owner"}},
+	{name: "sock_unix_file_relative", src: "sock_unix_file.c", args: []string{"DIR/", "relative"}},
+	{name: "sock_unix_file_gone", src: "sock_unix_file.c", args: []string{"DIR/", "gone"}},
+	{name: "sock_unix_file_orphan", src: "sock_unix_file.c", args: []string{"DIR/", "orphan"}},
+	{name: "sock_unix_file_moved", src: "sock_unix_file.c", args: []string{"DIR/", "moved"}, refuse: "UNIX socket bound to the relative name \"moved.sock\", which is not in the process's working directory"},
 	{name: "sock_udplite4", src: "sock_families.c", args: []string{"udplite4"}},
 	{name: "sock_udplite6", src: "sock_families.c", args: []string{"udplite6"}},
 	{name: "sock_ping4", src: "sock_families.c", args: []string{"ping4"}},
