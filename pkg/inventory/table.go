@@ -420,7 +420,7 @@ func treeAttrs() []Attr {
 			CRIU:    "same (--shell-job)", Case: "pgrp, e2e TestSessionUnderPTY, TestTree"},
 		{Name: "zombies and their process group", Family: "tree", Status: Restored,
 			Seen: Seen{StatusKeys: []string{"State"}},
-			Save: "/proc/PID/stat (exit code, pgid, sid)", Restore: "forked, joins its group, then exits with its old status", CRIU: "same", Case: "pgrp, e2e TestTree, TestSessionUnderPTY"},
+			Save: "/proc/PID/stat (exit code, pgid, sid)", Restore: "forked, joins its group, then exits with its old status: exit_group, or the signal it died of with its default action, unblocked, let through its delivery stop (no core file unless the status says one was dumped)", CRIU: "same", Case: "pgrp, zombies, e2e TestTree, TestSessionUnderPTY"},
 		{Name: "stopped tasks (stop signal, stop reported or collected)", Family: "tree", Status: Restored,
 			Seen:    Seen{StatusKeys: []string{"State"}, Other: "waitpid(WUNTRACED) in the parent"},
 			Save:    "the group-stop signal PTRACE_SEIZE reports; whether the parent collected the stop (injected waitid WNOWAIT in the parent)",

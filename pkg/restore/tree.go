@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -283,7 +284,7 @@ func (b *builder) becomeZombie() error {
 	ws := unix.WaitStatus(b.p.ExitStatus)
 	switch {
 	case ws.Signaled():
-		if err := ptrace.Cont(b.target, ws.Signal()); err != nil {
+		if err := b.dieOf(ws); err != nil {
 			return err
 		}
 	default:
@@ -303,12 +304,52 @@ func (b *builder) becomeZombie() error {
 		if st.Exited() {
 			break
 		}
-		if err := ptrace.Cont(b.target, 0); err != nil {
+		// The stop where the signal is delivered: let it through (a
+		// PTRACE_CONT without it would drop it, and the helper run on).
+		var sig unix.Signal
+		if st.Status.Stopped() && st.Event == 0 && st.Sig() == ws.Signal() {
+			sig = ws.Signal()
+		}
+		if err := ptrace.Cont(b.target, sig); err != nil {
 			return err
 		}
 	}
 	b.tasks, b.target = nil, 0
 	return nil
+}
+
+// dieOf sends the skeleton the signal the zombie died of, with its default
+// action and unblocked, and no core file left behind unless the zombie
+// dumped one (its status says so).
+func (b *builder) dieOf(ws unix.WaitStatus) error {
+	sig := ws.Signal()
+	if !ws.CoreDump() {
+		var lim [16]byte // struct rlimit {0, 0}
+		if err := ptrace.WriteMem(b.target, b.scratch, lim[:]); err != nil {
+			return err
+		}
+		if _, err := b.call("prlimit64(RLIMIT_CORE 0)", unix.SYS_PRLIMIT64, 0, unix.RLIMIT_CORE, b.scratch, 0); err != nil {
+			return err
+		}
+	}
+	if sig != unix.SIGKILL && sig != unix.SIGSTOP {
+		var act [32]byte // struct kernel_sigaction: SIG_DFL, no flags, no mask
+		if err := ptrace.WriteMem(b.target, b.scratch, act[:]); err != nil {
+			return err
+		}
+		if _, err := b.call("rt_sigaction(SIG_DFL)", unix.SYS_RT_SIGACTION, uint64(sig), b.scratch, 0, 8); err != nil {
+			return err
+		}
+		var set [8]byte
+		binary.LittleEndian.PutUint64(set[:], 1<<(uint(sig)-1))
+		if err := ptrace.WriteMem(b.target, b.scratch, set[:]); err != nil {
+			return err
+		}
+		if _, err := b.call("rt_sigprocmask(SIG_UNBLOCK)", unix.SYS_RT_SIGPROCMASK, unix.SIG_UNBLOCK, b.scratch, 0, 8); err != nil {
+			return err
+		}
+	}
+	return ptrace.Cont(b.target, sig)
 }
 
 // chooseGadget finds an address for the gadget area that no process of the

@@ -120,6 +120,7 @@ var cases = []fcase{
 	{name: "sigtrap", src: "tree_sigtrap.c"},
 	{name: "pgrp", src: "tree_pgrp.c"},
 	{name: "stopped", src: "tree_stopped.c"},
+	{name: "zombies", src: "tree_zombies.c"},
 	// Sockets (pkg/sockets: the option inventory, shutdown state, queues).
 	{name: "sock_tcp4", src: "sock_inet.c", args: []string{"tcp4"}},
 	{name: "sock_tcp6", src: "sock_inet.c", args: []string{"tcp6"}},
