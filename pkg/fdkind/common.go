@@ -91,7 +91,14 @@ func Settle(f *image.File, of *os.File) error {
 	if err != nil {
 		return fmt.Errorf("fcntl F_GETFL: %w", err)
 	}
-	if want := cur&^setFlags | f.Flags&setFlags; want != cur {
+	flags := f.Flags
+	if hasLease(f) {
+		// a lease sets O_ASYNC (it signals its breaks), which F_SETFL
+		// cannot set on a regular file: the lease, taken again later,
+		// sets it again
+		flags &^= unix.O_ASYNC
+	}
+	if want := cur&^setFlags | flags&setFlags; want != cur {
 		if _, err := unix.FcntlInt(fd, unix.F_SETFL, want); err != nil {
 			return fmt.Errorf("fcntl F_SETFL %#o: %w", want, err)
 		}
@@ -99,8 +106,8 @@ func Settle(f *image.File, of *os.File) error {
 			return fmt.Errorf("fcntl F_GETFL: %w", err)
 		}
 	}
-	if diff := (cur ^ f.Flags) & checkedFlags; diff != 0 {
-		return fmt.Errorf("status flags %#o instead of %#o (differing %#o)", cur&checkedFlags, f.Flags&checkedFlags, diff)
+	if diff := (cur ^ flags) & checkedFlags; diff != 0 {
+		return fmt.Errorf("status flags %#o instead of %#o (differing %#o)", cur&checkedFlags, flags&checkedFlags, diff)
 	}
 	if k.Seekable && f.Pos != 0 {
 		if _, err := unix.Seek(int(fd), f.Pos, 0); err != nil {
@@ -113,6 +120,16 @@ func Settle(f *image.File, of *os.File) error {
 		}
 	}
 	return nil
+}
+
+// hasLease tells whether a description holds a lease.
+func hasLease(f *image.File) bool {
+	for _, l := range f.Locks {
+		if l.Kind == image.LockLease {
+			return true
+		}
+	}
+	return false
 }
 
 // SetOwner gives a restored description its F_SETOWN owner, once every

@@ -50,12 +50,17 @@ func parseLockLine(v string) (l lockLine, ok bool, err error) {
 		l.lock.Kind = image.LockOFD
 	case "FLOCK":
 		l.lock.Kind = image.LockFlock
-	case "LEASE", "BREAKING", "BREAKER", "DELEG":
-		return l, false, fmt.Errorf("file lease: cannot be restored: %w", ErrUnsupported)
+	case "LEASE":
+		if f[2] != "ACTIVE" {
+			return l, false, fmt.Errorf("file lease being broken (%s): cannot be restored: %w", strings.ToLower(f[2]), ErrUnsupported)
+		}
+		l.lock.Kind = image.LockLease
+	case "BREAKING", "BREAKER", "DELEG":
+		return l, false, fmt.Errorf("file lease (%s): cannot be restored: %w", strings.ToLower(f[1]), ErrUnsupported)
 	default:
 		return l, false, fmt.Errorf("file lock of type %s: cannot be restored: %w", f[1], ErrUnsupported)
 	}
-	if f[2] != "ADVISORY" {
+	if f[2] != "ADVISORY" && l.lock.Kind != image.LockLease {
 		return l, false, fmt.Errorf("%s file lock: cannot be restored: %w", strings.ToLower(f[2]), ErrUnsupported)
 	}
 	switch f[3] {
@@ -99,7 +104,7 @@ func Locks(lines []string) (posix, desc []image.Lock, err error) {
 		switch l.lock.Kind {
 		case image.LockPOSIX:
 			posix = append(posix, l.lock)
-		case image.LockFlock:
+		case image.LockFlock, image.LockLease:
 			l.lock.PID = l.pid
 			desc = append(desc, l.lock)
 		default:
@@ -123,6 +128,14 @@ func flockBytes(l image.Lock) []byte {
 	return b
 }
 
+// leaseType is the F_SETLEASE argument of a lease.
+func leaseType(l image.Lock) int {
+	if l.Write {
+		return unix.F_WRLCK
+	}
+	return unix.F_RDLCK
+}
+
 func lockLen(l image.Lock) int64 {
 	if l.End < 0 {
 		return 0
@@ -142,6 +155,9 @@ func showLock(l image.Lock) string {
 	if l.Kind == image.LockFlock {
 		return fmt.Sprintf("flock %s lock", mode)
 	}
+	if l.Kind == image.LockLease {
+		return fmt.Sprintf("%s lease", mode)
+	}
 	return fmt.Sprintf("%s %s lock on bytes %d-%s", l.Kind, mode, l.Start, end)
 }
 
@@ -154,6 +170,11 @@ func TakeLocks(f *image.File, of *os.File, byOwner func(pid int) bool) error {
 	for _, l := range f.Locks {
 		var err error
 		switch l.Kind {
+		case image.LockLease:
+			if l.PID > 0 && byOwner(l.PID) {
+				continue
+			}
+			_, err = unix.FcntlInt(of.Fd(), unix.F_SETLEASE, leaseType(l))
 		case image.LockFlock:
 			if l.PID > 0 && byOwner(l.PID) {
 				continue
@@ -179,10 +200,12 @@ func TakeLocks(f *image.File, of *os.File, byOwner func(pid int) bool) error {
 	return nil
 }
 
-// TakeFlocks makes the restored process take again the flock locks it
-// had taken on descriptions of the dump (never waiting), through the
-// copies of them ckpt-redo passed it: the lock belongs to the
-// description, and /proc/locks names the process that took it.
+// TakeFlocks makes the restored process take again the flock locks and
+// the leases it had taken on descriptions of the dump (never waiting),
+// through the copies of them ckpt-redo passed it: they belong to the
+// description, /proc/locks names the process that took them, and
+// F_SETLEASE makes the caller the description's owner (set again
+// afterwards, see SetOwner).
 func TakeFlocks(t Target, p *image.Process, files map[int]*image.File) error {
 	ids := make([]int, 0, len(files))
 	for id := range files {
@@ -192,12 +215,26 @@ func TakeFlocks(t Target, p *image.Process, files map[int]*image.File) error {
 	for _, id := range ids {
 		f := files[id]
 		for _, l := range f.Locks {
-			if l.Kind != image.LockFlock || l.PID != p.PID {
+			if (l.Kind != image.LockFlock && l.Kind != image.LockLease) || l.PID != p.PID {
 				continue
 			}
 			fd, ok := t.Passed(f.ID)
 			if !ok {
 				return fmt.Errorf("%s of %s: the description was not opened by ckpt-redo: %w", showLock(l), f.Ref.Path, image.ErrCorrupt)
+			}
+			if l.Kind == image.LockLease {
+				// through an fd of the process's own, if it has one: the
+				// lease signals its breaks naming that fd (si_fd)
+				for _, e := range p.FDs {
+					if e.File == f.ID {
+						fd = e.FD
+						break
+					}
+				}
+				if _, err := t.Call(fmt.Sprintf("fcntl(%d, F_SETLEASE)", fd), unix.SYS_FCNTL, uint64(fd), unix.F_SETLEASE, uint64(leaseType(l))); err != nil {
+					return lockError(l, &f.Ref, err)
+				}
+				continue
 			}
 			how := uint64(unix.LOCK_SH)
 			if l.Write {

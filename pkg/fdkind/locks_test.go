@@ -23,7 +23,9 @@ func TestParseLockLine(t *testing.T) {
 		{"1: OFDLCK ADVISORY  WRITE -1 fe:00:9978949 50 54", image.Lock{Kind: image.LockOFD, Write: true, Start: 50, End: 54}, -1, true, nil},
 		{"3: FLOCK  ADVISORY  READ 77 08:01:12 0 EOF", image.Lock{Kind: image.LockFlock, End: -1}, 77, true, nil},
 		{"1: -> POSIX  ADVISORY  WRITE 5 fe:00:1 0 EOF", image.Lock{}, 0, false, nil},
-		{"1: LEASE  ACTIVE    READ 5 fe:00:1 0 EOF", image.Lock{}, 0, false, ErrUnsupported},
+		{"1: LEASE  ACTIVE    READ 5 fe:00:1 0 EOF", image.Lock{Kind: image.LockLease, End: -1}, 5, true, nil},
+		{"2: LEASE  ACTIVE    WRITE 5 fe:00:1 0 EOF", image.Lock{Kind: image.LockLease, Write: true, End: -1}, 5, true, nil},
+		{"1: LEASE  BREAKING  READ 5 fe:00:1 0 EOF", image.Lock{}, 0, false, ErrUnsupported},
 		{"1: POSIX  MANDATORY WRITE 5 fe:00:1 0 EOF", image.Lock{}, 0, false, ErrUnsupported},
 	} {
 		l, ok, err := parseLockLine(tc.line)

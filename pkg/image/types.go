@@ -653,6 +653,7 @@ const (
 	LockPOSIX LockKind = "posix" // fcntl F_SETLK: the process's
 	LockOFD   LockKind = "ofd"   // F_OFD_SETLK: the open file description's
 	LockFlock LockKind = "flock" // flock(2): the open file description's
+	LockLease LockKind = "lease" // F_SETLEASE, active: the open file description's
 )
 
 // Lock is one file lock: a byte range (End -1: to the end of the file,
@@ -663,8 +664,8 @@ type Lock struct {
 	Write bool     `json:"write,omitempty"`
 	Start int64    `json:"start,omitempty"`
 	End   int64    `json:"end"` // inclusive, -1 for EOF
-	// PID is, for a flock lock, the process that took it (/proc/locks
-	// shows it); 0 if unknown.
+	// PID is, for a flock lock or a lease, the process that took it
+	// (/proc/locks shows it); 0 if unknown.
 	PID int `json:"pid,omitempty"`
 }
 

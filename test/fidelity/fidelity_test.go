@@ -78,6 +78,7 @@ var cases = []fcase{
 	{name: "fd_fifo", src: "fd_fifo.c", args: []string{"DIR/"}},
 	{name: "fd_locks", src: "fd_locks.c", args: []string{"DIR/"}},
 	{name: "fd_flock_owner", src: "fd_flock_owner.c", args: []string{"DIR/"}},
+	{name: "fd_leases", src: "fd_leases.c", args: []string{"active", "DIR/"}},
 	{name: "fd_epoll", src: "fd_epoll.c"},
 	{name: "fd_epoll_closed", src: "fd_epoll_closed.c"},
 	// Files of the /proc directory of a child that exited since.
@@ -187,6 +188,7 @@ var cases = []fcase{
 	{name: "sock_pending_error", src: "sock_refused.c", args: []string{"pending_error"}, refuse: "a pending socket error"},
 	// Refusals: each dump fails by name, the program goes on untouched.
 	{name: "fd_shared_table", src: "fd_shared_table.c", refuse: "shares its file descriptor table with process"},
+	{name: "fd_lease_breaking", src: "fd_leases.c", args: []string{"breaking", "DIR/"}, refuse: "file lease being broken (breaking): cannot be restored"},
 	{name: "fd_nsfile_other", src: "fd_nsfile.c", args: []string{"other"}, refuse: "of a uts namespace other than ckpt's"},
 	{name: "fd_io_uring", src: "fd_refused.c", args: []string{"io_uring"}, refuse: "fd 4 (anon_inode:[io_uring]): io_uring instance: cannot be restored"},
 	{name: "fd_bpf", src: "fd_refused.c", args: []string{"bpf"}, refuse: "fd 4 (anon_inode:bpf-map): bpf object"},
