@@ -56,3 +56,24 @@ func IoctlInt(fd int, req uint) (int, error) {
 	}
 	return v, nil
 }
+
+// GetsocknameRaw reads a socket's address as the kernel gives it (for a
+// SOCK_PACKET socket's struct sockaddr, which x/sys/unix reads as a
+// struct sockaddr_ll): the bytes written, at most len(buf).
+func GetsocknameRaw(fd int, buf []byte) (int, error) {
+	l := uint32(len(buf))
+	_, _, e := unix.Syscall(unix.SYS_GETSOCKNAME, uintptr(fd), uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&l)))
+	if e != 0 {
+		return 0, os.NewSyscallError("getsockname", e)
+	}
+	return int(min(l, uint32(len(buf)))), nil
+}
+
+// BindRaw binds a socket to an address given as its bytes.
+func BindRaw(fd int, addr []byte) error {
+	_, _, e := unix.Syscall(unix.SYS_BIND, uintptr(fd), uintptr(unsafe.Pointer(&addr[0])), uintptr(len(addr)))
+	if e != 0 {
+		return os.NewSyscallError("bind", e)
+	}
+	return nil
+}

@@ -1,6 +1,7 @@
 package sockets
 
 import (
+	"bytes"
 	"encoding/binary"
 	"fmt"
 
@@ -9,8 +10,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Packet sockets (AF_PACKET, SOCK_RAW or SOCK_DGRAM) are saved with their
-// protocol, the interface and protocol they are bound to, their
+// Packet sockets (AF_PACKET, SOCK_RAW or SOCK_DGRAM, and the old
+// SOCK_PACKET bound by device name) are saved with their protocol, the
+// interface and protocol (or device) they are bound to, their
 // SOL_PACKET options and the inventory's SOL_SOCKET ones (a classic
 // filter included). Refused by name: an mmap ring (PACKET_RX_RING,
 // PACKET_TX_RING, seen through sock_diag), memberships
@@ -67,7 +69,14 @@ func DescribePacket(fd int, ino uint64) (*image.Socket, error) {
 	if _, _, err := unix.Recvfrom(fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_TRUNC); err == nil {
 		return nil, fmt.Errorf("packet socket with packets waiting in its receive queue: they cannot be put back: %w", ErrState)
 	}
-	if sa, err := unix.Getsockname(fd); err == nil {
+	if s.Type == unix.SOCK_PACKET {
+		// A SOCK_PACKET socket is bound by device name (struct
+		// sockaddr: family, then the name in sa_data).
+		var sa [16]byte
+		if n, err := sys.GetsocknameRaw(fd, sa[:]); err == nil && n > 2 {
+			s.Local = string(bytes.TrimRight(sa[2:n], "\x00"))
+		}
+	} else if sa, err := unix.Getsockname(fd); err == nil {
 		if ll, ok := sa.(*unix.SockaddrLinklayer); ok {
 			s.Ifindex, s.LinkProto = ll.Ifindex, int(ll.Protocol)
 		}
@@ -116,7 +125,14 @@ func OpenPacket(s *image.Socket) (int, error) {
 			}
 		}
 	}
-	if s.Ifindex != 0 || s.LinkProto != s.Protocol {
+	if s.Type == unix.SOCK_PACKET && s.Local != "" {
+		sa := make([]byte, 16)
+		binary.LittleEndian.PutUint16(sa, unix.AF_PACKET)
+		copy(sa[2:15], s.Local)
+		if err := sys.BindRaw(fd, sa); err != nil {
+			return fail(fmt.Errorf("bind to device %s: %w", s.Local, err))
+		}
+	} else if s.Type != unix.SOCK_PACKET && (s.Ifindex != 0 || s.LinkProto != s.Protocol) {
 		if err := unix.Bind(fd, &unix.SockaddrLinklayer{Ifindex: s.Ifindex, Protocol: uint16(s.LinkProto)}); err != nil {
 			return fail(fmt.Errorf("bind to interface %d protocol %#x: %w", s.Ifindex, s.LinkProto, err))
 		}

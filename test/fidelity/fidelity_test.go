@@ -180,6 +180,7 @@ var cases = []fcase{
 	{name: "sock_netlink", src: "sock_families.c", args: []string{"netlink"}},
 	{name: "sock_netlink_queued", src: "sock_families.c", args: []string{"netlink_queued"}, refuse: "netlink socket (protocol 0) with messages waiting in its receive queue"},
 	{name: "sock_packet", src: "sock_families.c", args: []string{"packet"}},
+	{name: "sock_packet_spkt", src: "sock_families.c", args: []string{"packet_spkt"}},
 	{name: "sock_packet_ring", src: "sock_families.c", args: []string{"packet_ring"}, refuse: "packet socket with an mmap ring (PACKET_RX_RING true"},
 	{name: "sock_raw_queued", src: "sock_families.c", args: []string{"raw_queued"}, refuse: "IPv4 raw socket (protocol 1) with packets waiting in its receive queue"},
 	{name: "sock_tcp_acceptq", src: "sock_refused.c", args: []string{"tcp_acceptq"}, refuse: "connections not accepted yet"},

@@ -12,6 +12,8 @@
  *                       253 with IPV6_CHECKSUM;
  *   packet              a packet socket bound to lo and ethertype 0x88b5,
  *                       with PACKET_AUXDATA: a frame to itself after;
+ *   packet_spkt         old SOCK_PACKET sockets (bound by device name),
+ *                       one bound to lo, one not: the same names after;
  *   netlink             NETLINK_ROUTE autobound (its port id), in group 34,
  *                       with NETLINK_EXT_ACK: a RTM_GETLINK dump after;
  * each checked after the restore for its names and options; and refused:
@@ -250,6 +252,13 @@ int main(int argc, char **argv)
 		struct sockaddr_ll a = {.sll_family = AF_PACKET, .sll_protocol = htons(0x88b5), .sll_ifindex = if_nametoindex("lo")};
 		FID_SETUP(bind(fd, (struct sockaddr *)&a, sizeof a) == 0, "bind to lo");
 		FID_SETUP(frame(fd), "a frame to itself before the dump");
+	} else if (strcmp(kind, "packet_spkt") == 0) {
+		fd = socket(AF_PACKET, SOCK_PACKET, htons(0x88b6));
+		fd2 = socket(AF_PACKET, SOCK_PACKET, htons(0x88b6));
+		FID_SETUP(fd >= 0 && fd2 >= 0, "SOCK_PACKET sockets");
+		struct sockaddr a = {.sa_family = AF_PACKET};
+		strcpy(a.sa_data, "lo");
+		FID_SETUP(bind(fd, &a, sizeof a) == 0, "bind to lo by name");
 	} else if (strcmp(kind, "packet_ring") == 0) {
 		fd = socket(AF_PACKET, SOCK_RAW, 0);
 		struct tpacket_req r = {.tp_block_size = 4096, .tp_block_nr = 1, .tp_frame_size = 2048, .tp_frame_nr = 2};
