@@ -96,6 +96,17 @@ func describeSocket(env DumpEnv, src *Source, f *image.File) error {
 			s.RecvTo = append(s.RecvTo, d.To.String())
 		}
 	}
+	if s.Protocol == unix.IPPROTO_TCP && s.State == sockets.StateClose && s.TCP != nil {
+		// Closed after a connection: the bytes it had not read.
+		recvQ, err := sockets.PeekClosed(our)
+		if err != nil {
+			return fmt.Errorf("socket %s (closed): %w", s.Local, err)
+		}
+		if len(recvQ) > 0 {
+			s.RecvDataID = env.AddData(recvQ)
+		}
+		return nil
+	}
 	if s.Protocol != unix.IPPROTO_TCP || !sockets.Connected(s.State) {
 		return nil
 	}
@@ -203,7 +214,7 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		}
 	}
 	of := sock.File("socket")
-	if s.TCP != nil {
+	if s.TCP != nil && s.State != sockets.StateClose {
 		se.Repairing(of, s, sendQ)
 	}
 	if s.PortShared {
@@ -284,6 +295,8 @@ func ShowSocket(s *image.Socket) string {
 		return out
 	case s.TCP != nil && (s.State == sockets.StateEstablished || s.State == 0):
 		return fmt.Sprintf("tcp %s -> %s established, %d bytes unsent", s.Local, s.Remote, s.TCP.Unsent)
+	case s.TCP != nil && s.State == sockets.StateClose:
+		return fmt.Sprintf("tcp %s closed (was connected to %s)%s", s.Local, s.Remote, portFree(s))
 	case s.TCP != nil:
 		return fmt.Sprintf("tcp %s -> %s %s, %d bytes unsent", s.Local, s.Remote, sockets.StateName(s.State), s.TCP.Unsent)
 	case s.State == sockets.StateListen:
@@ -293,5 +306,13 @@ func ShowSocket(s *image.Socket) string {
 	case s.Protocol == unix.IPPROTO_UDP:
 		return fmt.Sprintf("udp %s", s.Local)
 	}
-	return fmt.Sprintf("tcp %s (not connected)", s.Local)
+	return fmt.Sprintf("tcp %s (not connected)%s", s.Local, portFree(s))
+}
+
+// portFree says that a closed socket does not hold the port it shows.
+func portFree(s *image.Socket) string {
+	if s.PortFree {
+		return ", port given back"
+	}
+	return ""
 }

@@ -330,13 +330,17 @@ type Socket struct {
 	Linger  [2]int32  `json:"linger,omitempty"`
 	// Shutdown is what shutdown() closed (SHUT_RD 1, SHUT_WR 2, both 3).
 	Shutdown int `json:"shutdown,omitempty"`
+	// PortFree is set on a TCP socket in state CLOSE whose getsockname
+	// port is not held by it (given back when its connection ended).
+	PortFree bool `json:"port_free,omitempty"`
 	// PeerClosed is set on a connected UNIX socket whose peer was closed.
 	PeerClosed bool `json:"peer_closed,omitempty"`
 	// PeerReset is set when the closed peer left ECONNRESET pending (it
 	// had data unread).
 	PeerReset bool `json:"peer_reset,omitempty"`
-	// TCP is the state of an established connection, read in repair mode;
-	// its receive and send queues are in FileData records.
+	// TCP is the state of a connection, read in repair mode (or, for a
+	// socket in state CLOSE closed after a connection, what rebuilding it
+	// needs); its receive and send queues are in FileData records.
 	TCP        *TCPRepair `json:"tcp,omitempty"`
 	RecvDataID int        `json:"recv_data_id,omitempty"`
 	SendDataID int        `json:"send_data_id,omitempty"`

@@ -49,12 +49,10 @@ func Describe(fd int) (*image.Socket, error) {
 				inFlight = fmt.Errorf("listening socket with %d connections not accepted yet: %w", queued, ErrAcceptQueue)
 			}
 		case s.State == tcpClose:
-			// Created, maybe bound, never connected: a socket that was
-			// connected, or tried to, has counted segments. Such a
-			// socket may show a port it no longer holds (getsockname),
-			// which cannot be rebuilt: it is refused.
-			if segsOut, segsIn := le32(info[136:]), le32(info[140:]); segsOut > 0 || segsIn > 0 {
-				return s, fmt.Errorf("TCP socket closed after a connection or a connection attempt (reset, refused or closed by both sides; %d segments out, %d in): %w", segsOut, segsIn, ErrState)
+			// Never connected, disconnected, or closed after a
+			// connection (tcpclosed.go).
+			if err := describeClosed(fd, s, info[:]); err != nil {
+				return s, err
 			}
 		default:
 			return nil, fmt.Errorf("TCP socket in state %s: %w", tcpStateName(s.State), ErrState)
@@ -104,7 +102,7 @@ func Describe(fd int) (*image.Socket, error) {
 	case tcpConn && s.State != StateSynSent:
 		s.Shutdown = shutdownOf(fd)
 	case s.Protocol == unix.IPPROTO_TCP && s.State == tcpClose:
-		s.Shutdown = closedShutdown(fd, false)
+		s.Shutdown = closedShutdown(fd, s.TCP != nil)
 	}
 	return s, inFlight
 }
@@ -219,8 +217,13 @@ func Open(s *image.Socket, recvQ, sendQ []byte) (int, error) {
 		}
 		st := &TCPState{Local: local, Remote: remote, State: s.State, TCPRepair: *s.TCP}
 		open := openConn
-		if s.State == StateSynSent {
+		switch s.State {
+		case StateSynSent:
 			open = openSynSent
+		case StateClose:
+			open = func(fd int, s *image.Socket, st *TCPState, recvQ, _ []byte) error {
+				return openClosed(fd, s, st.Local, st.Remote, recvQ)
+			}
 		}
 		if err := open(fd, s, st, recvQ, sendQ); err != nil {
 			setRepair(fd, true) // closing must stay silent
@@ -229,7 +232,17 @@ func Open(s *image.Socket, recvQ, sendQ []byte) (int, error) {
 		}
 		return fd, nil
 	}
-	if err := openPlain(fd, s); err != nil {
+	open := openPlain
+	if s.PortFree && s.Protocol == unix.IPPROTO_TCP && s.State == StateClose && s.Local != "" {
+		open = func(fd int, s *image.Socket) error {
+			local, err := netip.ParseAddrPort(s.Local)
+			if err != nil {
+				return fmt.Errorf("local address %q: %w", s.Local, err)
+			}
+			return openDisconnected(fd, s, local)
+		}
+	}
+	if err := open(fd, s); err != nil {
 		unix.Close(fd)
 		return -1, err
 	}

@@ -336,6 +336,9 @@ func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
 // of a close is brought back to it first (replayClose), one in SYN_SENT
 // connects (resumeSynSent).
 func Resume(fd int, st *TCPState, sendQ []byte) error {
+	if st.State == StateClose {
+		return nil // built whole by Open (tcpclosed.go)
+	}
 	if st.State == StateSynSent {
 		return resumeSynSent(fd, st)
 	}

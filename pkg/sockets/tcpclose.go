@@ -10,8 +10,8 @@ import "github.com/ckpt/ckpt/pkg/image"
 // queues are dropped, its name too (the port of a connection that ended
 // is given back). Other sockets are left alone.
 func CloseConnection(s *image.Socket) {
-	if s == nil || s.TCP == nil {
-		return
+	if s == nil || s.TCP == nil || s.State == tcpClose {
+		return // not a connection, or one that had ended already
 	}
 	s.TCP = nil
 	s.State = tcpClose

@@ -1,0 +1,541 @@
+package sockets
+
+// TCP sockets in state CLOSE that were connected, or tried to connect.
+//
+// What a program sees of a socket whose connection ended (reset by its
+// peer, both FINs exchanged, a connect refused or timed out) and still has
+// open, measured on Linux 6.18:
+//
+//   - TCP_INFO says CLOSE; poll says POLLIN|POLLRDHUP|POLLOUT|POLLHUP (the
+//     kernel shut both sides: sk_shutdown is SHUTDOWN_MASK), plus POLLERR
+//     while an error (ECONNRESET, ECONNREFUSED, ETIMEDOUT, EPIPE...) is
+//     pending;
+//   - read gives the bytes received and not read yet, then that error
+//     once, then 0; send says the error once, then EPIPE;
+//   - getsockname still gives the address and port of the connection,
+//     although the port is given back (another socket can bind it) unless
+//     it was bound explicitly (bind with a port, or accepted from such a
+//     listener); getpeername says ENOTCONN but SO_PEERNAME still gives
+//     the peer; TCP_MAXSEG and the tcp_info options (timestamps, SACK,
+//     window scales) stay those of the connection; TCP_TIMESTAMP goes on;
+//   - connect says EISCONN (the socket layer still calls it connected),
+//     listen EINVAL; bind succeeds when the port was given back.
+//
+// A socket that connect(AF_UNSPEC) disconnected (a blocking connect that
+// failed is disconnected by the kernel) is new again but for its port:
+// getsockname gives the wildcard address and the old port, which it does
+// not hold, and SO_PEERNAME says ENOTCONN.
+//
+// Rebuilding: the connection is built again in repair mode (same
+// addresses, MSS, options, timestamp clock, the bytes not read yet in the
+// receive queue) and then ended by a reset forged from the peer's address
+// (marked InjectMark, so that a network lock lets it through): the kernel
+// closes it exactly as the original was closed, giving the port back when
+// the socket did not bind it (the restore then lets connect choose the
+// port, which IP_LOCAL_PORT_RANGE narrows to the one saved). The error
+// the reset leaves is read, as the program had read its own. A
+// disconnected socket is connected in repair mode (the port chosen the
+// same way) and disconnected.
+//
+// Not rebuilt: an error still pending (its value cannot be read without
+// clearing it: such a socket is refused by name), and the socket layer's
+// "connecting" state of a socket whose non-blocking connect() was never
+// called again (connect() on it would give the error and disconnect it;
+// the rebuilt socket says EISCONN: see the inventory).
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"strings"
+	"unsafe"
+
+	"github.com/ckpt/ckpt/internal/sys"
+	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
+)
+
+// stateBoundInactive is the pseudo-state (TCP_BOUND_INACTIVE) in which
+// sock_diag lists the sockets in state CLOSE that hold their port.
+const stateBoundInactive = 13
+
+// ErrPendingError means a closed TCP socket has an error pending, whose
+// value cannot be read without clearing it.
+var ErrPendingError = fmt.Errorf("%w: TCP socket closed after a connection with an error pending (SO_ERROR, POLLERR: "+
+	"the reset or failure not read yet): its value cannot be read without clearing it", ErrState)
+
+const tcpFlagRST = 0x04
+
+// peerName reads SO_PEERNAME, which (unlike getpeername) still gives the
+// peer of a TCP socket whose connection ended; not valid if none.
+func peerName(fd, family int) netip.AddrPort {
+	// The buffer may not be longer than the address (EINVAL).
+	size := unix.SizeofSockaddrInet4
+	if family == unix.AF_INET6 {
+		size = unix.SizeofSockaddrInet6
+	}
+	buf := make([]byte, size)
+	n, err := sys.Getsockopt(fd, unix.SOL_SOCKET, unix.SO_PEERNAME, unsafe.Pointer(&buf[0]), uintptr(len(buf)))
+	if err != nil || n < 8 {
+		return netip.AddrPort{}
+	}
+	port := uint16(buf[2])<<8 | uint16(buf[3])
+	switch {
+	case family == unix.AF_INET && n >= unix.SizeofSockaddrInet4:
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte(buf[4:8])), port)
+	case family == unix.AF_INET6 && n >= unix.SizeofSockaddrInet6:
+		return netip.AddrPortFrom(netip.AddrFrom16([16]byte(buf[8:24])), port)
+	}
+	return netip.AddrPort{}
+}
+
+// holdsPort says whether a TCP socket in state CLOSE holds its local
+// port: sock_diag lists it as bound (TCP_BOUND_INACTIVE).
+func holdsPort(fd, family int) (bool, error) {
+	var s unix.Stat_t
+	if err := unix.Fstat(fd, &s); err != nil {
+		return false, fmt.Errorf("fstat: %w", err)
+	}
+	d, err := diagFind(family, stateBoundInactive, uint32(s.Ino))
+	if err != nil {
+		return false, fmt.Errorf("sock_diag (bound sockets): %w", err)
+	}
+	return d != nil, nil
+}
+
+// describeClosed completes the description of a TCP socket in state
+// CLOSE (s has its family and local address): one that was connected or
+// tried (a peer in SO_PEERNAME) gets what its rebuild needs in s.TCP; one
+// that shows a port it does not hold gets PortFree.
+func describeClosed(fd int, s *image.Socket, info []byte) error {
+	la, err := unix.Getsockname(fd)
+	if err != nil {
+		return fmt.Errorf("getsockname: %w", err)
+	}
+	local := AddrPort(la)
+	held, err := holdsPort(fd, s.Family)
+	if err != nil {
+		return err
+	}
+	s.PortFree = local.Port() != 0 && !held
+	peer := peerName(fd, s.Family)
+	if !peer.IsValid() || peer.Port() == 0 {
+		return nil // never connected, or disconnected
+	}
+	if pendingError(fd) {
+		return ErrPendingError
+	}
+	if urgentData(fd) {
+		return fmt.Errorf("urgent data (MSG_OOB) pending in the receive queue cannot be restored: %w", ErrState)
+	}
+	s.Remote = peer.String()
+	s.Local = local.String()
+	mss, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG)
+	if err != nil {
+		return fmt.Errorf("TCP_MAXSEG: %w", err)
+	}
+	ts, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_TIMESTAMP)
+	if err != nil {
+		return fmt.Errorf("TCP_TIMESTAMP: %w", err)
+	}
+	s.TCP = &image.TCPRepair{MSS: mss, Options: info[5], SndWscale: info[6] & 0xf, RcvWscale: info[6] >> 4,
+		Timestamp: uint32(ts), ReuseAddr: ReuseAddr(fd)}
+	s.Shutdown = 3 // the kernel shut both sides when the connection ended
+	return nil
+}
+
+// PeekClosed reads the bytes a closed TCP socket (described with a peer
+// by Describe) received and the program has not read, without consuming
+// them: no error is pending (describeClosed refused it), so a peek gives
+// the bytes.
+func PeekClosed(fd int) ([]byte, error) {
+	n, err := sys.IoctlInt(fd, unix.SIOCINQ)
+	if err != nil {
+		return nil, fmt.Errorf("SIOCINQ: %w", err)
+	}
+	if n == 0 {
+		return nil, nil
+	}
+	if off, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF); err == nil && off >= 0 {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, -1); err != nil {
+			return nil, fmt.Errorf("SO_PEEK_OFF: %w", err)
+		}
+		defer unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PEEK_OFF, off)
+	}
+	buf := make([]byte, n)
+	m, _, err := unix.Recvfrom(fd, buf, unix.MSG_PEEK|unix.MSG_DONTWAIT)
+	if err != nil {
+		return nil, fmt.Errorf("peek %d bytes: %w", n, err)
+	}
+	if m != n {
+		return nil, fmt.Errorf("peeked %d of %d bytes", m, n)
+	}
+	return buf, nil
+}
+
+// The sequence numbers of a connection that ended cannot be read by the
+// program: the rebuilt one uses these.
+const (
+	closedSndISN = 1 << 20
+	closedRcvISN = 1 << 21
+)
+
+// openClosed rebuilds a TCP socket closed after a connection (see the top
+// of this file) on a new socket fd: connected in repair mode, then reset
+// by a forged segment. It returns with the socket out of repair mode and
+// every option set.
+func openClosed(fd int, s *image.Socket, local, remote netip.AddrPort, recvQ []byte) error {
+	// TCP_MAXSEG shows the connection's MSS, which repair mode sets (the
+	// option could not set it: 32768 is above what setsockopt takes).
+	mss := func(level, name int) bool { return level == unix.IPPROTO_TCP && name == unix.TCP_MAXSEG }
+	noReuse := func(level, name int) bool {
+		return mss(level, name) || level == unix.SOL_SOCKET && name == unix.SO_REUSEADDR
+	}
+	if err := setOptions(fd, s.Options, early, noReuse); err != nil {
+		return err
+	}
+	if err := setRepair(fd, true); err != nil {
+		return err
+	}
+	if err := raiseBuffers(fd, 0, len(recvQ)); err != nil {
+		return err
+	}
+	for _, q := range []struct {
+		q   int
+		seq uint32
+	}{{tcpRecvQueue, closedRcvISN}, {tcpSendQueue, closedSndISN}} {
+		if err := setQueue(fd, q.q); err != nil {
+			return err
+		}
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ, int(q.seq)); err != nil {
+			return fmt.Errorf("TCP_QUEUE_SEQ: %w", err)
+		}
+	}
+	if err := setQueue(fd, tcpNoQueue); err != nil {
+		return err
+	}
+	if err := presetMSS(fd, s.TCP.MSS); err != nil {
+		return err
+	}
+	if err := connectAs(fd, local, remote, s.PortFree); err != nil {
+		return err
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG, 0); err != nil {
+		return fmt.Errorf("TCP_MAXSEG 0: %w", err)
+	}
+	st := &TCPState{Local: local, Remote: remote, State: StateEstablished, TCPRepair: *s.TCP}
+	type opt struct{ code, val uint32 }
+	opts := []opt{{unix.TCPOPT_MAXSEG, uint32(st.MSS)}}
+	if st.Options&optWscale != 0 {
+		opts = append(opts, opt{unix.TCPOPT_WINDOW, uint32(st.SndWscale) | uint32(st.RcvWscale)<<16})
+	}
+	if st.Options&optSACK != 0 {
+		opts = append(opts, opt{unix.TCPOPT_SACK_PERMITTED, 0})
+	}
+	if st.Options&optTimestamps != 0 {
+		opts = append(opts, opt{unix.TCPOPT_TIMESTAMP, 0})
+	}
+	if err := sys.Setsockopt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_OPTIONS, unsafe.Pointer(&opts[0]), uintptr(len(opts))*8); err != nil {
+		return fmt.Errorf("TCP_REPAIR_OPTIONS: %w", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_TIMESTAMP, int(st.Timestamp)); err != nil {
+		return fmt.Errorf("TCP_TIMESTAMP: %w", err)
+	}
+	if err := setQueue(fd, tcpRecvQueue); err != nil {
+		return err
+	}
+	if err := sendAll(fd, recvQ); err != nil {
+		return fmt.Errorf("refill receive queue: %w", err)
+	}
+	if err := setQueue(fd, tcpNoQueue); err != nil {
+		return err
+	}
+	// The reset: its sequence number is the next expected (rcv_nxt),
+	// which the kernel accepts at once.
+	rst := tcpSegment{from: remote, to: local, seq: closedRcvISN + uint32(len(recvQ)), flags: tcpFlagRST}
+	if err := inject(rst); err != nil {
+		return err
+	}
+	if err := waitState(fd, StateClose, "the forged reset"); err != nil {
+		return err
+	}
+	// The error the reset left (ECONNRESET) had been read by the program.
+	if e, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err != nil || e != int(unix.ECONNRESET) {
+		return fmt.Errorf("the forged reset left error %d (%v), want ECONNRESET", e, err)
+	}
+	if err := setRepair(fd, false); err != nil {
+		return err
+	}
+	if err := restoreConnectOptions(fd, s.Options); err != nil {
+		return err
+	}
+	if err := setOptions(fd, s.Options, late, mss); err != nil {
+		return err
+	}
+	return setLinger(fd, s)
+}
+
+// connectAs connects a socket in repair mode (no SYN is sent) from local
+// to remote. A port the socket must not hold once closed (free) is not
+// bound but chosen by connect, narrowed to it with IP_LOCAL_PORT_RANGE,
+// so that the kernel gives it back when the connection ends; the address
+// is bound (IP_BIND_ADDRESS_NO_PORT) only if the route would choose
+// another. The option is left to the caller to set back.
+func connectAs(fd int, local, remote netip.AddrPort, free bool) error {
+	if free {
+		p := int(local.Port())
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_LOCAL_PORT_RANGE, p|p<<16); err != nil {
+			return fmt.Errorf("IP_LOCAL_PORT_RANGE: %w", err)
+		}
+		if src, err := routeSource(remote); err != nil || src != local.Addr() {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1); err != nil {
+				return fmt.Errorf("IP_BIND_ADDRESS_NO_PORT: %w", err)
+			}
+			if err := unix.Bind(fd, Sockaddr(netip.AddrPortFrom(local.Addr(), 0))); err != nil {
+				return fmt.Errorf("bind %s: %w", local.Addr(), err)
+			}
+		}
+		err := unix.Connect(fd, Sockaddr(remote))
+		if errors.Is(err, unix.EADDRNOTAVAIL) {
+			// The connection's TIME_WAIT socket (both FINs were
+			// exchanged) holds the pair: it is network state,
+			// which a restore elsewhere would not have either.
+			if gone, derr := destroyTimeWait(local, remote); derr != nil {
+				return derr
+			} else if gone {
+				err = unix.Connect(fd, Sockaddr(remote))
+			}
+		}
+		if err == nil {
+			if la, err := unix.Getsockname(fd); err != nil || AddrPort(la) != local {
+				return fmt.Errorf("connect %s in repair mode: bound to %v, want %s", remote, AddrPort(la), local)
+			}
+			return nil
+		}
+		if !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return fmt.Errorf("connect %s in repair mode: %w", remote, err)
+		}
+		// The port is held by another socket bound to it (a listener
+		// the connection was accepted from), which connect will not
+		// share: the port is bound instead, and stays held.
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 0); err != nil {
+			return fmt.Errorf("IP_BIND_ADDRESS_NO_PORT: %w", err)
+		}
+	}
+	if err := unix.Bind(fd, Sockaddr(local)); err != nil {
+		return fmt.Errorf("bind %s: %w", local, err)
+	}
+	if err := unix.Connect(fd, Sockaddr(remote)); err != nil {
+		return fmt.Errorf("connect %s in repair mode: %w", remote, err)
+	}
+	return nil
+}
+
+// routeSource is the source address the kernel chooses to reach to.
+func routeSource(to netip.AddrPort) (netip.Addr, error) {
+	family := unix.AF_INET
+	if to.Addr().Is6() {
+		family = unix.AF_INET6
+	}
+	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	defer unix.Close(fd)
+	if family == unix.AF_INET6 {
+		unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0)
+	}
+	if err := unix.Connect(fd, Sockaddr(to)); err != nil {
+		return netip.Addr{}, err
+	}
+	la, err := unix.Getsockname(fd)
+	if err != nil {
+		return netip.Addr{}, err
+	}
+	return AddrPort(la).Addr(), nil
+}
+
+// openDisconnected rebuilds a TCP socket that shows a port it does not
+// hold (disconnected: see the top of this file): connected in repair mode
+// with that port chosen by connect, then disconnected (connect
+// AF_UNSPEC), which gives the port back and keeps it in getsockname.
+func openDisconnected(fd int, s *image.Socket, local netip.AddrPort) error {
+	// TCP_MAXSEG shows the MSS of the connection it had (disconnecting
+	// keeps it): set as for a closed connection.
+	mss := 0
+	for _, o := range s.Options {
+		if o.Level == unix.IPPROTO_TCP && o.Name == unix.TCP_MAXSEG {
+			mss = o.Value
+		}
+	}
+	noMSS := func(level, name int) bool { return level == unix.IPPROTO_TCP && name == unix.TCP_MAXSEG }
+	if err := setOptions(fd, s.Options, early, noMSS); err != nil {
+		return err
+	}
+	if err := setLinger(fd, s); err != nil {
+		return err
+	}
+	if err := setRepair(fd, true); err != nil {
+		return err
+	}
+	if err := setQueue(fd, tcpRecvQueue); err != nil {
+		return err
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ, closedRcvISN); err != nil {
+		return fmt.Errorf("TCP_QUEUE_SEQ: %w", err)
+	}
+	if err := setQueue(fd, tcpNoQueue); err != nil {
+		return err
+	}
+	if err := presetMSS(fd, mss); err != nil {
+		return err
+	}
+	// Any peer does: disconnecting forgets it. The loopback address of
+	// the family, at the same port, is a pair nobody else uses.
+	lo := netip.MustParseAddr("127.0.0.1")
+	if s.Family == unix.AF_INET6 {
+		lo = netip.IPv6Loopback()
+	}
+	if err := connectAs(fd, netip.AddrPortFrom(lo, local.Port()), netip.AddrPortFrom(lo, local.Port()), true); err != nil {
+		return err
+	}
+	if mss > 0 {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG, 0); err != nil {
+			return fmt.Errorf("TCP_MAXSEG 0: %w", err)
+		}
+	}
+	if err := disconnect(fd); err != nil {
+		return err
+	}
+	// Disconnecting in repair mode leaves ECONNABORTED, which the
+	// original did not have pending.
+	unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	if err := setRepair(fd, false); err != nil {
+		return err
+	}
+	if la, err := unix.Getsockname(fd); err != nil || AddrPort(la).Port() != local.Port() {
+		return fmt.Errorf("disconnected socket shows %v, want port %d", AddrPort(la), local.Port())
+	}
+	if err := restoreConnectOptions(fd, s.Options); err != nil {
+		return err
+	}
+	if err := setOptions(fd, s.Options, late, noMSS); err != nil {
+		return err
+	}
+	return shutdown(fd, s.Shutdown)
+}
+
+// disconnect is connect(AF_UNSPEC), which x/sys/unix has no Sockaddr for.
+func disconnect(fd int) error {
+	var sa [16]byte // struct sockaddr, sa_family AF_UNSPEC
+	if _, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa[0])), uintptr(len(sa))); e != 0 {
+		return fmt.Errorf("disconnect (connect AF_UNSPEC): %w", e)
+	}
+	return nil
+}
+
+// sockDestroy is SOCK_DESTROY, the sock_diag request that ends a socket.
+const sockDestroy = 21
+
+const stateTimeWait = 6
+
+// destroyTimeWait ends the TIME_WAIT socket the connection local-remote
+// left (the one a socket closed after both FINs leaves on this machine),
+// so that the connection can be built again: it is reported whether one
+// was there.
+func destroyTimeWait(local, remote netip.AddrPort) (bool, error) {
+	family := byte(unix.AF_INET)
+	if local.Addr().Is6() {
+		family = unix.AF_INET6
+	}
+	req := make([]byte, 16+56)
+	le, be := binary.LittleEndian, binary.BigEndian
+	le.PutUint32(req[0:], uint32(len(req)))
+	le.PutUint16(req[4:], sockDestroy)
+	le.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK)
+	le.PutUint32(req[8:], 1)
+	r := req[16:]
+	r[0], r[1] = family, unix.IPPROTO_TCP
+	le.PutUint32(r[4:], 1<<stateTimeWait)
+	id := r[8:]
+	be.PutUint16(id[0:], local.Port())
+	be.PutUint16(id[2:], remote.Port())
+	put := func(b []byte, a netip.Addr) {
+		if family == unix.AF_INET {
+			a4 := a.Unmap().As4()
+			copy(b, a4[:])
+		} else {
+			a16 := a.As16()
+			copy(b, a16[:])
+		}
+	}
+	put(id[4:20], local.Addr())
+	put(id[20:36], remote.Addr())
+	le.PutUint32(id[40:], 0xffffffff) // no cookie
+	le.PutUint32(id[44:], 0xffffffff)
+	nl, err := sockDiagRequest(req)
+	if err != nil {
+		return false, err
+	}
+	defer nl.Close()
+	msgs, err := sockDiagReceive(nl, make([]byte, 4096))
+	if err != nil {
+		return false, err
+	}
+	for _, m := range msgs {
+		if m.Header.Type == unix.NLMSG_ERROR && len(m.Data) >= 4 {
+			switch e := unix.Errno(-int32(le.Uint32(m.Data))); e {
+			case 0:
+				return true, nil
+			case unix.ENOENT:
+				return false, nil
+			default:
+				return false, fmt.Errorf("sock_diag: destroy the TIME_WAIT socket %s-%s: %w", local, remote, e)
+			}
+		}
+	}
+	return false, nil
+}
+
+// presetMSS makes the connection connect builds in repair mode have mss
+// as its MSS (TCP_MAXSEG of a closed socket shows it): connect takes the
+// path MTU's, bounded by the clamp (TCP_MAXSEG before connect, at most
+// 32767), less the timestamp option connect reserves room for when
+// net.ipv4.tcp_timestamps is on. The caller clears the clamp after
+// connect. An MSS above 32755 (loopback only: its MTU is 65536; the
+// original got it from half the peer's window) comes back as 32755.
+func presetMSS(fd, mss int) error {
+	if mss <= 0 {
+		return nil
+	}
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_timestamps"); err != nil || strings.TrimSpace(string(b)) != "0" {
+		mss += 12 // TCPOLEN_TSTAMP_ALIGNED
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG, min(mss, 32767)); err != nil {
+		return fmt.Errorf("TCP_MAXSEG: %w", err)
+	}
+	return nil
+}
+
+// restoreConnectOptions sets back, after the rebuild, the options it
+// changed to choose the port and address: IP_LOCAL_PORT_RANGE,
+// IP_BIND_ADDRESS_NO_PORT and SO_REUSEADDR (which repair mode clears),
+// to their saved values or the default.
+func restoreConnectOptions(fd int, saved []image.SockOpt) error {
+	for _, o := range []struct{ level, name int }{
+		{unix.IPPROTO_IP, unix.IP_LOCAL_PORT_RANGE}, {unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT}, {unix.SOL_SOCKET, unix.SO_REUSEADDR},
+	} {
+		v := 0
+		for _, sv := range saved {
+			if sv.Level == o.level && sv.Name == o.name {
+				v = sv.Value
+			}
+		}
+		if err := unix.SetsockoptInt(fd, o.level, o.name, v); err != nil {
+			return fmt.Errorf("setsockopt %d/%d back to %d: %w", o.level, o.name, v, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,336 @@
+package sockets_test
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/ckpt/ckpt/internal/sys"
+	"github.com/ckpt/ckpt/pkg/sockets"
+	"golang.org/x/sys/unix"
+)
+
+// closedView is what a program can see of a TCP socket in state CLOSE
+// without changing it.
+type closedView struct {
+	State, Revents  int
+	Name            string
+	PeerErr         error // getpeername
+	PeerName        string
+	MaxSeg, InQ     int
+	Options, Wscale byte
+}
+
+func viewClosed(t *testing.T, fd int) closedView {
+	t.Helper()
+	var v closedView
+	var err error
+	v.State, err = sockets.State(fd)
+	must(t, err)
+	p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLOUT | unix.POLLRDHUP | unix.POLLPRI}}
+	unix.Poll(p, 0)
+	v.Revents = int(p[0].Revents)
+	la, err := unix.Getsockname(fd)
+	must(t, err)
+	v.Name = sockets.AddrPort(la).String()
+	_, v.PeerErr = unix.Getpeername(fd)
+	buf := make([]byte, 16)
+	if dom, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); dom == unix.AF_INET6 {
+		buf = make([]byte, 28)
+	}
+	if n, err := sys.Getsockopt(fd, unix.SOL_SOCKET, unix.SO_PEERNAME, unsafe.Pointer(&buf[0]), uintptr(len(buf))); err == nil {
+		v.PeerName = fmt.Sprint(buf[:n])
+	} else {
+		v.PeerName = err.Error()
+	}
+	v.MaxSeg, _ = unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG)
+	v.InQ, _ = unix.IoctlGetInt(fd, unix.SIOCINQ)
+	var info [256]byte
+	_, err = sys.Getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_INFO, unsafe.Pointer(&info[0]), uintptr(len(info)))
+	must(t, err)
+	v.Options, v.Wscale = info[5], info[6]
+	return v
+}
+
+// useClosed is what using a closed socket gives: the error, reads, a
+// write, connect again (to an address of another family: no side
+// effect on a socket the kernel calls connected or not), listen.
+func useClosed(fd int) string {
+	e, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+	out := fmt.Sprintf("SO_ERROR %d", e)
+	buf := make([]byte, 64)
+	for range 2 {
+		n, _, err := unix.Recvfrom(fd, buf, unix.MSG_DONTWAIT)
+		out += fmt.Sprintf("; recv %d %q %v", n, buf[:max(n, 0)], err)
+	}
+	_, err := unix.SendmsgN(fd, []byte("x"), nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+	out += fmt.Sprintf("; send %v", err)
+	out += fmt.Sprintf("; connect %v", unix.Connect(fd, &unix.SockaddrUnix{Name: "/nonexistent"}))
+	out += fmt.Sprintf("; listen %v", unix.Listen(fd, 1))
+	return out
+}
+
+// closedFamily makes sockets and addresses of one family.
+type closedFamily struct {
+	dom    int
+	lo     netip.Addr
+	mapped bool
+}
+
+func (f closedFamily) socket(t *testing.T) int {
+	t.Helper()
+	fd, err := unix.Socket(f.dom, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	must(t, err)
+	if f.dom == unix.AF_INET6 {
+		v6only := 1
+		if f.mapped {
+			v6only = 0
+		}
+		must(t, unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, v6only))
+	}
+	t.Cleanup(func() { unix.Close(fd) })
+	return fd
+}
+
+// listener listens on a port bound explicitly (explicit) or chosen by
+// the kernel.
+func (f closedFamily) listener(t *testing.T, explicit bool) (int, unix.Sockaddr) {
+	t.Helper()
+	ln := f.socket(t)
+	must(t, unix.SetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_REUSEADDR, 1))
+	port := uint16(0)
+	if explicit {
+		port = freePort(t, f)
+	}
+	must(t, unix.Bind(ln, sockets.Sockaddr(netip.AddrPortFrom(f.lo, port))))
+	must(t, unix.Listen(ln, 4))
+	la, err := unix.Getsockname(ln)
+	must(t, err)
+	return ln, la
+}
+
+// freePort is a port nobody holds now.
+func freePort(t *testing.T, f closedFamily) uint16 {
+	t.Helper()
+	fd, err := unix.Socket(f.dom, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	must(t, err)
+	defer unix.Close(fd)
+	must(t, unix.Bind(fd, sockets.Sockaddr(netip.AddrPortFrom(f.lo, 0))))
+	la, err := unix.Getsockname(fd)
+	must(t, err)
+	return sockets.AddrPort(la).Port()
+}
+
+// reset closes peer with a reset (SO_LINGER 0) and waits for fd to be
+// closed by it.
+func reset(t *testing.T, fd, peer int) {
+	t.Helper()
+	must(t, unix.SetsockoptLinger(peer, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0}))
+	unix.Close(peer)
+	waitFor(t, "the reset", stateIs(fd, sockets.StateClose))
+}
+
+// TestTCPClosed makes TCP sockets closed in every way a connection ends
+// (and disconnected ones), describes each, builds it again, and compares
+// everything a program sees of the two: state, poll, names, SO_PEERNAME,
+// MSS and options, bytes not read, the port held or given back, then
+// what reading, writing, connecting and listening give.
+func TestTCPClosed(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("TCP_REPAIR needs root (CAP_NET_ADMIN)")
+	}
+	families := map[string]closedFamily{
+		"tcp4":   {dom: unix.AF_INET, lo: netip.MustParseAddr("127.0.0.1")},
+		"tcp6":   {dom: unix.AF_INET6, lo: netip.IPv6Loopback()},
+		"mapped": {dom: unix.AF_INET6, lo: netip.MustParseAddr("::ffff:127.0.0.1"), mapped: true},
+	}
+	cases := []struct {
+		name     string
+		families []string
+		// setup returns the closed socket; the error it had is read.
+		setup    func(t *testing.T, f closedFamily) int
+		portFree bool
+		// gap names what the rebuilt socket cannot show as the
+		// original (see the inventory): "holds" (an accepted socket
+		// holds the port its listener holds), "connecting" (connect
+		// again says EISCONN).
+		gap string
+	}{
+		{"reset", []string{"tcp4", "tcp6", "mapped"}, func(t *testing.T, f closedFamily) int {
+			ln, la := f.listener(t, false)
+			fd := f.socket(t)
+			must(t, unix.Connect(fd, la))
+			srv, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC)
+			must(t, err)
+			reset(t, fd, srv)
+			return fd
+		}, true, ""},
+		{"reset_data", []string{"tcp4"}, func(t *testing.T, f closedFamily) int {
+			ln, la := f.listener(t, false)
+			fd := f.socket(t)
+			must(t, unix.Connect(fd, la))
+			srv, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC)
+			must(t, err)
+			send(t, srv, []byte("unread bytes"))
+			waitFor(t, "the bytes", func() bool { n, _ := unix.IoctlGetInt(fd, unix.SIOCINQ); return n == 12 })
+			reset(t, fd, srv)
+			return fd
+		}, true, ""},
+		{"reset_bound", []string{"tcp4"}, func(t *testing.T, f closedFamily) int {
+			ln, la := f.listener(t, false)
+			fd := f.socket(t)
+			must(t, unix.Bind(fd, sockets.Sockaddr(netip.AddrPortFrom(f.lo, freePort(t, f)))))
+			must(t, unix.Connect(fd, la))
+			srv, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC)
+			must(t, err)
+			reset(t, fd, srv)
+			return fd
+		}, false, ""},
+		{"reset_accepted", []string{"tcp4", "tcp6"}, func(t *testing.T, f closedFamily) int {
+			ln, la := f.listener(t, true)
+			cli := f.socket(t)
+			must(t, unix.Connect(cli, la))
+			fd, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC)
+			must(t, err)
+			t.Cleanup(func() { unix.Close(fd) })
+			reset(t, fd, cli)
+			return fd
+		}, true, "holds"},
+		{"fin_active", []string{"tcp4", "tcp6", "mapped"}, func(t *testing.T, f closedFamily) int {
+			ln, la := f.listener(t, false)
+			fd := f.socket(t)
+			must(t, unix.Connect(fd, la))
+			srv, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC)
+			must(t, err)
+			send(t, srv, []byte("last words"))
+			must(t, unix.Shutdown(fd, unix.SHUT_WR))
+			waitFor(t, "FIN_WAIT2", stateIs(fd, sockets.StateFinWait2))
+			unix.Close(srv)
+			waitFor(t, "TIME_WAIT handed over", stateIs(fd, sockets.StateClose))
+			return fd
+		}, true, ""},
+		{"fin_passive", []string{"tcp4"}, func(t *testing.T, f closedFamily) int {
+			ln, la := f.listener(t, false)
+			fd := f.socket(t)
+			must(t, unix.Connect(fd, la))
+			srv, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC)
+			must(t, err)
+			t.Cleanup(func() { unix.Close(srv) })
+			must(t, unix.Shutdown(srv, unix.SHUT_WR))
+			waitFor(t, "CLOSE_WAIT", stateIs(fd, sockets.StateCloseWait))
+			must(t, unix.Shutdown(fd, unix.SHUT_WR))
+			waitFor(t, "LAST_ACK done", stateIs(fd, sockets.StateClose))
+			return fd
+		}, true, ""},
+		{"refused_nonblocking", []string{"tcp4", "tcp6"}, func(t *testing.T, f closedFamily) int {
+			ln, la := f.listener(t, false)
+			unix.Close(ln)
+			fd := f.socket(t)
+			must(t, unix.SetNonblock(fd, true))
+			if err := unix.Connect(fd, la); err != unix.EINPROGRESS {
+				t.Fatalf("connect: %v, want EINPROGRESS", err)
+			}
+			waitFor(t, "the refusal", stateIs(fd, sockets.StateClose))
+			return fd
+		}, true, "connecting"},
+		{"refused_blocking", []string{"tcp4", "tcp6"}, func(t *testing.T, f closedFamily) int {
+			ln, la := f.listener(t, false)
+			unix.Close(ln)
+			fd := f.socket(t)
+			if err := unix.Connect(fd, la); err != unix.ECONNREFUSED {
+				t.Fatalf("connect: %v, want ECONNREFUSED", err)
+			}
+			return fd
+		}, true, ""},
+		{"disconnected", []string{"tcp4"}, func(t *testing.T, f closedFamily) int {
+			_, la := f.listener(t, false)
+			fd := f.socket(t)
+			must(t, unix.Connect(fd, la))
+			must(t, sockets.Disconnect(fd))
+			return fd
+		}, true, ""},
+	}
+	for _, c := range cases {
+		for _, fam := range c.families {
+			t.Run(c.name+"_"+fam, func(t *testing.T) {
+				f := families[fam]
+				fd := c.setup(t, f)
+				unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR) // the program had read it
+				want := viewClosed(t, fd)
+				s, err := sockets.Describe(fd)
+				must(t, err)
+				if s.PortFree != c.portFree {
+					t.Errorf("described with PortFree %v, want %v", s.PortFree, c.portFree)
+				}
+				var recvQ []byte
+				if s.TCP != nil {
+					recvQ, err = sockets.PeekClosed(fd)
+					must(t, err)
+				}
+				if got := viewClosed(t, fd); !reflect.DeepEqual(got, want) {
+					t.Fatalf("the dump changed the socket: %+v, was %+v", got, want)
+				}
+				nfd, err := sockets.Open(s, recvQ, nil)
+				must(t, err)
+				t.Cleanup(func() { unix.Close(nfd) })
+				got := viewClosed(t, nfd)
+				if want.MaxSeg > 32755 && got.MaxSeg == 32755 {
+					got.MaxSeg = want.MaxSeg // loopback's MTU: see presetMSS
+				}
+				if !reflect.DeepEqual(got, want) {
+					t.Errorf("rebuilt: %+v\nwant      %+v", got, want)
+				}
+				again, err := sockets.Describe(nfd)
+				must(t, err)
+				if c.gap == "holds" {
+					again.PortFree = true
+				}
+				if again.PortFree != s.PortFree || again.Local != s.Local || again.Remote != s.Remote {
+					t.Errorf("rebuilt socket described as %s-%s free %v, want %s-%s free %v",
+						again.Local, again.Remote, again.PortFree, s.Local, s.Remote, s.PortFree)
+				}
+				if s.PortFree && c.gap != "holds" {
+					// Given back: another socket binds it.
+					la, err := unix.Getsockname(nfd)
+					must(t, err)
+					other := f.socket(t)
+					if err := unix.Bind(other, la); err != nil {
+						t.Errorf("bind the port the rebuilt socket gave back: %v", err)
+					}
+					unix.Close(other)
+				}
+				use := useClosed
+				if c.gap == "connecting" {
+					use = func(fd int) string { return strings.Join(strings.Split(useClosed(fd), "; ")[:4], "; ") }
+				}
+				if got, want := use(nfd), use(fd); got != want {
+					t.Errorf("using the rebuilt socket: %s\nwant %s", got, want)
+				}
+			})
+		}
+	}
+}
+
+// TestTCPClosedPendingError checks that a closed socket whose error was
+// not read yet is refused by name, and left as it was.
+func TestTCPClosedPendingError(t *testing.T) {
+	f := closedFamily{dom: unix.AF_INET, lo: netip.MustParseAddr("127.0.0.1")}
+	ln, la := f.listener(t, false)
+	fd := f.socket(t)
+	must(t, unix.Connect(fd, la))
+	srv, _, err := unix.Accept4(ln, unix.SOCK_CLOEXEC)
+	must(t, err)
+	reset(t, fd, srv)
+	_, err = sockets.Describe(fd)
+	if !errors.Is(err, sockets.ErrPendingError) {
+		t.Fatalf("Describe: %v, want ErrPendingError", err)
+	}
+	if e, _ := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); e != int(unix.ECONNRESET) {
+		t.Errorf("SO_ERROR %d after the refusal, want ECONNRESET", e)
+	}
+}
