@@ -50,6 +50,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 	"unsafe"
 
 	"github.com/ckpt/ckpt/internal/sys"
@@ -227,7 +228,10 @@ func openClosed(fd int, s *image.Socket, local, remote netip.AddrPort, recvQ []b
 	}
 	st := &TCPState{Local: local, Remote: remote, State: StateEstablished, TCPRepair: *s.TCP}
 	type opt struct{ code, val uint32 }
-	opts := []opt{{unix.TCPOPT_MAXSEG, uint32(st.MSS)}}
+	// The clamp (mss_clamp, which only repair mode shows) must not keep
+	// raiseMSS from reaching the MSS: no lower than the MSS and its
+	// timestamp option.
+	opts := []opt{{unix.TCPOPT_MAXSEG, uint32(min(st.MSS+40, 65535))}}
 	if st.Options&optWscale != 0 {
 		opts = append(opts, opt{unix.TCPOPT_WINDOW, uint32(st.SndWscale) | uint32(st.RcvWscale)<<16})
 	}
@@ -252,9 +256,13 @@ func openClosed(fd int, s *image.Socket, local, remote netip.AddrPort, recvQ []b
 	if err := setQueue(fd, tcpNoQueue); err != nil {
 		return err
 	}
+	rcvNxt := closedRcvISN + uint32(len(recvQ))
+	if err := raiseMSS(fd, st, rcvNxt); err != nil {
+		return err
+	}
 	// The reset: its sequence number is the next expected (rcv_nxt),
 	// which the kernel accepts at once.
-	rst := tcpSegment{from: remote, to: local, seq: closedRcvISN + uint32(len(recvQ)), flags: tcpFlagRST}
+	rst := tcpSegment{from: remote, to: local, seq: rcvNxt, flags: tcpFlagRST}
 	if err := inject(rst); err != nil {
 		return err
 	}
@@ -504,8 +512,8 @@ func destroyTimeWait(local, remote netip.AddrPort) (bool, error) {
 // path MTU's, bounded by the clamp (TCP_MAXSEG before connect, at most
 // 32767), less the timestamp option connect reserves room for when
 // net.ipv4.tcp_timestamps is on. The caller clears the clamp after
-// connect. An MSS above 32755 (loopback only: its MTU is 65536; the
-// original got it from half the peer's window) comes back as 32755.
+// connect. An MSS above 32755 (loopback only: its MTU is 65536) is
+// reached by raiseMSS.
 func presetMSS(fd, mss int) error {
 	if mss <= 0 {
 		return nil
@@ -517,6 +525,46 @@ func presetMSS(fd, mss int) error {
 		return fmt.Errorf("TCP_MAXSEG: %w", err)
 	}
 	return nil
+}
+
+// sndMSS reads tcp_info's tcpi_snd_mss (the MSS in use, which getsockopt
+// TCP_MAXSEG shows out of repair mode).
+func sndMSS(fd int) (int, error) {
+	var info [256]byte
+	if _, err := sys.Getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_INFO, unsafe.Pointer(&info[0]), uintptr(len(info))); err != nil {
+		return 0, fmt.Errorf("TCP_INFO: %w", err)
+	}
+	return int(le32(info[16:])), nil
+}
+
+// raiseMSS brings the MSS of a connection presetMSS could not give it
+// (above 32755) to st.MSS, as the original got it: from half the largest
+// window the peer offered. The window is set small in repair mode, then
+// a window update forged from the peer offers twice the MSS, and the
+// kernel computes the MSS again.
+func raiseMSS(fd int, st *TCPState, rcvNxt uint32) error {
+	cur, err := sndMSS(fd)
+	if err != nil || cur >= st.MSS {
+		return err
+	}
+	if err := setWindow(fd, [5]uint32{rcvNxt - 1, 1, 1, 65535, rcvNxt}); err != nil {
+		return err
+	}
+	win := (uint32(2*st.MSS) + 1<<st.SndWscale - 1) >> st.SndWscale
+	seg := tcpSegment{from: st.Remote, to: st.Local, seq: rcvNxt, ack: closedSndISN, flags: tcpFlagACK, window: uint16(min(win, 65535))}
+	if err := inject(seg); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		if cur, err = sndMSS(fd); err != nil || cur >= st.MSS {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("the forged window update: MSS %d, want %d", cur, st.MSS)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // restoreConnectOptions sets back, after the rebuild, the options it

@@ -278,11 +278,7 @@ func TestTCPClosed(t *testing.T) {
 				nfd, err := sockets.Open(s, recvQ, nil)
 				must(t, err)
 				t.Cleanup(func() { unix.Close(nfd) })
-				got := viewClosed(t, nfd)
-				if want.MaxSeg > 32755 && got.MaxSeg == 32755 {
-					got.MaxSeg = want.MaxSeg // loopback's MTU: see presetMSS
-				}
-				if !reflect.DeepEqual(got, want) {
+				if got := viewClosed(t, nfd); !reflect.DeepEqual(got, want) {
 					t.Errorf("rebuilt: %+v\nwant      %+v", got, want)
 				}
 				again, err := sockets.Describe(nfd)
@@ -293,16 +289,6 @@ func TestTCPClosed(t *testing.T) {
 				if again.PortFree != s.PortFree || again.Local != s.Local || again.Remote != s.Remote {
 					t.Errorf("rebuilt socket described as %s-%s free %v, want %s-%s free %v",
 						again.Local, again.Remote, again.PortFree, s.Local, s.Remote, s.PortFree)
-				}
-				if s.PortFree && c.gap != "holds" {
-					// Given back: another socket binds it.
-					la, err := unix.Getsockname(nfd)
-					must(t, err)
-					other := f.socket(t)
-					if err := unix.Bind(other, la); err != nil {
-						t.Errorf("bind the port the rebuilt socket gave back: %v", err)
-					}
-					unix.Close(other)
 				}
 				use := useClosed
 				if c.gap == "connecting" {
