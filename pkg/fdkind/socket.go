@@ -8,6 +8,7 @@ import (
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/rewrite"
 	"github.com/ckpt/ckpt/pkg/sockets"
@@ -185,7 +186,7 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	if err != nil {
 		return Desc{}, fmt.Errorf("socket send queue: %w", err)
 	}
-	fd, err := sockets.Open(s, recvQ, sendQ)
+	fd, err := openInetSocket(s, recvQ, sendQ)
 	if errors.Is(err, unix.EADDRINUSE) {
 		return Desc{}, fmt.Errorf("socket %s: the address is already in use on this machine: %w", s.Local, err)
 	}
@@ -232,6 +233,33 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		})
 	}
 	return Desc{File: of}, nil
+}
+
+// openInetSocket is sockets.Open; a closed socket whose rebuild connects
+// for real (sockets.NeedsSYNDropped) is built behind a network lock of its
+// own, so that its SYN never leaves (the reset the rebuild forges passes).
+func openInetSocket(s *image.Socket, recvQ, sendQ []byte) (int, error) {
+	if !sockets.NeedsSYNDropped(s) {
+		return sockets.Open(s, recvQ, sendQ)
+	}
+	local, err := netip.ParseAddrPort(s.Local)
+	if err != nil {
+		return -1, fmt.Errorf("local address %q: %w", s.Local, image.ErrCorrupt)
+	}
+	remote, err := netip.ParseAddrPort(s.Remote)
+	if err != nil {
+		return -1, fmt.Errorf("remote address %q: %w", s.Remote, image.ErrCorrupt)
+	}
+	l, err := netlock.Take(fmt.Sprintf("closed-%d-%d", os.Getpid(), local.Port()), []netlock.Conn{{Local: local, Remote: remote}}, -1)
+	if err != nil {
+		return -1, fmt.Errorf("a lock to rebuild the closed socket: %w", err)
+	}
+	fd, err := sockets.Open(s, recvQ, sendQ)
+	if rerr := netlock.Release(l.Table, -1); rerr != nil && err == nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("lift the lock of the rebuilt closed socket: %w", rerr)
+	}
+	return fd, err
 }
 
 // RewriteEndpoints applies the rewrite rules to a socket's endpoints.

@@ -466,6 +466,10 @@ type TCPRepair struct {
 	// FinUnsent is set when our FIN had not been sent yet (it waits
 	// behind the unsent data, or for the peer's window).
 	FinUnsent bool `json:"fin_unsent,omitempty"`
+	// Connecting is set on a socket in state CLOSE whose connect failed
+	// before any connection (refused, timed out) while no connect() call
+	// waited for it: the socket layer still calls it connecting.
+	Connecting bool `json:"connecting,omitempty"`
 }
 
 // EventFile is the state of an event file: eventfd, timerfd, signalfd,

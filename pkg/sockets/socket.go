@@ -222,6 +222,9 @@ func Open(s *image.Socket, recvQ, sendQ []byte) (int, error) {
 			open = openSynSent
 		case StateClose:
 			open = func(fd int, s *image.Socket, st *TCPState, recvQ, _ []byte) error {
+				if st.Connecting {
+					return openConnectingClosed(fd, s, st.Local, st.Remote)
+				}
 				return openClosed(fd, s, st.Local, st.Remote, recvQ)
 			}
 		}

@@ -142,7 +142,12 @@ func describeClosed(fd int, s *image.Socket, info []byte) error {
 		return fmt.Errorf("TCP_TIMESTAMP: %w", err)
 	}
 	s.TCP = &image.TCPRepair{MSS: mss, Options: info[5], SndWscale: info[6] & 0xf, RcvWscale: info[6] >> 4,
-		Timestamp: uint32(ts), ReuseAddr: ReuseAddr(fd)}
+		Timestamp: uint32(ts), ReuseAddr: ReuseAddr(fd),
+		// Nothing ever delivered (tcpi_delivered counts our SYN once
+		// acknowledged): the connect failed. A connect() call that
+		// waited for it would have disconnected the socket (no peer
+		// left): none did, and the socket layer still says connecting.
+		Connecting: le32(info[192:]) == 0}
 	s.Shutdown = 3 // the kernel shut both sides when the connection ended
 	return nil
 }
@@ -229,7 +234,7 @@ func openClosed(fd int, s *image.Socket, local, remote netip.AddrPort, recvQ []b
 	st := &TCPState{Local: local, Remote: remote, State: StateEstablished, TCPRepair: *s.TCP}
 	type opt struct{ code, val uint32 }
 	// The clamp (mss_clamp, which only repair mode shows) must not keep
-	// raiseMSS from reaching the MSS: no lower than the MSS and its
+	// acknowledge from reaching the MSS: no lower than the MSS and its
 	// timestamp option.
 	opts := []opt{{unix.TCPOPT_MAXSEG, uint32(min(st.MSS+40, 65535))}}
 	if st.Options&optWscale != 0 {
@@ -253,11 +258,17 @@ func openClosed(fd int, s *image.Socket, local, remote netip.AddrPort, recvQ []b
 	if err := sendAll(fd, recvQ); err != nil {
 		return fmt.Errorf("refill receive queue: %w", err)
 	}
+	if err := setQueue(fd, tcpSendQueue); err != nil {
+		return err
+	}
+	if err := sendAll(fd, []byte{0}); err != nil { // see acknowledge
+		return fmt.Errorf("fill send queue: %w", err)
+	}
 	if err := setQueue(fd, tcpNoQueue); err != nil {
 		return err
 	}
 	rcvNxt := closedRcvISN + uint32(len(recvQ))
-	if err := raiseMSS(fd, st, rcvNxt); err != nil {
+	if err := acknowledge(fd, st, rcvNxt); err != nil {
 		return err
 	}
 	// The reset: its sequence number is the next expected (rcv_nxt),
@@ -275,6 +286,99 @@ func openClosed(fd int, s *image.Socket, local, remote netip.AddrPort, recvQ []b
 	}
 	if err := setRepair(fd, false); err != nil {
 		return err
+	}
+	if err := restoreConnectOptions(fd, s.Options); err != nil {
+		return err
+	}
+	if err := setOptions(fd, s.Options, late, mss); err != nil {
+		return err
+	}
+	return setLinger(fd, s)
+}
+
+// NeedsSYNDropped says whether rebuilding a socket sends a SYN that must
+// not leave (Open connects it for real): the caller drops the packets of
+// local-remote, but those marked InjectMark, while Open runs.
+func NeedsSYNDropped(s *image.Socket) bool {
+	return s != nil && s.TCP != nil && s.State == StateClose && s.TCP.Connecting
+}
+
+// openConnectingClosed rebuilds a TCP socket whose connect failed while
+// the socket layer still calls it connecting (see Connecting): a real
+// non-blocking connect (its SYN dropped by the caller's lock), then a
+// reset forged from the peer that refuses it, as the original was.
+func openConnectingClosed(fd int, s *image.Socket, local, remote netip.AddrPort) error {
+	mss := func(level, name int) bool { return level == unix.IPPROTO_TCP && name == unix.TCP_MAXSEG }
+	noReuse := func(level, name int) bool {
+		return mss(level, name) || level == unix.SOL_SOCKET && name == unix.SO_REUSEADDR
+	}
+	if err := setOptions(fd, s.Options, early, noReuse); err != nil {
+		return err
+	}
+	if err := setRepair(fd, true); err != nil {
+		return err
+	}
+	if err := setQueue(fd, tcpSendQueue); err != nil {
+		return err
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ, closedSndISN); err != nil {
+		return fmt.Errorf("TCP_QUEUE_SEQ: %w", err)
+	}
+	if err := setQueue(fd, tcpNoQueue); err != nil {
+		return err
+	}
+	free := s.PortFree
+	if free {
+		p := int(local.Port())
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_LOCAL_PORT_RANGE, p|p<<16); err != nil {
+			return fmt.Errorf("IP_LOCAL_PORT_RANGE: %w", err)
+		}
+		if src, err := routeSource(remote); err != nil || src != local.Addr() {
+			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1); err != nil {
+				return fmt.Errorf("IP_BIND_ADDRESS_NO_PORT: %w", err)
+			}
+			if err := unix.Bind(fd, Sockaddr(netip.AddrPortFrom(local.Addr(), 0))); err != nil {
+				return fmt.Errorf("bind %s: %w", local.Addr(), err)
+			}
+		}
+	} else if err := unix.Bind(fd, Sockaddr(local)); err != nil { // forced reuse in repair mode
+		return fmt.Errorf("bind %s: %w", local, err)
+	}
+	if err := setRepair(fd, false); err != nil {
+		return err
+	}
+	if err := presetMSS(fd, s.TCP.MSS); err != nil {
+		return err
+	}
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return fmt.Errorf("F_GETFL: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
+		return fmt.Errorf("F_SETFL: %w", err)
+	}
+	if err := unix.Connect(fd, Sockaddr(remote)); err != unix.EINPROGRESS {
+		return fmt.Errorf("connect %s: %v, want EINPROGRESS", remote, err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl); err != nil {
+		return fmt.Errorf("F_SETFL: %w", err)
+	}
+	if la, err := unix.Getsockname(fd); err != nil || AddrPort(la) != local {
+		return fmt.Errorf("connect %s: from %v, want %s", remote, AddrPort(la), local)
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG, 0); err != nil {
+		return fmt.Errorf("TCP_MAXSEG 0: %w", err)
+	}
+	// The peer refuses: a reset acknowledging the SYN.
+	rst := tcpSegment{from: remote, to: local, ack: closedSndISN + 1, flags: tcpFlagRST | tcpFlagACK}
+	if err := inject(rst); err != nil {
+		return err
+	}
+	if err := waitState(fd, StateClose, "the forged refusal"); err != nil {
+		return err
+	}
+	if e, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err != nil || e != int(unix.ECONNREFUSED) {
+		return fmt.Errorf("the forged refusal left error %d (%v), want ECONNREFUSED", e, err)
 	}
 	if err := restoreConnectOptions(fd, s.Options); err != nil {
 		return err
@@ -513,7 +617,7 @@ func destroyTimeWait(local, remote netip.AddrPort) (bool, error) {
 // 32767), less the timestamp option connect reserves room for when
 // net.ipv4.tcp_timestamps is on. The caller clears the clamp after
 // connect. An MSS above 32755 (loopback only: its MTU is 65536) is
-// reached by raiseMSS.
+// reached by acknowledge.
 func presetMSS(fd, mss int) error {
 	if mss <= 0 {
 		return nil
@@ -537,31 +641,46 @@ func sndMSS(fd int) (int, error) {
 	return int(le32(info[16:])), nil
 }
 
-// raiseMSS brings the MSS of a connection presetMSS could not give it
-// (above 32755) to st.MSS, as the original got it: from half the largest
-// window the peer offered. The window is set small in repair mode, then
-// a window update forged from the peer offers twice the MSS, and the
-// kernel computes the MSS again.
-func raiseMSS(fd int, st *TCPState, rcvNxt uint32) error {
+// acknowledge has the peer acknowledge (a segment forged from it) the
+// byte the rebuilt connection sent, as the original's SYN was: tcp_info
+// counts something delivered (a connection that never delivered anything
+// is one whose connect failed: Connecting). The MSS presetMSS could not
+// give the connection (above 32755) is reached in the same segment as the
+// original reached it, from half the window the peer offers: the window
+// is set small in repair mode first, and the kernel computes the MSS
+// again when the segment offers a larger one.
+func acknowledge(fd int, st *TCPState, rcvNxt uint32) error {
 	cur, err := sndMSS(fd)
-	if err != nil || cur >= st.MSS {
+	if err != nil {
 		return err
 	}
-	if err := setWindow(fd, [5]uint32{rcvNxt - 1, 1, 1, 65535, rcvNxt}); err != nil {
+	win := uint32(65535)
+	w := [5]uint32{rcvNxt - 1, win << st.SndWscale, win << st.SndWscale, 65535, rcvNxt}
+	if cur < st.MSS {
+		win = min((uint32(2*st.MSS)+1<<st.SndWscale-1)>>st.SndWscale, 65535)
+		w[1], w[2] = 1, 1
+	}
+	if err := setWindow(fd, w); err != nil {
 		return err
 	}
-	win := (uint32(2*st.MSS) + 1<<st.SndWscale - 1) >> st.SndWscale
-	seg := tcpSegment{from: st.Remote, to: st.Local, seq: rcvNxt, ack: closedSndISN, flags: tcpFlagACK, window: uint16(min(win, 65535))}
+	seg := tcpSegment{from: st.Remote, to: st.Local, seq: rcvNxt, ack: closedSndISN + 1, flags: tcpFlagACK, window: uint16(win)}
 	if err := inject(seg); err != nil {
 		return err
 	}
 	deadline := time.Now().Add(3 * time.Second)
 	for {
-		if cur, err = sndMSS(fd); err != nil || cur >= st.MSS {
+		n, err := sys.IoctlInt(fd, unix.SIOCOUTQ)
+		if err != nil {
+			return fmt.Errorf("SIOCOUTQ: %w", err)
+		}
+		if cur, err = sndMSS(fd); err != nil {
 			return err
 		}
+		if n == 0 && cur >= st.MSS {
+			return nil
+		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("the forged window update: MSS %d, want %d", cur, st.MSS)
+			return fmt.Errorf("the forged acknowledgment: %d bytes not acknowledged, MSS %d, want %d", n, cur, st.MSS)
 		}
 		time.Sleep(time.Millisecond)
 	}
