@@ -10,6 +10,9 @@
 // carries on where the old one stopped. The part of the send queue that had
 // been sent goes back in repair mode (it is retransmitted if the peer did
 // not get it); the unsent part is sent normally after repair mode is left.
+// The states of a close are replayed (tcpstates.go); a socket closed after
+// a connection is built connected again and reset by a forged segment
+// (tcpclosed.go).
 //
 // Options (options.go) is the inventory of every socket option a program
 // can observe: each row says how it is read and set back, or why it is
