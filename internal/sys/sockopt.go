@@ -77,3 +77,13 @@ func BindRaw(fd int, addr []byte) error {
 	}
 	return nil
 }
+
+// Disconnect is connect(fd, AF_UNSPEC): it dissolves a socket's
+// association (x/sys/unix has no Sockaddr for AF_UNSPEC).
+func Disconnect(fd int) error {
+	var sa [16]byte // struct sockaddr, sa_family AF_UNSPEC
+	if _, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa[0])), uintptr(len(sa))); e != 0 {
+		return os.NewSyscallError("connect(AF_UNSPEC)", e)
+	}
+	return nil
+}

@@ -22,6 +22,3 @@ func RepairWindow(fd int) ([5]uint32, error) {
 	_, err := sys.Getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_WINDOW, unsafe.Pointer(&w), unsafe.Sizeof(w))
 	return w, err
 }
-
-// Disconnect is connect(AF_UNSPEC).
-func Disconnect(fd int) error { return disconnect(fd) }

@@ -518,7 +518,7 @@ func openDisconnected(fd int, s *image.Socket, local netip.AddrPort) error {
 			return fmt.Errorf("TCP_MAXSEG 0: %w", err)
 		}
 	}
-	if err := disconnect(fd); err != nil {
+	if err := sys.Disconnect(fd); err != nil {
 		return err
 	}
 	// Disconnecting in repair mode leaves ECONNABORTED, which the
@@ -537,15 +537,6 @@ func openDisconnected(fd int, s *image.Socket, local netip.AddrPort) error {
 		return err
 	}
 	return shutdown(fd, s.Shutdown)
-}
-
-// disconnect is connect(AF_UNSPEC), which x/sys/unix has no Sockaddr for.
-func disconnect(fd int) error {
-	var sa [16]byte // struct sockaddr, sa_family AF_UNSPEC
-	if _, _, e := unix.Syscall(unix.SYS_CONNECT, uintptr(fd), uintptr(unsafe.Pointer(&sa[0])), uintptr(len(sa))); e != 0 {
-		return fmt.Errorf("disconnect (connect AF_UNSPEC): %w", e)
-	}
-	return nil
 }
 
 // sockDestroy is SOCK_DESTROY, the sock_diag request that ends a socket.

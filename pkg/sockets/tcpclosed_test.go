@@ -260,7 +260,7 @@ func TestTCPClosed(t *testing.T) {
 			_, la := f.listener(t, false)
 			fd := f.socket(t)
 			must(t, unix.Connect(fd, la))
-			must(t, sockets.Disconnect(fd))
+			must(t, sys.Disconnect(fd))
 			return fd
 		}, true, ""},
 	}
