@@ -49,6 +49,13 @@ func main() {
 					return netlock.RunGuard(c.Args().First(), c.Args().Tail(), os.Stdin)
 				},
 			},
+			{
+				Name:   netlock.HoldCommand,
+				Hidden: true,
+				Action: func(c *cli.Context) error {
+					return netlock.RunHolder(c.Args().Get(0), c.Args().Get(1), c.Args().Get(2))
+				},
+			},
 		},
 		HideHelpCommand: true,
 	}

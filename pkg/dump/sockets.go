@@ -28,6 +28,8 @@ type sockState struct {
 	netns *os.File
 	lock  *netlock.Lock
 	guard *netlock.Guard
+	// silenced: the connections were put back in repair mode to die.
+	silenced bool
 }
 
 // takeSockets gets a copy of every socket of the tree and, if any is a
@@ -120,9 +122,14 @@ func (t *tree) takeSockets() error {
 			"restore that image, or lift the lock with `ckpt unlock --table %s`, then dump: %w", what, table, table, ErrStaleLock)
 	}
 	name := fmt.Sprintf("%d-%d", t.members[0].pid, time.Now().UnixNano()%1e9)
-	lock, err := netlock.Take(name, conns, t.socks.netnsFD())
+	// The peers' packets are held (by a process that outlives a killing
+	// dump) and let through once the restored sockets are out of repair.
+	lock, err := netlock.TakeHeld(name, conns, t.socks.netns, t.opts.GuardExe)
 	if err != nil {
 		return err
+	}
+	if lock.HoldErr != nil {
+		t.opts.logf("warning: network lock %s drops the peers' packets instead of holding them: %v", lock.Table, lock.HoldErr)
 	}
 	t.socks.lock = lock
 	if t.opts.GuardExe != "" {
@@ -207,7 +214,13 @@ func (s *sockState) unixSockets() (map[uint32]sockets.UnixInfo, error) {
 // processes running): the connections were never left in repair mode.
 func (t *tree) releaseSockets() {
 	if t.socks.lock != nil {
-		netlock.Release(t.socks.lock.Table, t.socks.netnsFD())
+		if t.socks.silenced {
+			// Killed (DropLock): the connections live on elsewhere; what
+			// their peers sent meanwhile would meet no socket here.
+			netlock.Discard(t.socks.lock.Table, t.socks.netnsFD())
+		} else {
+			netlock.Release(t.socks.lock.Table, t.socks.netnsFD())
+		}
 		if t.socks.guard != nil {
 			t.socks.guard.Drop()
 		}
@@ -219,6 +232,7 @@ func (t *tree) releaseSockets() {
 // processes are killed: closed in repair mode, they send neither FIN nor
 // RST.
 func (t *tree) silence() {
+	t.socks.silenced = true
 	for _, fd := range t.socks.conns {
 		sockets.EnterRepair(fd)
 	}

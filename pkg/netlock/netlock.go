@@ -1,31 +1,58 @@
 // Package netlock keeps the peers of checkpointed TCP connections from
-// being reset while the connections have no socket.
+// being reset while the connections have no socket, and from backing off.
 //
 // Between the moment a dump reads a connection's queues and the moment the
 // restored socket exists, a packet from the peer would find no socket and
 // the kernel would answer it with a RST. The lock is an nftables table in
-// the dumped process's network namespace that drops both directions of
-// every dumped connection: the peer sees silence, and TCP retransmits once
-// the connection is back. Packets marked sockets.InjectMark pass: the
-// segments the restore forges to replay a FIN.
+// the dumped process's network namespace that stops both directions of
+// every dumped connection and every packet to a dumped listener. The
+// locked sockets' own packets are dropped. The peers' packets are queued
+// (xtables' NFQUEUE target through nft_compat, no bypass) to an
+// nfnetlink queue that a holder (Holder) binds and keeps without a
+// verdict; when the lock is released they are let through, so that the
+// restored socket gets them at once instead of when the peer's
+// retransmission timer, backed off during the outage, fires again. Packets
+// marked sockets.InjectMark pass: the segments the restore forges to
+// replay a FIN.
 //
-// Lifetime: the lock is taken by the dump before any queue is read. If the
-// dump fails, it is removed. If ckpt dies before the dump succeeded, a guard
-// process (Guard) that ckpt started removes it. Once the dump has
-// succeeded it stays, named in the image, until ckpt-redo has rebuilt every
-// connection (or `ckpt unlock` lifts it).
+// The holder never fails open: with no holder (it died, or none could be
+// had) the kernel drops what is queued, which is the drop lock's
+// behaviour, never a RST. Its queue keeps QueueMaxLen packets and drops
+// the ones beyond; the kernel also drops every packet queued in a
+// namespace when any netfilter hook of that namespace goes away (another
+// lock's table removed meanwhile, say). Dropped packets are retransmitted
+// by their senders, as with the drop lock.
+//
+// Lifetime: the lock is taken by the dump before any queue is read, with
+// a holder process (StartHolder: `ckpt netlock-hold`, in a session of its
+// own) that outlives a killing dump. If the dump fails or leaves the
+// processes running, it is released. If ckpt dies before the dump
+// succeeded, a guard process (Guard) that ckpt started releases it. Once
+// the dump has succeeded it stays, named in the image, until ckpt-redo has
+// rebuilt every connection and let the processes run (or `ckpt unlock`
+// lifts it). A restore that cannot use the dump's lock (another network
+// namespace or host) takes its own, held by goroutines of its own
+// (Hold). Whoever releases a lock finds its holder from the table name
+// alone, through an abstract UNIX socket in the lock's namespace
+// (controlName), and opens the lock before telling it to let the packets
+// through, then removes the table (Release); a dump whose connections
+// live on elsewhere has the holder drop them instead (Discard). A holder
+// whose table is gone exits.
 package netlock
 
 import (
-	"errors"
+	"bytes"
+	"encoding/binary"
 	"fmt"
 	"net/netip"
+	"os"
 	"strings"
 
 	"github.com/ckpt/ckpt/pkg/sockets"
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/google/nftables/xt"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,6 +71,11 @@ const TablePrefix = "ckpt-lock-"
 // Lock is a taken lock.
 type Lock struct {
 	Table string
+	// Queued says that the peers' packets are queued to a holder rather
+	// than dropped.
+	Queued bool
+	// HoldErr is why TakeHeld's lock drops the peers' packets instead.
+	HoldErr error
 }
 
 func table(name string) *nftables.Table {
@@ -60,8 +92,60 @@ func conn(netns int) (*nftables.Conn, error) {
 }
 
 // Take installs a lock named name (TablePrefix is added) for conns in the
-// network namespace netns (see conn).
+// network namespace netns (see conn) that drops the packets of both
+// directions.
 func Take(name string, conns []Conn, netns int) (*Lock, error) {
+	return take(name, conns, netns, -1)
+}
+
+// TakeQueued is Take, but the packets from the peers (to a locked
+// connection or listener) go to nfnetlink queue number queue instead of
+// being dropped, without the bypass flag: while nobody holds that queue,
+// the kernel drops them, as Take's lock does.
+func TakeQueued(name string, conns []Conn, netns int, queue uint16) (*Lock, error) {
+	return take(name, conns, netns, int(queue))
+}
+
+// TakeHeld takes a queued lock (TakeQueued) whose packets a holder keeps
+// until Release: a process `exe netlock-hold` in a session of its own,
+// surviving the caller, when exe is set (StartHolder), else goroutines of
+// the caller (Hold), which live as long as the caller. A lock whose
+// holder could not be had drops the packets, as Take's; Lock.HoldErr
+// says why.
+func TakeHeld(name string, conns []Conn, netns *os.File, exe string) (*Lock, error) {
+	nsFD := -1
+	if netns != nil {
+		nsFD = int(netns.Fd())
+	}
+	var queue uint16
+	var herr error
+	if exe != "" {
+		queue, herr = StartHolder(exe, TablePrefix+name, netns)
+	} else {
+		var h *Holder
+		if h, herr = Hold(TablePrefix+name, nsFD); herr == nil {
+			queue = h.Queue
+		}
+	}
+	if herr != nil {
+		l, err := Take(name, conns, nsFD)
+		if l != nil {
+			l.HoldErr = herr
+		}
+		return l, err
+	}
+	l, err := TakeQueued(name, conns, nsFD, queue)
+	if err != nil {
+		// The holder, which never saw its table, is told to go.
+		if _, done, _ := askRelease(TablePrefix+name, nsFD, "discard"); done != nil {
+			done()
+		}
+		return nil, err
+	}
+	return l, nil
+}
+
+func take(name string, conns []Conn, netns, queue int) (*Lock, error) {
 	c, err := conn(netns)
 	if err != nil {
 		return nil, fmt.Errorf("netlock: nftables: %w", err)
@@ -80,45 +164,55 @@ func Take(name string, conns []Conn, netns int) (*Lock, error) {
 			&expr.Verdict{Kind: expr.VerdictAccept},
 		}})
 	}
-	// One set of connections per address family, keyed by
-	// saddr . sport . daddr . dport, holding both directions of every
-	// connection; one rule per chain and family looks packets up in it.
+	// Per address family, two sets of connections keyed by
+	// saddr . sport . daddr . dport: "peer" holds the direction from each
+	// peer to the dumped socket, "own" the other. Both chains look packets
+	// up in both (a peer on this host is seen first by the output hook):
+	// the peers' packets are queued (or dropped), ours dropped.
 	for _, fam := range []struct {
-		name  string
-		proto byte
-		addr  nftables.SetDatatype
-		v6    bool
-	}{{"conns4", unix.NFPROTO_IPV4, nftables.TypeIPAddr, false}, {"conns6", unix.NFPROTO_IPV6, nftables.TypeIP6Addr, true}} {
-		set := &nftables.Set{Table: t, Name: fam.name, Concatenation: true,
-			KeyType: nftables.MustConcatSetType(fam.addr, nftables.TypeInetService, fam.addr, nftables.TypeInetService)}
-		if err := c.AddSet(set, nil); err != nil {
-			return nil, fmt.Errorf("netlock: set %s: %w", fam.name, err)
+		peer, own string
+		proto     byte
+		addr      nftables.SetDatatype
+		v6        bool
+	}{{"peer4", "own4", unix.NFPROTO_IPV4, nftables.TypeIPAddr, false}, {"peer6", "own6", unix.NFPROTO_IPV6, nftables.TypeIP6Addr, true}} {
+		sets := map[string]*nftables.Set{}
+		for _, name := range []string{fam.peer, fam.own} {
+			set := &nftables.Set{Table: t, Name: name, Concatenation: true,
+				KeyType: nftables.MustConcatSetType(fam.addr, nftables.TypeInetService, fam.addr, nftables.TypeInetService)}
+			if err := c.AddSet(set, nil); err != nil {
+				return nil, fmt.Errorf("netlock: set %s: %w", name, err)
+			}
+			sets[name] = set
 		}
 		for _, ch := range []*nftables.Chain{in, out} {
-			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: lookup(fam.proto, fam.v6, fam.name)})
+			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: lookup(fam.proto, fam.v6, fam.peer, verdict(queue))})
+			c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: lookup(fam.proto, fam.v6, fam.own, verdict(-1)), UserData: ownTag})
 		}
-		var elems []nftables.SetElement
+		elems := map[string][]nftables.SetElement{}
 		for _, cn := range conns {
 			if is6(cn.Local) != fam.v6 {
 				continue
 			}
 			if !cn.Remote.IsValid() {
-				c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: port(fam.proto, fam.v6, cn.Local, false)})
-				c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: port(fam.proto, fam.v6, cn.Local, true)})
+				c.AddRule(&nftables.Rule{Table: t, Chain: in, Exprs: port(fam.proto, fam.v6, cn.Local, false, verdict(queue))})
+				c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: port(fam.proto, fam.v6, cn.Local, true, verdict(-1)), UserData: ownTag})
 				continue
 			}
-			elems = append(elems, nftables.SetElement{Key: key(cn.Remote, cn.Local)}, nftables.SetElement{Key: key(cn.Local, cn.Remote)})
+			elems[fam.peer] = append(elems[fam.peer], nftables.SetElement{Key: key(cn.Remote, cn.Local)})
+			elems[fam.own] = append(elems[fam.own], nftables.SetElement{Key: key(cn.Local, cn.Remote)})
 		}
-		// A netlink message has a size limit: add the elements in batches.
-		for len(elems) > 0 {
-			n := min(len(elems), 256)
-			if err := c.SetAddElements(set, elems[:n]); err != nil {
-				return nil, fmt.Errorf("netlock: set %s: %w", fam.name, err)
-			}
-			elems = elems[n:]
-			if err := c.Flush(); err != nil {
-				Release(t.Name, netns)
-				return nil, fmt.Errorf("netlock: install table %s: %w", t.Name, err)
+		for name, es := range elems {
+			// A netlink message has a size limit: add the elements in batches.
+			for len(es) > 0 {
+				n := min(len(es), 256)
+				if err := c.SetAddElements(sets[name], es[:n]); err != nil {
+					return nil, fmt.Errorf("netlock: set %s: %w", name, err)
+				}
+				es = es[n:]
+				if err := c.Flush(); err != nil {
+					Release(t.Name, netns)
+					return nil, fmt.Errorf("netlock: install table %s: %w", t.Name, err)
+				}
 			}
 		}
 	}
@@ -126,12 +220,42 @@ func Take(name string, conns []Conn, netns int) (*Lock, error) {
 		Release(t.Name, netns)
 		return nil, fmt.Errorf("netlock: install table %s: %w", t.Name, err)
 	}
-	return &Lock{Table: t.Name}, nil
+	return &Lock{Table: t.Name, Queued: queue >= 0}, nil
+}
+
+// verdict is the rule's end: queue to queue, or drop when queue is
+// negative. The queue is xtables' NFQUEUE target (revision 0: a queue
+// number and nothing else, so no bypass) through nft_compat: kernels
+// built without nft_queue (this project's CI's among them) have it.
+func verdict(queue int) expr.Any {
+	if queue < 0 {
+		return &expr.Verdict{Kind: expr.VerdictDrop}
+	}
+	// struct xt_NFQ_info { __u16 queuenum; }, padded to XT_ALIGN.
+	info := xt.Unknown(make([]byte, 8))
+	binary.NativeEndian.PutUint16(info, uint16(queue))
+	return &expr.Target{Name: nfqueueTarget, Rev: 0, Info: &info}
+}
+
+// nfqueueTarget is the name of xtables' queue target.
+const nfqueueTarget = "NFQUEUE"
+
+// queueOf returns the queue number a rule's expression sends packets to.
+func queueOf(e expr.Any) (uint16, bool) {
+	switch e := e.(type) {
+	case *expr.Queue:
+		return e.Num, true
+	case *expr.Target:
+		if info, ok := e.Info.(*xt.Unknown); ok && e.Name == nfqueueTarget && len(*info) >= 2 {
+			return binary.NativeEndian.Uint16(*info), true
+		}
+	}
+	return 0, false
 }
 
 // port builds "tcp packet to (or, with src, from) this address and port:
-// drop"; an unspecified address matches the port alone.
-func port(proto byte, v6 bool, ap netip.AddrPort, src bool) []expr.Any {
+// v"; an unspecified address matches the port alone.
+func port(proto byte, v6 bool, ap netip.AddrPort, src bool, v expr.Any) []expr.Any {
 	addrOff, portOff := uint32(16), uint32(2)
 	if v6 {
 		addrOff = 24
@@ -156,7 +280,7 @@ func port(proto byte, v6 bool, ap netip.AddrPort, src bool) []expr.Any {
 			&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: addrOff, Len: uint32(len(b))},
 			&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: b})
 	}
-	return append(e, &expr.Verdict{Kind: expr.VerdictDrop})
+	return append(e, v)
 }
 
 func is6(a netip.AddrPort) bool { return a.Addr().Is6() && !a.Addr().Is4In6() }
@@ -173,8 +297,8 @@ func key(src, dst netip.AddrPort) []byte {
 }
 
 // lookup builds "tcp packet whose saddr . sport . daddr . dport is in the
-// set: drop", loading the fields into consecutive 32-bit registers.
-func lookup(proto byte, v6 bool, set string) []expr.Any {
+// set: v", loading the fields into consecutive 32-bit registers.
+func lookup(proto byte, v6 bool, set string, v expr.Any) []expr.Any {
 	saddr, daddr, alen := uint32(12), uint32(16), uint32(4)
 	if v6 {
 		saddr, daddr, alen = 8, 24, 16
@@ -193,13 +317,30 @@ func lookup(proto byte, v6 bool, set string) []expr.Any {
 		&expr.Payload{DestRegister: dreg, Base: expr.PayloadBaseNetworkHeader, Offset: daddr, Len: alen},
 		&expr.Payload{DestRegister: dport, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
 		&expr.Lookup{SourceRegister: reg0, SetName: set},
-		&expr.Verdict{Kind: expr.VerdictDrop},
+		v,
 	}
 }
 
-// Release removes the lock table named table, if it exists, in the
-// network namespace netns (see conn).
+// Release lifts the lock table named tableName, if it exists, in the
+// network namespace netns (see conn): it opens the lock (empties its
+// chains, so that nothing more is queued and what is let through is not
+// queued again further on), has the lock's holder, if any, let every
+// packet it held through, then removes the table. The order matters: the
+// kernel drops every packet queued in a namespace when a netfilter hook
+// of it goes away, as removing the table does.
 func Release(tableName string, netns int) error {
+	return lift(tableName, netns, "release")
+}
+
+// ownTag marks the rules that drop the locked sockets' own packets.
+var ownTag = []byte("ckpt-own")
+
+// OpenOutgoing lets the locked sockets' own packets out, while the
+// peers' stay held (or dropped): for restored connections out of repair
+// mode whose processes are about to run, so that what they send at once
+// (an answer to a request they had received before the dump) is not
+// dropped and left to their retransmission timer.
+func OpenOutgoing(tableName string, netns int) error {
 	if !strings.HasPrefix(tableName, TablePrefix) {
 		return fmt.Errorf("netlock: %q is not a ckpt lock table", tableName)
 	}
@@ -207,12 +348,58 @@ func Release(tableName string, netns int) error {
 	if err != nil {
 		return fmt.Errorf("netlock: nftables: %w", err)
 	}
-	c.DelTable(table(tableName))
-	if err := c.Flush(); err != nil && !errors.Is(err, unix.ENOENT) {
-		if strings.Contains(err.Error(), "no such file") {
-			return nil
+	t := table(tableName)
+	n := 0
+	for _, ch := range []string{"in", "out"} {
+		rules, err := c.GetRules(t, &nftables.Chain{Name: ch, Table: t})
+		if err != nil {
+			return fmt.Errorf("netlock: table %s: %w", tableName, err)
 		}
+		for _, r := range rules {
+			if bytes.Equal(r.UserData, ownTag) {
+				c.DelRule(r)
+				n++
+			}
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := c.Flush(); err != nil {
+		return fmt.Errorf("netlock: table %s: open outgoing: %w", tableName, err)
+	}
+	return nil
+}
+
+// Discard lifts the lock table named tableName as Release does, but its
+// holder drops what it held: for connections that do not come back in
+// this namespace (an image restored elsewhere), whose peers would be
+// answered with a reset.
+func Discard(tableName string, netns int) error {
+	return lift(tableName, netns, "discard")
+}
+
+func lift(tableName string, netns int, verb string) error {
+	if !strings.HasPrefix(tableName, TablePrefix) {
+		return fmt.Errorf("netlock: %q is not a ckpt lock table", tableName)
+	}
+	c, err := conn(netns)
+	if err != nil {
+		return fmt.Errorf("netlock: nftables: %w", err)
+	}
+	t := table(tableName)
+	for _, ch := range []string{"in", "out"} {
+		c.FlushChain(&nftables.Chain{Name: ch, Table: t})
+	}
+	c.Flush() // fails for a table already gone (or made by hand): removed below all the same
+	_, done, herr := askRelease(tableName, netns, verb)
+	defer done()
+	c.DelTable(t)
+	if err := c.Flush(); err != nil && !gone(err) {
 		return fmt.Errorf("netlock: remove table %s: %w", tableName, err)
+	}
+	if herr != nil {
+		return fmt.Errorf("netlock: lock %s lifted, but its held packets were dropped: %w", tableName, herr)
 	}
 	return nil
 }

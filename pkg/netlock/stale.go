@@ -60,7 +60,9 @@ func Holding(conns []Conn, netns int) (table string, held Conn, ok bool, err err
 // unspecified address for a rule on the port alone).
 func lockContent(c *nftables.Conn, t *nftables.Table) (map[string]bool, []netip.AddrPort, error) {
 	keys := map[string]bool{}
-	for _, name := range []string{"conns4", "conns6"} {
+	// conns4/conns6: the one set per family of the tables of older ckpt
+	// versions, both directions in it.
+	for _, name := range []string{"peer4", "own4", "peer6", "own6", "conns4", "conns6"} {
 		s, err := c.GetSetByName(t, name)
 		if err != nil {
 			continue // a table made by hand, or half made
@@ -86,6 +88,41 @@ func lockContent(c *nftables.Conn, t *nftables.Table) (map[string]bool, []netip.
 		}
 	}
 	return keys, ports, nil
+}
+
+// usedQueues returns the queue numbers the ckpt lock tables of the
+// network namespace netns (see conn) send packets to, whether or not a
+// holder still has them: a new holder must not take a queue of another
+// lock, whose packets it would let through.
+func usedQueues(netns int) (map[uint16]bool, error) {
+	c, err := conn(netns)
+	if err != nil {
+		return nil, fmt.Errorf("netlock: nftables: %w", err)
+	}
+	ts, err := c.ListTablesOfFamily(nftables.TableFamilyINet)
+	if err != nil {
+		return nil, fmt.Errorf("netlock: list tables: %w", err)
+	}
+	used := map[uint16]bool{}
+	for _, t := range ts {
+		if !strings.HasPrefix(t.Name, TablePrefix) {
+			continue
+		}
+		for _, ch := range []string{"in", "out"} {
+			rules, err := c.GetRules(t, &nftables.Chain{Name: ch, Table: t})
+			if err != nil {
+				continue // gone meanwhile, or made by hand
+			}
+			for _, r := range rules {
+				for _, e := range r.Exprs {
+					if q, ok := queueOf(e); ok {
+						used[q] = true
+					}
+				}
+			}
+		}
+	}
+	return used, nil
 }
 
 // rulePort reads back the address and port of a rule made by port().

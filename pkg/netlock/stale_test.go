@@ -1,15 +1,17 @@
 package netlock
 
 import (
+	"fmt"
 	"net/netip"
 	"os"
 	"strconv"
 	"testing"
 )
 
-// TestHolding: a lock table is found holding the connections it drops: one
-// of its connections (either direction), and any connection on the local
-// address and port of one of its listeners; not others.
+// TestHolding: a lock table (dropping, or queueing the peers' packets) is
+// found holding the connections it stops: one of its connections (either
+// direction), and any connection on the local address and port of one of
+// its listeners; not others.
 func TestHolding(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("nftables needs root")
@@ -21,7 +23,18 @@ func TestHolding(t *testing.T) {
 		{Local: ap("[2001:db8::1]:40003"), Remote: ap("[2001:db8::2]:50003")},
 		{Local: ap("0.0.0.0:40004")}, // a listener on every address
 	}
-	l, err := Take("holding-test", locked, -1)
+	for _, queued := range []bool{false, true} {
+		t.Run(fmt.Sprintf("queued=%v", queued), func(t *testing.T) { testHolding(t, locked, queued) })
+	}
+}
+
+func testHolding(t *testing.T, locked []Conn, queued bool) {
+	ap := netip.MustParseAddrPort
+	take := func() (*Lock, error) { return Take("holding-test", locked, -1) }
+	if queued {
+		take = func() (*Lock, error) { return TakeQueued("holding-test", locked, -1, QueueBase) }
+	}
+	l, err := take()
 	if err != nil {
 		t.Fatal(err)
 	}

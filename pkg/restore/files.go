@@ -309,9 +309,13 @@ func (t *tree) takeLock() error {
 		t.lock = netlock.TablePrefix + name
 		return nil
 	}
-	l, err := netlock.Take(name, conns, -1)
+	// Held by a goroutine of ours: the lock lives as long as this restore.
+	l, err := netlock.TakeHeld(name, conns, nil, "")
 	if err != nil {
 		return err
+	}
+	if l.HoldErr != nil {
+		t.warnf("network lock %s drops the peers' packets instead of holding them: %v", l.Table, l.HoldErr)
 	}
 	t.lock, t.ownLock = l.Table, true
 	return nil

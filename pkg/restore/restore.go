@@ -172,6 +172,12 @@ func (r *Restored) Release() error {
 		return nil
 	}
 	r.done = true
+	if r.lock != "" {
+		// What the processes send as soon as they run (the answer to a
+		// request read before the dump) goes out rather than waiting for
+		// a retransmission; the peers' packets stay held until unlock.
+		netlock.OpenOutgoing(r.lock, -1)
+	}
 	for i := len(r.tasks) - 1; i >= 0; i-- {
 		// A stopped process is in its group-stop already (see
 		// stopAgain): detached, it stays stopped.

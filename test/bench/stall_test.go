@@ -77,6 +77,17 @@ func (c *stallClient) stall(from, to time.Time) time.Duration {
 	return worst
 }
 
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1e3 }
+
+// roundMS rounds each of v to a millisecond, for logs.
+func roundMS(v []float64) []int {
+	out := make([]int, len(v))
+	for i, x := range v {
+		out[i] = int(x + 0.5)
+	}
+	return out
+}
+
 func percentile(v []float64, p float64) float64 {
 	s := append([]float64(nil), v...)
 	sort.Float64s(s)
@@ -89,9 +100,12 @@ func percentile(v []float64, p float64) float64 {
 // its longest gap between two echoes around a dump/restore cycle. It
 // reports the p50 and p99 of the stalls over every client and round
 // against the server's outage (from the start of the dump to the end of
-// the restore, the least any client must wait) and the frozen time. A
-// client whose request met the network lock waits for its retransmission
-// timer, which backs off: that is the stall beyond the outage.
+// the restore), the dump's frozen time, and the time the server does not
+// run ("down": from its freeze by the dump to its release by ckpt-redo,
+// the least a client whose request came meanwhile must wait). A request
+// that meets the network lock is held by it and let through when
+// ckpt-redo lifts it; with a lock that drops it, the client waits for
+// its retransmission timer, which backs off.
 func BenchmarkClientStall(b *testing.B) {
 	testenv.RequireRoot(b)
 	bin := testenv.BuildBinaries(b)
@@ -137,16 +151,20 @@ func BenchmarkClientStall(b *testing.B) {
 		}
 	}
 	img := filepath.Join(dir, "img")
-	var stalls, outages, frozen []float64
+	var stalls, outages, frozen, down, beyond []float64
 	for i := 0; i < rounds(); i++ {
 		time.Sleep(300 * time.Millisecond) // every client in its loop again
 		start := time.Now()
 		dr := dumpJSON(b, bin, img, pid)
+		dumped := time.Now()
 		r.WaitExit(b, pid, time.Minute)
 		restoreJSON(b, r, bin, dir, img)
 		end := time.Now()
-		outages = append(outages, float64(end.Sub(start).Microseconds())/1e3)
-		frozen = append(frozen, float64(dr.Frozen.Microseconds())/1e3)
+		outages = append(outages, ms(end.Sub(start)))
+		frozen = append(frozen, ms(dr.Frozen))
+		// The server does not run from its freeze (the dump's frozen
+		// time before the dump returned) to its release by ckpt-redo.
+		down = append(down, ms(end.Sub(dumped.Add(-dr.Frozen))))
 		// Every client's next echo after the restore closes its stall.
 		deadline := time.Now().Add(30 * time.Second)
 		for _, c := range clients {
@@ -168,13 +186,19 @@ func BenchmarkClientStall(b *testing.B) {
 				}
 				time.Sleep(5 * time.Millisecond)
 			}
-			stalls = append(stalls, float64(c.stall(start, end).Microseconds())/1e3)
+			st := ms(c.stall(start, end))
+			stalls = append(stalls, st)
+			beyond = append(beyond, st-down[i])
 		}
+		b.Logf("round %d: outage %.1f ms, frozen %.1f ms, down %.1f ms, stalls %v", i, outages[i], frozen[i], down[i], roundMS(stalls[len(stalls)-len(clients):]))
 	}
 	close(stop)
 	wg.Wait()
 	b.ReportMetric(median(outages), "outage-ms")
 	b.ReportMetric(median(frozen), "frozen-ms")
+	b.ReportMetric(median(down), "down-ms")
+	// Each stall against its own round's down time.
+	b.ReportMetric(percentile(beyond, 0.99), "p99-beyond-down-ms")
 	b.ReportMetric(percentile(stalls, 0.5), "stall-p50-ms")
 	b.ReportMetric(percentile(stalls, 0.99), "stall-p99-ms")
 	b.ReportMetric(percentile(stalls, 0.99)-median(outages), "p99-beyond-outage-ms")

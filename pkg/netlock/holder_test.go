@@ -1,0 +1,269 @@
+package netlock
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ckpt/ckpt/internal/testenv"
+	"golang.org/x/sys/unix"
+)
+
+// holderEnv makes the test binary run as the holder process (StartHolder
+// runs `EXE netlock-hold TABLE QUEUE NETNS`).
+const holderEnv = "NETLOCK_TEST_HOLDER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(holderEnv) != "" && len(os.Args) == 5 && os.Args[1] == HoldCommand {
+		if err := RunHolder(os.Args[2], os.Args[3], os.Args[4]); err != nil {
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// testNetns makes a network namespace of its own with lo up: removing any
+// netfilter hook of a namespace drops every packet queued in it, and
+// other tests take and lift locks in the caller's.
+func testNetns(t *testing.T) (string, *os.File) {
+	t.Helper()
+	name := fmt.Sprintf("nfq-test-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	for _, args := range [][]string{{"netns", "add", name}, {"-n", name, "link", "set", "lo", "up"}} {
+		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %v: %v: %s", args, err, out)
+		}
+	}
+	t.Cleanup(func() { exec.Command("ip", "netns", "del", name).Run() })
+	f, err := os.Open("/run/netns/" + name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return name, f
+}
+
+// pair is a loopback connection made in a namespace: the server end is
+// the "dumped" one, the client its peer.
+type pair struct {
+	client, server net.Conn
+	conn           Conn // seen from the server
+}
+
+func newPair(t *testing.T, ns, network, addr string) *pair {
+	t.Helper()
+	p := &pair{}
+	err := testenv.InNetNS(ns, func() error {
+		ln, err := net.Listen(network, addr)
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		if p.client, err = net.Dial(network, ln.Addr().String()); err != nil {
+			return err
+		}
+		p.server, err = ln.Accept()
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.client.Close(); p.server.Close() })
+	p.conn = Conn{Local: netip.MustParseAddrPort(p.server.LocalAddr().String()), Remote: netip.MustParseAddrPort(p.server.RemoteAddr().String())}
+	return p
+}
+
+// silent checks that nothing arrives on c for d, and that c was not reset.
+func silent(t *testing.T, c net.Conn, d time.Duration, what string) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(d))
+	n, err := c.Read(make([]byte, 16))
+	if n != 0 || !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("%s: got %d bytes, %v; want nothing (no data, no reset)", what, n, err)
+	}
+}
+
+// readWithin reads want from c within d and returns how long it took.
+func readWithin(t *testing.T, c net.Conn, want string, d time.Duration, what string) time.Duration {
+	t.Helper()
+	start := time.Now()
+	c.SetReadDeadline(start.Add(d))
+	buf := make([]byte, len(want))
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != want {
+		t.Fatalf("%s: read %q, %v; want %q within %v", what, buf, err, want, d)
+	}
+	return time.Since(start)
+}
+
+// TestHeldPacketsArriveOnRelease: with a holder (a goroutine, or a
+// process like ckpt's), what the peer sends during the lock is held, not
+// let through, and reaches the socket as soon as the lock is released,
+// long before the peer's backed-off retransmission; what the locked socket
+// sends is dropped and retransmitted; nothing is reset.
+func TestHeldPacketsArriveOnRelease(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("nftables needs root")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name, network, addr, exe string
+	}{
+		{"goroutine/tcp4", "tcp4", "127.0.0.1:0", ""},
+		{"goroutine/tcp6", "tcp6", "[::1]:0", ""},
+		{"process/tcp4", "tcp4", "127.0.0.1:0", exe},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv(holderEnv, "1")
+			ns, nsf := testNetns(t)
+			p := newPair(t, ns, tt.network, tt.addr)
+			l, err := TakeHeld("held-test", []Conn{p.conn}, nsf, tt.exe)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer Release(l.Table, int(nsf.Fd()))
+			if !l.Queued || l.HoldErr != nil {
+				t.Fatalf("lock not queued: %v", l.HoldErr)
+			}
+			sent := time.Now()
+			if _, err := p.client.Write([]byte("ping")); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := p.server.Write([]byte("pong")); err != nil {
+				t.Fatal(err)
+			}
+			silent(t, p.server, 300*time.Millisecond, "peer to locked socket during the lock")
+			silent(t, p.client, 300*time.Millisecond, "locked socket to peer during the lock")
+			// Past the peer's third retransmission (0.2, 0.6, 1.4 s): the
+			// next comes 3 s after the first send.
+			time.Sleep(time.Until(sent.Add(1500 * time.Millisecond)))
+			released := time.Now()
+			if err := Release(l.Table, int(nsf.Fd())); err != nil {
+				t.Fatal(err)
+			}
+			readWithin(t, p.server, "ping", 5*time.Second, "peer's bytes after release")
+			if d := time.Since(released); d > time.Second {
+				t.Errorf("the held bytes arrived %v after the release: they were dropped and retransmitted, not held", d)
+			}
+			readWithin(t, p.client, "pong", 10*time.Second, "locked socket's bytes after release (retransmitted)")
+			// Still one connection, both ways.
+			p.client.Write([]byte("more"))
+			readWithin(t, p.server, "more", 5*time.Second, "after the lock")
+		})
+	}
+}
+
+// TestHolderKilledDrops: a lock whose holder process was killed drops the
+// peer's packets (the queue has no listener and no bypass), never lets
+// them through nor resets the connection; after the release the
+// retransmission gets through.
+func TestHolderKilledDrops(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("nftables needs root")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(holderEnv, "1")
+	ns, nsf := testNetns(t)
+	p := newPair(t, ns, "tcp4", "127.0.0.1:0")
+	name := fmt.Sprintf("killed-test-%d", os.Getpid())
+	l, err := TakeHeld(name, []Conn{p.conn}, nsf, exe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Release(l.Table, int(nsf.Fd()))
+	if !l.Queued {
+		t.Fatalf("lock not queued: %v", l.HoldErr)
+	}
+	pid := testenv.FindPID(HoldCommand, l.Table)
+	if pid == 0 {
+		t.Fatal("holder process not found")
+	}
+	if err := unix.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); unix.Kill(pid, 0) == nil; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("holder still there 10 s after SIGKILL")
+		}
+	}
+	if _, err := p.client.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	silent(t, p.server, 700*time.Millisecond, "peer to locked socket with its holder dead")
+	if err := Release(l.Table, int(nsf.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	readWithin(t, p.server, "ping", 10*time.Second, "peer's bytes retransmitted after release")
+}
+
+// TestQueueNumbers: holders of two locks of a namespace bind two queues,
+// and a new holder does not take the queue of a lock whose holder is gone
+// (it would let that lock's packets through).
+func TestQueueNumbers(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("nftables needs root")
+	}
+	_, nsf := testNetns(t)
+	ns := int(nsf.Fd())
+	orphan, err := TakeQueued("orphan", []Conn{{Local: netip.MustParseAddrPort("192.0.2.1:1")}}, ns, QueueBase)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Release(orphan.Table, ns)
+	a, err := Hold(TablePrefix+"a", ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	b, err := Hold(TablePrefix+"b", ns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	if a.Queue == QueueBase || b.Queue == QueueBase || a.Queue == b.Queue {
+		t.Fatalf("queues %d and %d; the orphan lock's is %d: want three different", a.Queue, b.Queue, QueueBase)
+	}
+}
+
+// TestOpenOutgoing: once the outgoing direction is opened, the locked
+// socket's packets reach the peer while the peer's stay held until the
+// release.
+func TestOpenOutgoing(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("nftables needs root")
+	}
+	ns, nsf := testNetns(t)
+	p := newPair(t, ns, "tcp4", "127.0.0.1:0")
+	l, err := TakeHeld("outgoing-test", []Conn{p.conn}, nsf, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Release(l.Table, int(nsf.Fd()))
+	if err := OpenOutgoing(l.Table, int(nsf.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.client.Write([]byte("ping")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.server.Write([]byte("pong")); err != nil {
+		t.Fatal(err)
+	}
+	readWithin(t, p.client, "pong", 2*time.Second, "locked socket to peer, outgoing opened")
+	silent(t, p.server, 300*time.Millisecond, "peer to locked socket, outgoing opened")
+	if err := Release(l.Table, int(nsf.Fd())); err != nil {
+		t.Fatal(err)
+	}
+	readWithin(t, p.server, "ping", 2*time.Second, "peer's bytes after release")
+}
