@@ -42,6 +42,11 @@ type task struct {
 	// every other signal is blocked then), to be re-delivered when the
 	// task is let go, or saved in the image.
 	signals []ptrace.Signal
+	// sharedStops and privateStops are the stop signals (stopSignals)
+	// pending in the process's and the thread's own queue when a thread
+	// in group-stop was seized: ones that came while it was stopped, and
+	// that the injection then takes off the queue.
+	sharedStops, privateStops uint64
 	// status caches /proc/TID/status once the task is frozen (see
 	// task.readStatus): reading it is the dearest part of a thread's dump.
 	status *proc.Status
@@ -188,6 +193,11 @@ func (t *task) waitSeized(deadline time.Time) error {
 		if st.IsEventStop() {
 			if t.stopped = st.IsGroupStop(); t.stopped {
 				t.stopSig = st.Sig()
+				ps, err := proc.ReadStatus(tid)
+				if err != nil {
+					return err
+				}
+				t.sharedStops, t.privateStops = ps.ShdPnd&stopSignals, ps.SigPnd&stopSignals
 			}
 			// The process's own mask, before the dump changes it.
 			if t.mask, err = ptrace.GetSigMask(tid); err != nil {
@@ -258,16 +268,30 @@ func waitStop(tid int, deadline time.Time) (ptrace.Stop, error) {
 }
 
 // release detaches every task, leaving the process as it was (a SIGSTOP
-// taken while injecting is delivered again).
+// taken while injecting is delivered again). A task stopped when seized
+// stops again by its own stop signal, and once it has, the stop signals
+// that were pending in it then are sent again to the queue they were in
+// (stopped, it leaves them there).
 func (fz *frozen) release() {
 	for _, t := range fz.tasks {
+		if t.stopped {
+			ptrace.Detach(t.tid, t.stopSig)
+			if len(t.signals) > 0 {
+				waitStopped(t.tid)
+			}
+			for _, s := range t.signals {
+				if t.sharedQueue(s.Sig) {
+					unix.Kill(fz.pid, s.Sig)
+				} else {
+					unix.Tgkill(fz.pid, t.tid, s.Sig)
+				}
+			}
+			continue
+		}
 		var first unix.Signal
 		rest := t.signals
 		if len(rest) > 0 {
 			first, rest = rest[0].Sig, rest[1:]
-		}
-		if t.stopped && first == 0 {
-			first = t.stopSig
 		}
 		ptrace.Detach(t.tid, first)
 		for _, s := range rest {
@@ -275,6 +299,31 @@ func (fz *frozen) release() {
 		}
 	}
 	fz.tasks = nil
+}
+
+// stopSignals are the signals whose default action stops a process.
+const stopSignals = 1<<(unix.SIGSTOP-1) | 1<<(unix.SIGTSTP-1) | 1<<(unix.SIGTTIN-1) | 1<<(unix.SIGTTOU-1)
+
+// sharedQueue tells whether sig, taken off a stopped task's queue while
+// injecting, came from the process's shared queue (it was pending there
+// and not in the thread's own).
+func (t *task) sharedQueue(sig unix.Signal) bool {
+	bit := uint64(1) << (uint(sig) - 1)
+	return t.privateStops&bit == 0 && t.sharedStops&bit != 0
+}
+
+// waitStopped waits a little for a detached thread to be in its stop
+// again (state T), so that a stop signal sent afterwards stays pending
+// instead of being the one it stops by.
+func waitStopped(tid int) {
+	deadline := time.Now().Add(time.Second)
+	sleep := time.Duration(0)
+	for i := 0; time.Now().Before(deadline); i++ {
+		if st, err := proc.ReadStat(tid, 0); err != nil || st.State == 'T' {
+			return
+		}
+		sleep = ptrace.Backoff(i, sleep)
+	}
 }
 
 // kill kills the frozen process; it dies without running again.

@@ -71,11 +71,19 @@ func (d *dumper) collectPending(p *image.Process) error {
 		if err != nil {
 			return fmt.Errorf("thread %d: %w", t.tid, err)
 		}
+		var taken [][]byte
 		for _, s := range t.signals {
+			if t.stopped && t.sharedQueue(s.Sig) {
+				taken = append(taken, s.Info) // from the process's queue
+				continue
+			}
 			pend = append(pend, s.Info)
 		}
 		for _, s := range pend {
 			p.Threads[i].Pending = append(p.Threads[i].Pending, image.SigInfo(s))
+		}
+		for _, s := range taken {
+			p.Signals.Pending = append(p.Signals.Pending, image.SigInfo(s))
 		}
 	}
 	shared, err := ptrace.PeekSigInfo(d.pid, true)

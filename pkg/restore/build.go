@@ -75,6 +75,9 @@ type builder struct {
 	// common, installed once for all with SECCOMP_FILTER_FLAG_TSYNC
 	// (syncFilters); the threads' own calls install the rest.
 	sharedFilters int
+	// pendingStops are the stop signals pending in a stopped process,
+	// queued once it is stopped again (deferStop, queueStops).
+	pendingStops []pendingStop
 }
 
 func (b *builder) warnf(format string, args ...any) { b.t.warnf(format, args...) }

@@ -59,7 +59,7 @@ func (b *builder) signals() error {
 		return err
 	}
 	for _, si := range p.Signals.Pending {
-		if timerSignal(si, rearmed) {
+		if timerSignal(si, rearmed) || b.deferStop(si, -1) {
 			continue
 		}
 		if err := b.queue(si, -1); err != nil {
@@ -68,12 +68,54 @@ func (b *builder) signals() error {
 	}
 	for i, th := range p.Threads {
 		for _, si := range th.Pending {
-			if timerSignal(si, rearmed) {
+			if timerSignal(si, rearmed) || b.deferStop(si, i) {
 				continue
 			}
 			if err := b.queue(si, i); err != nil {
 				return err
 			}
+		}
+	}
+	return nil
+}
+
+// deferStop keeps for stopAgain a stop signal (SIGSTOP, SIGTSTP, SIGTTIN,
+// SIGTTOU) pending in a stopped process: one that came while it was
+// stopped already, which waits there until a SIGCONT discards it. Queued
+// now it would stop the process in the middle of its restore. i is the
+// thread's index, -1 for the process's shared queue.
+func (b *builder) deferStop(si image.SigInfo, i int) bool {
+	if !b.p.Misc.Stopped || len(si) < 4 {
+		return false
+	}
+	switch sig := unix.Signal(binary.LittleEndian.Uint32(si)); sig {
+	case unix.SIGSTOP, unix.SIGTSTP, unix.SIGTTIN, unix.SIGTTOU:
+		b.pendingStops = append(b.pendingStops, pendingStop{sig: sig, thread: i})
+		return true
+	}
+	return false
+}
+
+// A pendingStop is a stop signal pending in a stopped process (deferStop),
+// of thread index thread or (-1) of the whole process.
+type pendingStop struct {
+	sig    unix.Signal
+	thread int
+}
+
+// queueStops queues again, once the process is stopped again, the stop
+// signals that were pending in it: sent by ckpt-redo (their siginfo, which
+// no one can read, names it), they stay pending until a SIGCONT.
+func (b *builder) queueStops() error {
+	for _, ps := range b.pendingStops {
+		var err error
+		if ps.thread < 0 {
+			err = unix.Kill(b.p.PID, ps.sig)
+		} else {
+			err = unix.Tgkill(b.p.PID, b.p.Threads[ps.thread].TID, ps.sig)
+		}
+		if err != nil {
+			return fmt.Errorf("pending %v: %w", ps.sig, err)
 		}
 	}
 	return nil

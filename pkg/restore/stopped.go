@@ -33,6 +33,9 @@ func (t *tree) stopAgain() error {
 		if err := b.stop(); err != nil {
 			return fmt.Errorf("process %d: stop again: %w", b.p.PID, err)
 		}
+		if err := b.queueStops(); err != nil {
+			return fmt.Errorf("process %d: stopped again: %w", b.p.PID, err)
+		}
 		parent, ok := t.byPID[b.p.PPID]
 		if !ok || b == t.procs[0] {
 			continue // the root's parent is a new one

@@ -122,6 +122,7 @@ var cases = []fcase{
 	{name: "pgrp", src: "tree_pgrp.c"},
 	{name: "stopped", src: "tree_stopped.c"},
 	{name: "zombies", src: "tree_zombies.c"},
+	{name: "stopped_pending", src: "tree_stopped_pending.c"},
 	// Sockets (pkg/sockets: the option inventory, shutdown state, queues).
 	{name: "sock_tcp4", src: "sock_inet.c", args: []string{"tcp4"}},
 	{name: "sock_tcp6", src: "sock_inet.c", args: []string{"tcp6"}},
