@@ -177,19 +177,34 @@ func makeGhost(env RestoreEnv, ref *image.FileRef) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	env.Keep(f)
 	if err := fillGhost(f, ref, data); err != nil {
+		f.Close()
 		return nil, fmt.Errorf("%s: %w", ref.Path, err)
 	}
 	if err := setMtime(f, ref.MtimeNs); err != nil {
+		f.Close()
 		return nil, fmt.Errorf("%s: %w", ref.Path, err)
 	}
 	if ref.Seals != 0 {
 		if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, ref.Seals); err != nil {
+			f.Close()
 			return nil, fmt.Errorf("%s: F_ADD_SEALS %#x: %w", ref.Path, ref.Seals, err)
 		}
 	}
-	return f, nil
+	if strings.HasPrefix(ref.Path, "/memfd:") || madeAsTmpfile(f) {
+		env.Keep(f) // its own description is handed out (openGhost)
+		return f, nil
+	}
+	// Kept as an O_PATH fd, the writable one closed now: closing it at
+	// the end of the restore would show as IN_CLOSE_WRITE to the inotify
+	// watches of the file, which are in place by then.
+	p, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), unix.O_PATH|unix.O_CLOEXEC, 0)
+	f.Close()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", ref.Path, err)
+	}
+	env.Keep(p)
+	return p, nil
 }
 
 // createGhost makes an empty unlinked file for a deleted one: a memfd of

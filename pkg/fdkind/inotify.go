@@ -33,6 +33,7 @@ func inotify() Kind {
 		Name:     image.FileInotify,
 		Match:    anon("inotify"),
 		Describe: describeInotify,
+		Finish:   linkDeletedWatches,
 		Open:     openInotify,
 		Show:     showInotify,
 	}
@@ -72,7 +73,13 @@ func describeInotify(env DumpEnv, s *Source, f *image.File) error {
 				return fmt.Errorf("inotify: %w", err)
 			}
 		}
-		if w.Path, err = handlePath(mounts, w.Dev, handle); err != nil {
+		if w.Path, err = handlePath(mounts, w.Dev, handle); errors.Is(err, errWatchedDeleted) {
+			// restored if an fd of the dump holds it (linkDeletedWatches)
+			w.Ghost = &image.FileRef{}
+			f.Event.Watches = append(f.Event.Watches, w)
+			continue
+		}
+		if err != nil {
 			return fmt.Errorf("inotify watch %d (inode %d): the watched file cannot be found (%v): cannot be restored: %w", w.WD, w.Ino, err, ErrUnsupported)
 		}
 		var st unix.Stat_t
@@ -133,6 +140,42 @@ func parseInotifyLine(v string) (image.InotifyWatch, unix.FileHandle, error) {
 	return w, unix.NewFileHandle(int32(typ), b), nil
 }
 
+// errWatchedDeleted means a watched file has no name any more.
+var errWatchedDeleted = errors.New("deleted")
+
+// linkDeletedWatches gives each watch of a deleted file the deleted file
+// an fd of the dump holds (by device and inode): the restore makes it
+// again once for both, and watches it. A deleted file no fd holds is
+// refused.
+func linkDeletedWatches(env DumpEnv, fds []Held) error {
+	for _, h := range fds {
+		f := h.File
+		if f.Kind != image.FileInotify || f.Event == nil {
+			continue
+		}
+		for i := range f.Event.Watches {
+			w := &f.Event.Watches[i]
+			if w.Ghost == nil || w.Ghost.DataID != 0 {
+				continue
+			}
+			found := false
+			for _, o := range fds {
+				r := &o.File.Ref
+				if o.File.Kind == image.FileRegular && r.Deleted && r.Dev == w.Dev && r.Ino == w.Ino {
+					ref := *r
+					w.Ghost, w.Path, found = &ref, r.Path, true
+					break
+				}
+			}
+			if !found {
+				return fmt.Errorf("process %d fd %d (inotify): watch %d (inode %d): the watched file was deleted and no fd of the dump holds it: cannot be restored: %w",
+					h.PID, h.FD, w.WD, w.Ino, ErrUnsupported)
+			}
+		}
+	}
+	return nil
+}
+
 // handlePath finds the path of the file a handle names on the file
 // system of device dev, through a mount of it.
 func handlePath(mounts []*proc.MountInfo, dev uint64, h unix.FileHandle) (string, error) {
@@ -162,7 +205,7 @@ func handlePath(mounts []*proc.MountInfo, dev uint64, h unix.FileHandle) (string
 			continue
 		}
 		if lf.Unlinked {
-			return "", fmt.Errorf("deleted")
+			return lf.Path, errWatchedDeleted
 		}
 		return lf.Path, nil
 	}
@@ -175,7 +218,22 @@ func openInotify(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		return Desc{}, fmt.Errorf("inotify_init1: %w", err)
 	}
 	of := os.NewFile(uintptr(fd), "inotify")
-	if err := addWatches(of, event(f).Watches, env.SameBoot()); err != nil {
+	// deleted watched files are made again before any watch is added:
+	// making them must not show as events
+	ghosts := map[int]string{}
+	for _, w := range event(f).Watches {
+		if w.Ghost == nil {
+			continue
+		}
+		g, err := openGhost(env, w.Ghost, unix.O_PATH, false)
+		if err != nil {
+			of.Close()
+			return Desc{}, fmt.Errorf("inotify watch %d on the deleted %s: %w", w.WD, w.Path, err)
+		}
+		env.Keep(g)
+		ghosts[w.WD] = fmt.Sprintf("/proc/self/fd/%d", g.Fd())
+	}
+	if err := addWatches(of, event(f).Watches, ghosts, env.SameBoot()); err != nil {
 		of.Close()
 		return Desc{}, err
 	}
@@ -185,7 +243,7 @@ func openInotify(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 // addWatches adds the watches with their old watch descriptors, then
 // reads off the events the skipping queued. On the machine of the dump
 // (sameBoot) each watched path must still lead to the same inode.
-func addWatches(of *os.File, watches []image.InotifyWatch, sameBoot bool) error {
+func addWatches(of *os.File, watches []image.InotifyWatch, ghosts map[int]string, sameBoot bool) error {
 	fd := int(of.Fd())
 	next := 1 // the watch descriptor the kernel gives next
 	var scratch string
@@ -216,14 +274,23 @@ func addWatches(of *os.File, watches []image.InotifyWatch, sameBoot bool) error 
 			}
 			next = wd + 1
 		}
-		var st unix.Stat_t
-		if err := unix.Stat(w.Path, &st); err != nil {
-			return fmt.Errorf("inotify watch %d on %s: %w", w.WD, w.Path, err)
+		path := w.Path
+		if g, ok := ghosts[w.WD]; ok {
+			path = g // the deleted file made again
+		} else {
+			var st unix.Stat_t
+			if err := unix.Stat(w.Path, &st); err != nil {
+				return fmt.Errorf("inotify watch %d on %s: %w", w.WD, w.Path, err)
+			}
+			if sameBoot && (st.Ino != w.Ino || st.Dev != w.Dev) {
+				return fmt.Errorf("inotify watch %d: %s is another file than at the dump: %w", w.WD, w.Path, ErrFileChanged)
+			}
 		}
-		if sameBoot && (st.Ino != w.Ino || st.Dev != w.Dev) {
-			return fmt.Errorf("inotify watch %d: %s is another file than at the dump: %w", w.WD, w.Path, ErrFileChanged)
+		mask := w.Mask
+		if path != w.Path {
+			mask &^= unix.IN_DONT_FOLLOW // the /proc link must be followed
 		}
-		wd, err := unix.InotifyAddWatch(fd, w.Path, w.Mask)
+		wd, err := unix.InotifyAddWatch(fd, path, mask)
 		if err != nil {
 			return fmt.Errorf("inotify watch %d on %s: %w", w.WD, w.Path, err)
 		}

@@ -526,6 +526,10 @@ type InotifyWatch struct {
 	Path string `json:"path"`
 	Dev  uint64 `json:"dev"`
 	Ino  uint64 `json:"ino"`
+	// Ghost is set for a watched file deleted since, which an fd of the
+	// dump still holds: the deleted file as that fd saved it, made again
+	// once for both.
+	Ghost *FileRef `json:"ghost,omitempty"`
 }
 
 // EpollItem is one file registered in an epoll set.

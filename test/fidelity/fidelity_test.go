@@ -84,6 +84,7 @@ var cases = []fcase{
 	// Files of the /proc directory of a child that exited since.
 	{name: "fd_procgone", src: "fd_procgone.c"},
 	{name: "fd_inotify", src: "fd_inotify.c", args: []string{"DIR/"}},
+	{name: "fd_inotify_deleted", src: "fd_inotify_deleted.c", args: []string{"open", "DIR/"}},
 	{name: "fd_misc", src: "fd_misc.c", args: []string{"DIR/"}},
 	{name: "fd_mtime", src: "fd_mtime.c", args: []string{"DIR/"}},
 	{name: "fd_deldirs", src: "fd_deldirs.c", args: []string{"DIR/"}},
@@ -212,6 +213,7 @@ var cases = []fcase{
 	{name: "sock_pending_error", src: "sock_refused.c", args: []string{"pending_error"}, refuse: "a pending socket error"},
 	// Refusals: each dump fails by name, the program goes on untouched.
 	{name: "fd_shared_table", src: "fd_shared_table.c", refuse: "shares its file descriptor table with process"},
+	{name: "fd_inotify_deleted_mapped", src: "fd_inotify_deleted.c", args: []string{"mapped", "DIR/"}, refuse: "the watched file was deleted and no fd of the dump holds it"},
 	{name: "fd_lease_breaking", src: "fd_leases.c", args: []string{"breaking", "DIR/"}, refuse: "file lease being broken (breaking): cannot be restored"},
 	{name: "fd_nsfile_other", src: "fd_nsfile.c", args: []string{"other"}, refuse: "of a uts namespace other than ckpt's"},
 	{name: "fd_io_uring", src: "fd_refused.c", args: []string{"io_uring"}, refuse: "fd 4 (anon_inode:[io_uring]): io_uring instance: cannot be restored"},
