@@ -3,7 +3,9 @@ package dump
 import (
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/ckpt/ckpt/internal/sys"
@@ -232,9 +234,66 @@ func (t *tree) checkIDs() (external []int, err error) {
 		return nil, fmt.Errorf("process %d: session %d is neither its own, nor its parent's (%d, process %d), nor the one its parent left: cannot be rebuilt: %w",
 			m.pid, st.Session, parent.Session, st.PPID, ErrUnsupported)
 	}
+	if err := t.checkOutsideMembers(ids, ext); err != nil {
+		return nil, err
+	}
 	for id := range ext {
 		external = append(external, id)
 	}
 	slices.Sort(external)
 	return external, nil
+}
+
+// checkOutsideMembers refuses a tree whose sessions or process groups
+// have members outside the dump, other than the external ones
+// (--shell-job): a session or group ID pins its PID while any process is
+// in it, so the restore could not give that PID to the process (or to the
+// helper standing in for a leader that is gone) again. Such members are
+// typically the children of a zombie session leader, which were given to
+// a subreaper outside the tree.
+func (t *tree) checkOutsideMembers(ids map[int]*proc.Stat, ext map[int]bool) error {
+	made := map[int]string{} // ID -> what the restore makes with that PID
+	for pid, st := range ids {
+		made[pid] = "process"
+		for _, id := range [2]int{st.Session, st.PGRP} {
+			if _, ok := made[id]; !ok && !ext[id] {
+				made[id] = "session or process group"
+			}
+		}
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return err
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || ids[pid] != nil {
+			continue
+		}
+		st, err := proc.ReadStat(pid, 0)
+		if err != nil {
+			continue // gone
+		}
+		for _, id := range [2]int{st.Session, st.PGRP} {
+			if _, ok := made[id]; !ok || ext[id] {
+				continue
+			}
+			what := "session"
+			if id != st.Session {
+				what = "process group"
+			}
+			owner := id // the process of the dump whose session or group it is
+			if _, in := ids[id]; !in {
+				for mpid, mst := range ids {
+					if mst.Session == id || mst.PGRP == id {
+						owner = mpid
+						break
+					}
+				}
+			}
+			return fmt.Errorf("process %d: its %s %d also has process %d (%s), outside the dump, which keeps PID %d in use: the restore could not take it again: %w",
+				owner, what, id, pid, st.Comm, id, ErrUnsupported)
+		}
+	}
+	return nil
 }

@@ -420,9 +420,9 @@ func treeAttrs() []Attr {
 	return []Attr{
 		{Name: "session, process group", Family: "tree", Status: Restored,
 			Seen:    Seen{Other: "getsid, getpgid, /proc/PID/stat"},
-			Save:    "/proc/PID/stat of every member; a leader alive outside the dump is refused by name unless ckpt dump --shell-job (then its members get ckpt-redo's session and group)",
+			Save:    "/proc/PID/stat of every member; a leader alive outside the dump is refused by name unless ckpt dump --shell-job (then its members get ckpt-redo's session and group); a session or group of the dump with a member outside it (the orphaned children of a zombie or exited leader, given to a subreaper) is refused by name: its ID keeps the PID in use, which the restore could not take again",
 			Restore: "setsid in each session leader as it is forked, then setpgid in group leaders, then members; a gone leader's PID is held by a short-lived helper that calls setsid/setpgid and exits once the members joined (pkg/restore/ids.go)",
-			CRIU:    "same (--shell-job)", Case: "pgrp, e2e TestSessionUnderPTY, TestTree"},
+			CRIU:    "same (--shell-job)", Case: "pgrp, outside_member, e2e TestSessionUnderPTY, TestTree"},
 		{Name: "zombies and their process group", Family: "tree", Status: Restored,
 			Seen: Seen{StatusKeys: []string{"State"}},
 			Save: "/proc/PID/stat (exit code, pgid, sid)", Restore: "forked, joins its group, then exits with its old status: exit_group, or the signal it died of with its default action, unblocked, let through its delivery stop (no core file unless the status says one was dumped)", CRIU: "same", Case: "pgrp, zombies, e2e TestTree, TestSessionUnderPTY"},
