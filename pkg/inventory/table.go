@@ -49,7 +49,7 @@ func processAttrs() []Attr {
 			Save: "injected PR_GET_PDEATHSIG", Restore: "PR_SET_PDEATHSIG after the credentials", CRIU: "same", Case: "e2e TestProcessState"},
 		{Name: "dumpable", Family: f, Status: Restored,
 			Seen: Seen{Prctl: []string{"PR_SET_DUMPABLE", "PR_GET_DUMPABLE"}},
-			Save: "injected PR_GET_DUMPABLE", Restore: "PR_SET_DUMPABLE after the credentials", CRIU: "same", Case: "proc_prctl"},
+			Save: "injected PR_GET_DUMPABLE", Restore: "PR_SET_DUMPABLE after the credentials, always (a change of user ID resets it)", CRIU: "same", Case: "proc_prctl, proc_dumpable_uid"},
 		{Name: "child subreaper", Family: f, Status: Restored,
 			Seen: Seen{Prctl: []string{"PR_SET_CHILD_SUBREAPER", "PR_GET_CHILD_SUBREAPER"}},
 			Save: "injected PR_GET_CHILD_SUBREAPER", Restore: "PR_SET_CHILD_SUBREAPER", CRIU: "same", Case: "proc_prctl"},

@@ -42,10 +42,10 @@ func (b *builder) afterCreds() error {
 	if err := b.mdwe(); err != nil {
 		return err
 	}
-	if p.Misc.Dumpable != 1 {
-		if _, err := b.call("prctl(PR_SET_DUMPABLE)", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, uint64(p.Misc.Dumpable)); err != nil {
-			return err
-		}
+	// Always: a change of credentials set it to fs.suid_dumpable (0),
+	// also where the process had made itself dumpable again.
+	if _, err := b.call("prctl(PR_SET_DUMPABLE)", unix.SYS_PRCTL, unix.PR_SET_DUMPABLE, uint64(p.Misc.Dumpable)); err != nil {
+		return err
 	}
 	return nil
 }

@@ -58,6 +58,7 @@ var cases = []fcase{
 	{name: "proc_restart", src: "proc_restart.c"},
 	{name: "proc_sched", src: "proc_sched.c"},
 	{name: "proc_prctl", src: "proc_prctl.c"},
+	{name: "proc_dumpable_uid", src: "proc_dumpable_uid.c"},
 	{name: "proc_creds", src: "proc_creds.c"},
 	{name: "proc_seccomp", src: "proc_seccomp.c"},
 	{name: "proc_seccomp_tsync", src: "proc_seccomp_tsync.c"},
