@@ -149,7 +149,7 @@ func (h *Holder) receive() {
 			h.held++
 		}
 		if h.accepting {
-			h.q.acceptUpTo(h.maxID)
+			h.q.acceptAll(h.maxID)
 		}
 		h.mu.Unlock()
 	}
@@ -160,10 +160,9 @@ func (h *Holder) release() (int, error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.accepting = true
-	if h.held == 0 {
-		return 0, nil
-	}
-	return h.held, h.q.acceptUpTo(h.maxID)
+	// Also what is queued but not read yet: the table is removed next,
+	// and the kernel would drop it.
+	return h.held, h.q.acceptAll(h.maxID)
 }
 
 // serve answers "release" on the control socket: the held packets go

@@ -332,6 +332,17 @@ func Release(tableName string, netns int) error {
 	return lift(tableName, netns, "release")
 }
 
+// openChains empties the chains of lock table t: nothing is queued or
+// dropped any more, and a packet let through by its holder is not queued
+// again by the next hook it meets (a peer on this host's packet was
+// queued on its way out, and comes in next).
+func openChains(c *nftables.Conn, t *nftables.Table) {
+	for _, ch := range []string{"in", "out"} {
+		c.FlushChain(&nftables.Chain{Name: ch, Table: t})
+	}
+	c.Flush() // fails for a table already gone (or made by hand): removed next all the same
+}
+
 // ownTag marks the rules that drop the locked sockets' own packets.
 var ownTag = []byte("ckpt-own")
 
@@ -388,10 +399,7 @@ func lift(tableName string, netns int, verb string) error {
 		return fmt.Errorf("netlock: nftables: %w", err)
 	}
 	t := table(tableName)
-	for _, ch := range []string{"in", "out"} {
-		c.FlushChain(&nftables.Chain{Name: ch, Table: t})
-	}
-	c.Flush() // fails for a table already gone (or made by hand): removed below all the same
+	openChains(c, t)
 	_, done, herr := askRelease(tableName, netns, verb)
 	defer done()
 	c.DelTable(t)

@@ -248,11 +248,15 @@ func (q *nfqueue) receive(buf []byte, deadline time.Time) ([]uint32, error) {
 	return ids, nil
 }
 
-// acceptUpTo gives NF_ACCEPT to every packet of the queue whose id is at
-// most id: they go on through the hooks after the one that queued them.
-func (q *nfqueue) acceptUpTo(id uint32) error {
+// acceptAll gives NF_ACCEPT to every packet in the queue, read or not
+// yet (last is the highest id read, 0 if none): they go on through the
+// hooks after the one that queued them. A batch verdict covers the ids
+// up to the one it names, compared modulo 2^32 as the kernel numbers
+// them (nfq_id_after): half the id space past the last one read covers
+// every packet queued so far.
+func (q *nfqueue) acceptAll(last uint32) error {
 	hdr := binary.BigEndian.AppendUint32(nil, nfAccept)
-	hdr = binary.BigEndian.AppendUint32(hdr, id)
+	hdr = binary.BigEndian.AppendUint32(hdr, last+0x7fffffff)
 	b, _, err := q.message(nfqnlMsgVerdictBatch, netlink.Request, netlink.Attribute{Type: nfqaVerdictHdr, Data: hdr})
 	if err != nil {
 		return err
