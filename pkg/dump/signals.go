@@ -2,6 +2,8 @@ package dump
 
 import (
 	"fmt"
+	"os"
+	"strconv"
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -105,7 +107,19 @@ func readPosixTimers(pid int) ([]image.PosixTimer, error) {
 	}
 	var out []image.PosixTimer
 	for _, t := range ts {
+		if t.Notify&sigevThreadID != 0 {
+			if _, err := os.Stat(proc.Path(pid, "task", strconv.Itoa(t.NotifyTID))); err != nil {
+				// Its signals go nowhere; timer_create cannot name a
+				// thread that is gone, the restore could not make it.
+				return nil, fmt.Errorf("process %d: POSIX timer %d notifies thread %d (SIGEV_THREAD_ID), which has exited: cannot be restored: %w",
+					pid, t.ID, t.NotifyTID, ErrUnsupported)
+			}
+		}
 		out = append(out, image.PosixTimer{ID: t.ID, Clock: t.Clock, Signal: t.Signal, Notify: t.Notify, NotifyTID: t.NotifyTID, SigValue: t.SigValue})
 	}
 	return out, nil
 }
+
+// sigevThreadID is SIGEV_THREAD_ID: a POSIX timer's signal goes to one
+// thread.
+const sigevThreadID = 4

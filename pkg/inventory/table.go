@@ -232,7 +232,9 @@ func signalAttrs() []Attr {
 			Save: "PTRACE_PEEKSIGINFO; a signal the freeze catches being delivered is let through (its handler frame is part of the image), and every signal is blocked while calls are injected, so none is taken off a queue and sent again", Restore: "rt_sigqueueinfo / rt_tgsigqueueinfo from the process itself", CRIU: "same", Case: "proc_sigtrap, sigtrap (tree_sigtrap.c), e2e TestPendingSignal, pkg/dump TestDumpKeepsSignals"},
 		{Name: "interval timers, POSIX timers", Family: f, Status: Restored,
 			Seen: Seen{Other: "getitimer, timer_gettime, /proc/PID/timers"},
-			Save: "injected getitimer, timer_gettime", Restore: "setitimer, timer_create with the same IDs; a periodic timer whose signal was pending (the kernel re-arms it at the dequeue) expires again at once, its signal tied to it", CRIU: "same", Case: "e2e TestProcessState"},
+			Save: "injected getitimer, timer_gettime", Restore: "setitimer, timer_create with the same IDs; a periodic timer whose signal was pending (the kernel re-arms it at the dequeue) expires again at once, its signal tied to it",
+			Reason: "a timer notifying a thread (SIGEV_THREAD_ID) that has exited is refused: timer_create cannot name a gone thread",
+			CRIU:   "same (CRIU makes such a timer SIGEV_NONE)", Case: "proc_timer_deadthread, e2e TestProcessState"},
 	}
 }
 

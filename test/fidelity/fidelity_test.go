@@ -62,6 +62,7 @@ var cases = []fcase{
 	{name: "proc_creds", src: "proc_creds.c"},
 	{name: "proc_seccomp", src: "proc_seccomp.c"},
 	{name: "proc_seccomp_tsync", src: "proc_seccomp_tsync.c"},
+	{name: "proc_timer_deadthread", src: "proc_timer_deadthread.c", refuse: "which has exited: cannot be restored"},
 	{name: "proc_sigtrap", src: "proc_sigtrap.c"},
 	{name: "proc_rlimit", src: "proc_rlimit.c"},
 	{name: "proc_threadctl", src: "proc_threadctl.c"},
