@@ -1,6 +1,7 @@
 package sockets
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 
@@ -47,6 +48,11 @@ func Describe(fd int) (*image.Socket, error) {
 				// The listener is described all the same: a dump with
 				// --skip-in-flight drops the waiting connections.
 				inFlight = fmt.Errorf("listening socket with %d connections not accepted yet: %w", queued, ErrAcceptQueue)
+			} else if err := halfOpenError(fd, s.Family); err != nil {
+				if !errors.Is(err, ErrAcceptQueue) {
+					return nil, err
+				}
+				inFlight = err // tcplisten.go
 			}
 		case s.State == tcpClose:
 			// Never connected, disconnected, or closed after a

@@ -8,14 +8,23 @@
  *   reset       a connection reset by its peer (the error read): CLOSE,
  *               refused (getsockname shows a port given back);
  *   refused     a connect refused: disconnected by the kernel, a new socket;
- *   bound       bound to a port, never connected; unbound: never bound.
+ *   bound       bound to a port, never connected; unbound: never bound;
+ *   closing     both FINs crossed: ours waits behind data the peer has no
+ *               room for, the peer's came (CLOSING);
+ *   syn_sent    a non-blocking connect to a listener outside the process
+ *               whose accept queue is full: its SYNs go unanswered until
+ *               the case tells that process (SIGUSR1) to accept;
+ *   syn_recv    a listener whose connection TCP_DEFER_ACCEPT holds
+ *               half-open (SYN_RECV, in no accept queue): refused by name.
  * After the restore each socket is in its state (TCP_INFO), reads every
  * byte once then end of file where the peer closed, and the connection
  * goes on to its end without a reset.
  */
 #include "sock.h"
+#include <sys/wait.h>
 
 static int v6, mapped;
+static pid_t outside; /* syn_sent: the listener's process */
 
 static socklen_t addr_of(struct sockaddr_storage *ss, int port)
 {
@@ -147,6 +156,59 @@ static void closed_behaviour(int fd, char *out, size_t len)
 	snprintf(out, len, "state %d revents %#x read %zd/%d write %zd/%d port %d", state_of(fd), p.revents, r, re, w, we, port);
 }
 
+/* full_listener starts a process outside the case's tree (a grandchild,
+ * reparented away) listening with a full accept queue; it accepts every
+ * connection on SIGUSR1 and writes "hello" to each. It returns the
+ * listener's address. */
+static socklen_t full_listener(struct sockaddr_storage *ss)
+{
+	int p[2];
+	FID_SETUP(pipe(p) == 0, "pipe");
+	pid_t c = fork();
+	FID_SETUP(c >= 0, "fork");
+	if (c == 0) {
+		if (fork() != 0)
+			_exit(0);
+		/* A session of its own: in the case's process group it would
+		 * keep the case's PID in use, and the restore could not take
+		 * it again. */
+		setsid();
+		close(p[0]);
+		alarm(60);
+		sigset_t usr1;
+		sigemptyset(&usr1);
+		sigaddset(&usr1, SIGUSR1);
+		sigprocmask(SIG_BLOCK, &usr1, NULL);
+		struct sockaddr_storage a;
+		socklen_t l = addr_of(&a, 0);
+		int ls = new_socket();
+		if (bind(ls, (struct sockaddr *)&a, l) < 0 || listen(ls, 0) < 0 || getsockname(ls, (struct sockaddr *)&a, &l) < 0)
+			_exit(1);
+		for (int i = 0; i < 2; i++) { /* a backlog of 0 holds one */
+			int f = new_socket();
+			fcntl(f, F_SETFL, O_NONBLOCK);
+			connect(f, (struct sockaddr *)&a, l);
+		}
+		usleep(50000);
+		pid_t me = getpid();
+		if (write(p[1], &me, sizeof me) != sizeof me || write(p[1], &a, sizeof a) != sizeof a)
+			_exit(1);
+		close(p[1]);
+		int sig;
+		sigwait(&usr1, &sig);
+		for (;;) {
+			int c2 = accept(ls, NULL, NULL);
+			if (c2 >= 0 && write(c2, "hello", 5) != 5)
+				_exit(1);
+		}
+	}
+	close(p[1]);
+	waitpid(c, NULL, 0);
+	FID_SETUP(read(p[0], &outside, sizeof outside) == sizeof outside && read(p[0], ss, sizeof *ss) == sizeof *ss, "the outside listener");
+	close(p[0]);
+	return v6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
 int main(int argc, char **argv)
 {
 	fid_init(argc, argv);
@@ -177,6 +239,33 @@ int main(int argc, char **argv)
 		toOther = fill(fd, 2);
 		FID_SETUP(shutdown(fd, SHUT_WR) == 0, "shutdown");
 		FID_SETUP(wait_state(fd, strcmp(mode, "last_ack") == 0 ? TCP_LAST_ACK : TCP_FIN_WAIT1), "state after shutdown");
+	} else if (strcmp(mode, "closing") == 0) {
+		pair(&fd, &other, 4096);
+		SETOPT(fd, SOL_SOCKET, SO_SNDBUF, 4096);
+		toOther = fill(fd, 2);
+		FID_SETUP(shutdown(fd, SHUT_WR) == 0, "shutdown");
+		FID_SETUP(shutdown(other, SHUT_WR) == 0, "shutdown the peer");
+		FID_SETUP(wait_state(fd, TCP_CLOSING), "CLOSING (state %d)", state_of(fd));
+	} else if (strcmp(mode, "syn_sent") == 0) {
+		struct sockaddr_storage ss;
+		socklen_t l = full_listener(&ss);
+		fd = new_socket();
+		FID_SETUP(fcntl(fd, F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
+		FID_SETUP(connect(fd, (struct sockaddr *)&ss, l) < 0 && errno == EINPROGRESS, "connect in progress");
+		usleep(20000);
+		if (state_of(fd) != TCP_SYN_SENT) {
+			kill(outside, SIGKILL);
+			fid_skip("the SYN was answered: the accept queue did not fill");
+		}
+	} else if (strcmp(mode, "syn_recv") == 0) {
+		struct sockaddr_storage ss;
+		socklen_t l = addr_of(&ss, 0);
+		fd = new_socket();
+		SETOPT(fd, IPPROTO_TCP, TCP_DEFER_ACCEPT, 30);
+		FID_SETUP(bind(fd, (struct sockaddr *)&ss, l) == 0 && listen(fd, 4) == 0, "listen");
+		FID_SETUP(getsockname(fd, (struct sockaddr *)&ss, &l) == 0, "getsockname");
+		other = new_socket();
+		FID_SETUP(connect(other, (struct sockaddr *)&ss, l) == 0, "connect");
 	} else if (strcmp(mode, "reset") == 0) {
 		pair(&fd, &other, 0);
 		struct linger lg = {1, 0};
@@ -231,6 +320,30 @@ int main(int argc, char **argv)
 		}
 		return fid_done();
 	}
+	if (strcmp(mode, "syn_sent") == 0) {
+		/* Room in the queue: the next SYN is answered, one connection. */
+		kill(outside, SIGUSR1);
+		struct pollfd p = {fd, POLLOUT, 0};
+		FID_EXPECT(poll(&p, 1, 15000) == 1, "not connected in 15 s (state %d)", state_of(fd));
+		int err = 0;
+		socklen_t l = sizeof err;
+		getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l);
+		FID_EXPECT(err == 0, "connect: %s", strerror(err));
+		char b[5];
+		FID_EXPECT(read_exact(fd, b, 5) == 0 && memcmp(b, "hello", 5) == 0, "no hello from the listener");
+		kill(outside, SIGKILL);
+		return fid_done();
+	}
+	if (strcmp(mode, "syn_recv") == 0) {
+		/* Untouched: the client sends, the listener accepts it. */
+		FID_EXPECT(write_all(other, "x", 1) == 0, "client write");
+		struct pollfd p = {fd, POLLIN, 0};
+		FID_EXPECT(poll(&p, 1, 10000) == 1, "the deferred connection never became acceptable");
+		int c = accept(fd, NULL, NULL);
+		char b;
+		FID_EXPECT(c >= 0 && read_exact(c, &b, 1) == 0 && b == 'x', "accept and read");
+		return fid_done();
+	}
 	/* Every byte once, each FIN once, then the connection ends. */
 	if (strcmp(mode, "close_wait") == 0) {
 		expect_stream(fd, "CLOSE_WAIT end", 1, toFd, 1);
@@ -246,6 +359,8 @@ int main(int argc, char **argv)
 			FID_EXPECT(shutdown(other, SHUT_WR) == 0, "shutdown");
 			expect_stream(fd, "FIN_WAIT1 end", 0, 0, 1);
 		}
+		if (strcmp(mode, "closing") == 0)
+			expect_stream(fd, "CLOSING end", 0, 0, 1);
 	}
 	FID_EXPECT(wait_state(fd, TCP_CLOSE), "connection end: state %d", state_of(fd));
 	int err = 0;
