@@ -395,6 +395,13 @@ type Socket struct {
 	// protocol (network byte order, as sockaddr_ll has it).
 	Ifindex   int `json:"ifindex,omitempty"`
 	LinkProto int `json:"link_proto,omitempty"`
+	// Memberships, Fanout, RxRing and TxRing are a packet socket's
+	// PACKET_ADD_MEMBERSHIP entries, PACKET_FANOUT value (group id, type
+	// and flags) and mmap rings (struct tpacket_req3), empty when saved.
+	Memberships []PacketMember `json:"memberships,omitempty"`
+	Fanout      int            `json:"fanout,omitempty"`
+	RxRing      []uint32       `json:"rx_ring,omitempty"`
+	TxRing      []uint32       `json:"tx_ring,omitempty"`
 	// PortID, Groups, DstPortID and DstGroup are a netlink socket's
 	// bound port id and multicast groups, and the address it is
 	// connected to.
@@ -427,6 +434,15 @@ type SockFile struct {
 	// were gone too: made for the bind, removed after.
 	Gone        bool `json:"gone,omitempty"`
 	MissingDirs int  `json:"missing_dirs,omitempty"`
+}
+
+// PacketMember is a packet socket's membership (PACKET_ADD_MEMBERSHIP),
+// added Count times.
+type PacketMember struct {
+	Ifindex int    `json:"ifindex"`
+	Type    int    `json:"type"` // PACKET_MR_*
+	Addr    []byte `json:"addr,omitempty"`
+	Count   int    `json:"count"`
 }
 
 // PeerCred is a UNIX socket's SO_PEERCRED and SO_PEERGROUPS: process,

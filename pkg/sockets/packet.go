@@ -14,10 +14,10 @@ import (
 // SOCK_PACKET bound by device name) are saved with their protocol, the
 // interface and protocol (or device) they are bound to, their
 // SOL_PACKET options and the inventory's SOL_SOCKET ones (a classic
-// filter included). Refused by name: an mmap ring (PACKET_RX_RING,
-// PACKET_TX_RING, seen through sock_diag), memberships
-// (PACKET_ADD_MEMBERSHIP, also seen through sock_diag), a fanout group,
-// packets waiting in the receive queue.
+// filter included), memberships (PACKET_ADD_MEMBERSHIP, seen through
+// sock_diag), the fanout group and empty mmap rings. Refused by name: a
+// receive ring that may hold frames, a mapping of a ring (by the dump of
+// the memory), packets waiting in the receive queue.
 
 const solPacket = 263 // SOL_PACKET
 
@@ -52,18 +52,13 @@ func DescribePacket(fd int, ino uint64) (*image.Socket, error) {
 	if s.Protocol, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL); err != nil {
 		return nil, fmt.Errorf("SO_PROTOCOL: %w", err)
 	}
-	rx, tx, members, err := packetRings(ino)
+	pd, err := packetInfo(ino)
 	if err != nil {
 		return nil, fmt.Errorf("packet socket: %w", err)
 	}
-	if members {
-		return nil, fmt.Errorf("packet socket with memberships (PACKET_ADD_MEMBERSHIP: promiscuous, multicast): not saved yet: %w", ErrState)
-	}
-	if rx || tx {
-		return nil, fmt.Errorf("packet socket with an mmap ring (PACKET_RX_RING %v, PACKET_TX_RING %v): %w", rx, tx, ErrState)
-	}
-	if f, err := unix.GetsockoptInt(fd, solPacket, unix.PACKET_FANOUT); err == nil && f != 0 {
-		return nil, fmt.Errorf("packet socket in a fanout group (PACKET_FANOUT %#x): %w", f, ErrState)
+	s.Memberships, s.RxRing, s.TxRing = pd.members, pd.rx, pd.tx
+	if f, err := unix.GetsockoptInt(fd, solPacket, unix.PACKET_FANOUT); err == nil {
+		s.Fanout = f
 	}
 	var b [1]byte
 	if _, _, err := unix.Recvfrom(fd, b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_TRUNC); err == nil {
@@ -80,6 +75,12 @@ func DescribePacket(fd int, ino uint64) (*image.Socket, error) {
 		if ll, ok := sa.(*unix.SockaddrLinklayer); ok {
 			s.Ifindex, s.LinkProto = ll.Ifindex, int(ll.Protocol)
 		}
+	}
+	// A ring's frames can be read only through a mapping of it, which
+	// the dump of the memory refuses: a transmit ring is then empty, a
+	// receive ring too if the socket receives nothing (protocol 0).
+	if len(s.RxRing) > 0 && (s.Protocol != 0 || s.LinkProto != 0) {
+		return nil, fmt.Errorf("packet socket with a receive ring (PACKET_RX_RING) that may hold frames (protocol %#x): they cannot be read back: %w", max(s.Protocol, s.LinkProto), ErrState)
 	}
 	if s.Options, err = ReadOptions(fd, unix.AF_PACKET, s.Type, s.Protocol, false); err != nil {
 		return nil, fmt.Errorf("packet socket: %w", err)
@@ -137,15 +138,38 @@ func OpenPacket(s *image.Socket) (int, error) {
 			return fail(fmt.Errorf("bind to interface %d protocol %#x: %w", s.Ifindex, s.LinkProto, err))
 		}
 	}
+	for _, m := range s.Memberships {
+		if err := addMember(fd, m); err != nil {
+			return fail(err)
+		}
+	}
+	if err := setRing(fd, unix.PACKET_RX_RING, s.RxRing); err != nil {
+		return fail(fmt.Errorf("PACKET_RX_RING %v: %w", s.RxRing, err))
+	}
+	if err := setRing(fd, unix.PACKET_TX_RING, s.TxRing); err != nil {
+		return fail(fmt.Errorf("PACKET_TX_RING %v: %w", s.TxRing, err))
+	}
+	if s.Fanout != 0 {
+		if err := unix.SetsockoptInt(fd, solPacket, unix.PACKET_FANOUT, s.Fanout); err != nil {
+			return fail(fmt.Errorf("PACKET_FANOUT %#x: %w", s.Fanout, err))
+		}
+	}
 	if err := setOptions(fd, s.Options, late, nil); err != nil {
 		return fail(err)
 	}
 	return sock.Release(), nil
 }
 
-// packetRings asks sock_diag whether the packet socket ino has an mmap
-// ring for receiving or sending, and memberships.
-func packetRings(ino uint64) (rx, tx, members bool, err error) {
+// packetDiag is what sock_diag says of a packet socket: its memberships
+// and its rings (struct packet_diag_ring, as struct tpacket_req3 has it).
+type packetDiag struct {
+	members []image.PacketMember
+	rx, tx  []uint32
+}
+
+// packetInfo asks sock_diag for the memberships and rings of the packet
+// socket ino.
+func packetInfo(ino uint64) (*packetDiag, error) {
 	const (
 		packetShowMclist  = 0x2
 		packetShowRingCfg = 0x4
@@ -163,25 +187,67 @@ func packetRings(ino uint64) (rx, tx, members bool, err error) {
 	le.PutUint32(req[24:], packetShowRingCfg|packetShowMclist)
 	le.PutUint32(req[28:], 0xffffffff)
 	le.PutUint32(req[32:], 0xffffffff)
-	found := false
-	err = sockDiagDump(req, func(d []byte) bool {
+	var pd *packetDiag
+	ring := func(v []byte) []uint32 {
+		var r []uint32
+		for i := 0; i+4 <= len(v) && len(r) < 7; i += 4 {
+			r = append(r, le.Uint32(v[i:]))
+		}
+		return r
+	}
+	err := sockDiagDump(req, func(d []byte) bool {
 		// struct packet_diag_msg: family, type, num (2), ino (4), cookie (8).
 		if len(d) < 16 || uint64(le.Uint32(d[4:])) != ino {
 			return false
 		}
-		found = true
+		pd = &packetDiag{}
 		diagAttrs(d[16:], func(typ uint16, v []byte) {
-			rx = rx || typ == packetDiagRxRing
-			tx = tx || typ == packetDiagTxRing
-			members = members || typ == packetDiagMclist && len(v) > 0
+			switch typ {
+			case packetDiagRxRing:
+				pd.rx = ring(v)
+			case packetDiagTxRing:
+				pd.tx = ring(v)
+			case packetDiagMclist:
+				// struct packet_diag_mclist: index, count (u32), type,
+				// alen (u16), addr[32].
+				for ; len(v) >= 44; v = v[44:] {
+					alen := min(int(le.Uint16(v[10:])), 32)
+					pd.members = append(pd.members, image.PacketMember{Ifindex: int(le.Uint32(v)), Count: int(le.Uint32(v[4:])),
+						Type: int(le.Uint16(v[8:])), Addr: append([]byte(nil), v[12:12+alen]...)})
+				}
+			}
 		})
 		return true
 	})
-	if err == nil && !found {
+	if err == nil && pd == nil {
 		err = fmt.Errorf("sock_diag: packet socket %d not found", ino)
 	}
-	if err != nil {
-		return false, false, false, err
+	return pd, err
+}
+
+// addMember adds a membership m.Count times (struct packet_mreq_max).
+func addMember(fd int, m image.PacketMember) error {
+	mr := make([]byte, 8+32)
+	binary.LittleEndian.PutUint32(mr, uint32(m.Ifindex))
+	binary.LittleEndian.PutUint16(mr[4:], uint16(m.Type))
+	binary.LittleEndian.PutUint16(mr[6:], uint16(len(m.Addr)))
+	copy(mr[8:], m.Addr)
+	for i := 0; i < m.Count; i++ {
+		if err := sys.Setsockopt(fd, solPacket, unix.PACKET_ADD_MEMBERSHIP, ptr(&mr[0]), uintptr(len(mr))); err != nil {
+			return fmt.Errorf("PACKET_ADD_MEMBERSHIP interface %d type %d: %w", m.Ifindex, m.Type, err)
+		}
 	}
-	return rx, tx, members, nil
+	return nil
+}
+
+// setRing sets an mmap ring (a struct tpacket_req3 as saved).
+func setRing(fd, opt int, r []uint32) error {
+	if len(r) == 0 {
+		return nil
+	}
+	req := make([]byte, 7*4)
+	for i, v := range r {
+		binary.LittleEndian.PutUint32(req[4*i:], v)
+	}
+	return sys.Setsockopt(fd, solPacket, opt, ptr(&req[0]), uintptr(len(req)))
 }

@@ -14,10 +14,17 @@
  *                       with PACKET_AUXDATA: a frame to itself after;
  *   packet_spkt         old SOCK_PACKET sockets (bound by device name),
  *                       one bound to lo, one not: the same names after;
+ *   packet_members      a packet socket receiving nothing (protocol 0)
+ *                       with TPACKET_V2, a receive ring and memberships
+ *                       on lo (promiscuous twice, a multicast address);
+ *                       one bound to lo with a transmit ring, in a fanout
+ *                       group: rings, group and memberships still there
+ *                       after;
  *   netlink             NETLINK_ROUTE autobound (its port id), in group 34,
  *                       with NETLINK_EXT_ACK: a RTM_GETLINK dump after;
  * each checked after the restore for its names and options; and refused:
- *   netlink_queued (a reply waiting), packet_ring (an mmap ring),
+ *   netlink_queued (a reply waiting), packet_ring (a receive ring that
+ *   may hold frames),
  *   raw_queued (a raw socket with packets queued).
  * Ping sockets need net.ipv4.ping_group_range to include gid 0: the case
  * sets it when socket() says EACCES.
@@ -173,6 +180,37 @@ static int frame(int fd)
 	return got;
 }
 
+/* promiscuity_of_lo is lo's promiscuity count (ip -d link), which a
+ * PACKET_MR_PROMISC membership raises; -1 if unknown. */
+static int promiscuity_of_lo(void)
+{
+	FILE *p = popen("ip -d link show lo 2>/dev/null", "r");
+	char line[512];
+	int n = -1;
+	while (p && fgets(line, sizeof line, p)) {
+		char *at = strstr(line, "promiscuity ");
+		if (at)
+			sscanf(at, "promiscuity %d", &n);
+	}
+	if (p)
+		pclose(p);
+	return n;
+}
+
+/* mcast_on_lo says whether /proc/net/dev_mcast lists addr on lo. */
+static int mcast_on_lo(const char *addr)
+{
+	FILE *f = fopen("/proc/net/dev_mcast", "r");
+	char line[256], dev[32], a[64];
+	int idx, users, global, found = 0;
+	while (f && fgets(line, sizeof line, f))
+		if (sscanf(line, "%d %31s %d %d %63s", &idx, dev, &users, &global, a) == 5 && !strcmp(dev, "lo") && !strcmp(a, addr))
+			found = 1;
+	if (f)
+		fclose(f);
+	return found;
+}
+
 int main(int argc, char **argv)
 {
 	fid_init(argc, argv);
@@ -259,8 +297,26 @@ int main(int argc, char **argv)
 		struct sockaddr a = {.sa_family = AF_PACKET};
 		strcpy(a.sa_data, "lo");
 		FID_SETUP(bind(fd, &a, sizeof a) == 0, "bind to lo by name");
-	} else if (strcmp(kind, "packet_ring") == 0) {
+	} else if (strcmp(kind, "packet_members") == 0) {
 		fd = socket(AF_PACKET, SOCK_RAW, 0);
+		fd2 = socket(AF_PACKET, SOCK_DGRAM, htons(0x88b5));
+		FID_SETUP(fd >= 0 && fd2 >= 0, "packet sockets");
+		v = TPACKET_V2;
+		FID_SETUP(setsockopt(fd, SOL_PACKET, PACKET_VERSION, &v, sizeof v) == 0, "PACKET_VERSION");
+		struct tpacket_req r = {.tp_block_size = 4096, .tp_block_nr = 1, .tp_frame_size = 2048, .tp_frame_nr = 2};
+		FID_SETUP(setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &r, sizeof r) == 0, "PACKET_RX_RING");
+		struct packet_mreq m = {.mr_ifindex = if_nametoindex("lo"), .mr_type = PACKET_MR_PROMISC};
+		FID_SETUP(setsockopt(fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &m, sizeof m) == 0, "PROMISC");
+		FID_SETUP(setsockopt(fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &m, sizeof m) == 0, "PROMISC again");
+		struct packet_mreq mc = {.mr_ifindex = if_nametoindex("lo"), .mr_type = PACKET_MR_MULTICAST, .mr_alen = 6, .mr_address = {0x01, 0x00, 0x5e, 0x00, 0x00, 0x42}};
+		FID_SETUP(setsockopt(fd, SOL_PACKET, PACKET_ADD_MEMBERSHIP, &mc, sizeof mc) == 0, "MULTICAST");
+		struct sockaddr_ll a = {.sll_family = AF_PACKET, .sll_protocol = htons(0x88b5), .sll_ifindex = if_nametoindex("lo")};
+		FID_SETUP(bind(fd2, (struct sockaddr *)&a, sizeof a) == 0, "bind to lo");
+		FID_SETUP(setsockopt(fd2, SOL_PACKET, PACKET_TX_RING, &r, sizeof r) == 0, "PACKET_TX_RING");
+		v = 0x4242 | PACKET_FANOUT_CPU << 16;
+		FID_SETUP(setsockopt(fd2, SOL_PACKET, PACKET_FANOUT, &v, sizeof v) == 0, "PACKET_FANOUT");
+	} else if (strcmp(kind, "packet_ring") == 0) {
+		fd = socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL));
 		struct tpacket_req r = {.tp_block_size = 4096, .tp_block_nr = 1, .tp_frame_size = 2048, .tp_frame_nr = 2};
 		FID_SETUP(fd >= 0 && setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &r, sizeof r) == 0, "PACKET_RX_RING");
 	} else if (strcmp(kind, "raw_queued") == 0) {
@@ -323,6 +379,19 @@ int main(int argc, char **argv)
 	} else if (strcmp(kind, "packet") == 0) {
 		FID_EXPECT(geti(fd, SOL_PACKET, PACKET_AUXDATA) == 1, "PACKET_AUXDATA %d", geti(fd, SOL_PACKET, PACKET_AUXDATA));
 		FID_EXPECT(frame(fd), "no frame to itself after the restore");
+	} else if (strcmp(kind, "packet_members") == 0) {
+		FID_EXPECT(geti(fd, SOL_PACKET, PACKET_VERSION) == TPACKET_V2, "PACKET_VERSION %d", geti(fd, SOL_PACKET, PACKET_VERSION));
+		struct tpacket_req r = {.tp_block_size = 4096, .tp_block_nr = 1, .tp_frame_size = 2048, .tp_frame_nr = 2};
+		FID_EXPECT(setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &r, sizeof r) < 0 && errno == EBUSY, "no receive ring (setting one: %s)", strerror(errno));
+		FID_EXPECT(setsockopt(fd2, SOL_PACKET, PACKET_TX_RING, &r, sizeof r) < 0 && errno == EBUSY, "no transmit ring (setting one: %s)", strerror(errno));
+		FID_EXPECT(geti(fd2, SOL_PACKET, PACKET_FANOUT) == (0x4242 | PACKET_FANOUT_CPU << 16), "PACKET_FANOUT %#x", geti(fd2, SOL_PACKET, PACKET_FANOUT));
+		FID_EXPECT(promiscuity_of_lo() > 0, "lo is not promiscuous (promiscuity %d)", promiscuity_of_lo());
+		FID_EXPECT(mcast_on_lo("01005e000042"), "the multicast address is not on lo (/proc/net/dev_mcast)");
+		struct packet_mreq m = {.mr_ifindex = if_nametoindex("lo"), .mr_type = PACKET_MR_PROMISC};
+		FID_EXPECT(setsockopt(fd, SOL_PACKET, PACKET_DROP_MEMBERSHIP, &m, sizeof m) == 0, "PROMISC membership gone");
+		FID_EXPECT(setsockopt(fd, SOL_PACKET, PACKET_DROP_MEMBERSHIP, &m, sizeof m) == 0, "second PROMISC membership gone");
+		struct packet_mreq mc = {.mr_ifindex = if_nametoindex("lo"), .mr_type = PACKET_MR_MULTICAST, .mr_alen = 6, .mr_address = {0x01, 0x00, 0x5e, 0x00, 0x00, 0x42}};
+		FID_EXPECT(setsockopt(fd, SOL_PACKET, PACKET_DROP_MEMBERSHIP, &mc, sizeof mc) == 0, "MULTICAST membership gone");
 	} else if (strcmp(kind, "packet_ring") == 0) {
 		FID_EXPECT(geti(fd, SOL_SOCKET, SO_DOMAIN) == AF_PACKET, "packet socket");
 	} else if (strcmp(kind, "raw_queued") == 0) {
