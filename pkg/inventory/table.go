@@ -485,7 +485,7 @@ func socketAttrs() []Attr {
 			Seen:    Seen{Other: "getsockname, getpeername, /proc/PID/net/{icmp,raw}[6] (a ping or raw socket's peer), getsockopt"},
 			Save:    "address (a ping socket's ICMP identifier), peer, the inventory's options and IP_HDRINCL, ICMP_FILTER, ICMP6_FILTER, IPV6_CHECKSUM, UDPLITE_SEND/RECV_CSCOV, shutdown; packets waiting in the receive queue are refused by name",
 			Restore: "socket, options, bind, connect (pkg/sockets families.go); ping sockets need net.ipv4.ping_group_range to include ckpt-redo's gid",
-			CRIU:    "restores raw and ping sockets in recent versions", Case: "sock_udplite4, sock_udplite6, sock_ping4, sock_ping6, sock_raw4, sock_raw6, sock_raw_queued (refusal)"},
+			CRIU:    "restores raw and ping sockets in recent versions", Case: "sock_udplite4, sock_udplite6, sock_ping4, sock_ping6, sock_ping4_unbound, sock_raw4, sock_raw6, sock_raw_queued (refusal)"},
 		{Name: "packet sockets (without a mapped ring)", Family: "socket", Status: Restored,
 			Seen:    Seen{Other: "SO_TYPE, SO_PROTOCOL, getsockname (sockaddr_ll), SOL_PACKET getsockopt, sock_diag (rings, memberships), the device's promiscuity and multicast list"},
 			Save:    "type, protocol, bound interface and protocol (a SOCK_PACKET socket's device name), PACKET_AUXDATA, ORIGDEV, VERSION, RESERVE, LOSS, VNET_HDR, TIMESTAMP, QDISC_BYPASS, IGNORE_OUTGOING and the SOL_SOCKET options; memberships with their counts (PACKET_DIAG_MCLIST), the fanout group (PACKET_FANOUT), the sizes of rings nobody mapped (a mapping is refused with the memory); refused by name: a receive ring on a socket that receives (it may hold frames no one can read back), queued packets",

@@ -3,6 +3,7 @@ package sockets
 import (
 	"bytes"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -127,6 +128,9 @@ func DescribeOther(fd int, ino uint64, netDir string) (*image.Socket, error) {
 	}
 	if s.Protocol != unix.IPPROTO_UDPLITE && s.Remote == "" {
 		a, ok, err := procNetPeer(netDir, s.Family, s.Type, ino)
+		if errors.Is(err, errNotListed) && s.Type != unix.SOCK_RAW {
+			err = nil // a ping socket not bound yet: no peer
+		}
 		if err != nil {
 			return nil, fmt.Errorf("%s: its peer: %w", name, err)
 		}
@@ -285,5 +289,9 @@ func parseNetPeer(b []byte, file string, ino uint64) (netip.Addr, bool, error) {
 		a, _ := netip.AddrFromSlice(raw)
 		return a, true, nil
 	}
-	return netip.Addr{}, false, fmt.Errorf("socket %d not in %s", ino, file)
+	return netip.Addr{}, false, fmt.Errorf("socket %d not in %s: %w", ino, file, errNotListed)
 }
+
+// errNotListed is parseNetPeer's error for a socket its table does not
+// list: a ping socket never bound, connected or used is not hashed yet.
+var errNotListed = errors.New("not listed")

@@ -209,6 +209,7 @@ var cases = []fcase{
 	{name: "sock_udplite6", src: "sock_families.c", args: []string{"udplite6"}},
 	{name: "sock_ping4", src: "sock_families.c", args: []string{"ping4"}},
 	{name: "sock_ping6", src: "sock_families.c", args: []string{"ping6"}},
+	{name: "sock_ping4_unbound", src: "sock_families.c", args: []string{"ping4_unbound"}},
 	{name: "sock_raw4", src: "sock_families.c", args: []string{"raw4"}},
 	{name: "sock_raw6", src: "sock_families.c", args: []string{"raw6"}},
 	{name: "sock_netlink", src: "sock_families.c", args: []string{"netlink"}},

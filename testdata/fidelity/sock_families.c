@@ -6,6 +6,8 @@
  *   ping4, ping6        ICMP ping sockets bound (their identifier) and
  *                       connected to loopback, with IP_TTL: an echo
  *                       round trip before and after;
+ *   ping4_unbound       an ICMP ping socket never bound nor used (not
+ *                       hashed yet): an echo sent to loopback after;
  *   raw4                raw ICMP with ICMP_FILTER (all blocked), IP_TTL,
  *                       IP_HDRINCL, bound; raw IPPROTO_RAW;
  *   raw6                raw ICMPv6 with ICMP6_FILTER, bound; raw protocol
@@ -234,6 +236,13 @@ int main(int argc, char **argv)
 		struct sockaddr_storage me;
 		socklen_t ml = sizeof me;
 		FID_SETUP(getsockname(fd, (struct sockaddr *)&me, &ml) == 0 && connect(fd, (struct sockaddr *)&me, ml) == 0, "connect to itself");
+	} else if (strcmp(kind, "ping4_unbound") == 0) {
+		fd = ping_socket(AF_INET);
+		if (fd < 0 && (errno == EAFNOSUPPORT || errno == EPROTONOSUPPORT)) {
+			fid_skip("no ping sockets");
+			return 0;
+		}
+		FID_SETUP(fd >= 0, "ping socket");
 	} else if (strncmp(kind, "ping", 4) == 0) {
 		fd = ping_socket(family);
 		if (fd < 0 && (errno == EAFNOSUPPORT || errno == EPROTONOSUPPORT)) {
@@ -346,6 +355,8 @@ int main(int argc, char **argv)
 		FID_EXPECT(v == 0x10, "TOS %d", v);
 		char b[8] = {0};
 		FID_EXPECT(send(fd, "hello", 5, 0) == 5 && recv(fd, b, sizeof b, 0) == 5 && memcmp(b, "hello", 5) == 0, "no datagram to itself");
+	} else if (strcmp(kind, "ping4_unbound") == 0) {
+		FID_EXPECT(connect(fd, (struct sockaddr *)&lo, lol) == 0 && echo(fd, AF_INET, 3), "no echo reply after the restore");
 	} else if (strncmp(kind, "ping", 4) == 0) {
 		v = geti(fd, family == AF_INET ? IPPROTO_IP : IPPROTO_IPV6, family == AF_INET ? IP_TTL : IPV6_UNICAST_HOPS);
 		FID_EXPECT(v == 33, "TTL %d", v);
