@@ -214,6 +214,7 @@ func (s *sockState) unixSockets() (map[uint32]sockets.UnixInfo, error) {
 // processes running): the connections were never left in repair mode.
 func (t *tree) releaseSockets() {
 	if t.socks.lock != nil {
+		t.socks.lock.HolderStarted() // whoever holds the packets lets them go
 		if t.socks.silenced {
 			// Killed (DropLock): the connections live on elsewhere; what
 			// their peers sent meanwhile would meet no socket here.
@@ -241,6 +242,9 @@ func (t *tree) silence() {
 // keepLock leaves the lock in place after a successful dump: the
 // connections stay silent until they are restored.
 func (t *tree) keepLock() error {
+	if err := t.socks.lock.HolderStarted(); err != nil {
+		t.opts.logf("warning: network lock %s: %v: the peers' packets are dropped once this dump exits, not held", t.socks.lock.Table, err)
+	}
 	if t.socks.guard != nil {
 		if err := t.socks.guard.Keep(); err != nil {
 			return fmt.Errorf("network lock guard: %w", err)

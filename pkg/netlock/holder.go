@@ -318,23 +318,52 @@ func inNetns(netns int, f func() error) error {
 // (a killing dump is followed by a separate ckpt-redo). The queue socket
 // and the control socket are made here and passed down: the lock can be
 // taken at once, and what the kernel queues before the holder runs waits
-// in the socket.
-func StartHolder(exe, tableName string, netns *os.File) (uint16, error) {
+// in the socket. The process is started in the background (its fork and
+// exec are not spent while the dump's processes are frozen); started
+// says when it is, or why it could not be: then goroutines of the caller
+// hold the packets instead, for as long as the caller lives.
+func StartHolder(exe, tableName string, netns *os.File) (queue uint16, started <-chan error, err error) {
 	nsFD := -1
+	var ns *os.File
 	if netns != nil {
-		nsFD = int(netns.Fd())
+		if ns, err = dupFile(netns); err != nil {
+			return 0, nil, fmt.Errorf("netlock: holder: %w", err)
+		}
+		nsFD = int(ns.Fd())
 	}
 	h, err := newHolder(tableName, nsFD)
 	if err != nil {
-		return 0, err
+		if ns != nil {
+			ns.Close()
+		}
+		return 0, nil, err
 	}
-	defer h.Close() // our copies: the holder process has its own
+	ch := make(chan error, 1)
+	go func() {
+		if ns != nil {
+			defer ns.Close()
+		}
+		err := spawnHolder(exe, h, ns)
+		if err != nil {
+			h.start() // here, for as long as the caller lives
+		} else {
+			h.Close() // our copies: the holder process has its own
+		}
+		ch <- err
+	}()
+	return h.Queue, ch, nil
+}
+
+// spawnHolder starts `exe netlock-hold TABLE QUEUE NETNS` with h's queue
+// socket (fd 3) and control socket (fd 4), and the network namespace
+// netns (fd 5, if not nil).
+func spawnHolder(exe string, h *Holder, netns *os.File) error {
 	ln, err := h.ln.File()
 	if err != nil {
-		return 0, fmt.Errorf("netlock: holder: %w", err)
+		return fmt.Errorf("netlock: holder: %w", err)
 	}
 	defer ln.Close()
-	cmd := exec.Command(exe, HoldCommand, tableName, strconv.Itoa(int(h.Queue)), "-1")
+	cmd := exec.Command(exe, HoldCommand, h.table, strconv.Itoa(int(h.Queue)), "-1")
 	cmd.ExtraFiles = []*os.File{h.q.f, ln}
 	if netns != nil {
 		cmd.ExtraFiles = append(cmd.ExtraFiles, netns)
@@ -343,10 +372,18 @@ func StartHolder(exe, tableName string, netns *os.File) (uint16, error) {
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return 0, fmt.Errorf("netlock: start holder: %w", err)
+		return fmt.Errorf("netlock: start holder: %w", err)
 	}
 	go cmd.Wait() // reaped if the caller lives on (an agent)
-	return h.Queue, nil
+	return nil
+}
+
+func dupFile(f *os.File) (*os.File, error) {
+	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
 }
 
 // RunHolder is the holder process's side (HoldCommand TABLE QUEUE

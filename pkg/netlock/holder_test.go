@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -27,6 +28,8 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	// The holder processes the tests start are this binary.
+	os.Setenv(holderEnv, "1")
 	os.Exit(m.Run())
 }
 
@@ -35,7 +38,7 @@ func TestMain(m *testing.M) {
 // other tests take and lift locks in the caller's.
 func testNetns(t *testing.T) (string, *os.File) {
 	t.Helper()
-	name := fmt.Sprintf("nfq-test-%d-%d", os.Getpid(), time.Now().UnixNano()%1e9)
+	name := fmt.Sprintf("nfq-%d-%s", os.Getpid(), strings.NewReplacer("/", "-", " ", "-").Replace(t.Name()))
 	for _, args := range [][]string{{"netns", "add", name}, {"-n", name, "link", "set", "lo", "up"}} {
 		if out, err := exec.Command("ip", args...).CombinedOutput(); err != nil {
 			t.Fatalf("ip %v: %v: %s", args, err, out)
@@ -102,8 +105,8 @@ func readWithin(t *testing.T, c net.Conn, want string, d time.Duration, what str
 	return time.Since(start)
 }
 
-// TestHeldPacketsArriveOnRelease: with a holder (a goroutine, or a
-// process like ckpt's), what the peer sends during the lock is held, not
+// TestHeldPacketsArriveOnRelease: with a holder (goroutines, a process
+// like ckpt's, or goroutines when that process cannot start), what the peer sends during the lock is held, not
 // let through, and reaches the socket as soon as the lock is released,
 // long before the peer's backed-off retransmission; what the locked socket
 // sends is dropped and retransmitted; nothing is reset.
@@ -117,13 +120,15 @@ func TestHeldPacketsArriveOnRelease(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name, network, addr, exe string
+		noProcess                bool // the process cannot start: held by the caller
 	}{
-		{"goroutine/tcp4", "tcp4", "127.0.0.1:0", ""},
-		{"goroutine/tcp6", "tcp6", "[::1]:0", ""},
-		{"process/tcp4", "tcp4", "127.0.0.1:0", exe},
+		{"goroutine/tcp4", "tcp4", "127.0.0.1:0", "", false},
+		{"goroutine/tcp6", "tcp6", "[::1]:0", "", false},
+		{"process/tcp4", "tcp4", "127.0.0.1:0", exe, false},
+		{"process-fails/tcp4", "tcp4", "127.0.0.1:0", "/nonexistent/ckpt", true},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			t.Setenv(holderEnv, "1")
+			t.Parallel() // each in a network namespace of its own
 			ns, nsf := testNetns(t)
 			p := newPair(t, ns, tt.network, tt.addr)
 			l, err := TakeHeld("held-test", []Conn{p.conn}, nsf, tt.exe)
@@ -133,6 +138,9 @@ func TestHeldPacketsArriveOnRelease(t *testing.T) {
 			defer Release(l.Table, int(nsf.Fd()))
 			if !l.Queued || l.HoldErr != nil {
 				t.Fatalf("lock not queued: %v", l.HoldErr)
+			}
+			if err := l.HolderStarted(); (err != nil) != tt.noProcess {
+				t.Fatalf("holder process started: %v", err)
 			}
 			sent := time.Now()
 			if _, err := p.client.Write([]byte("ping")); err != nil {
@@ -174,7 +182,6 @@ func TestHolderKilledDrops(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Setenv(holderEnv, "1")
 	ns, nsf := testNetns(t)
 	p := newPair(t, ns, "tcp4", "127.0.0.1:0")
 	name := fmt.Sprintf("killed-test-%d", os.Getpid())
@@ -185,6 +192,9 @@ func TestHolderKilledDrops(t *testing.T) {
 	defer Release(l.Table, int(nsf.Fd()))
 	if !l.Queued {
 		t.Fatalf("lock not queued: %v", l.HoldErr)
+	}
+	if err := l.HolderStarted(); err != nil {
+		t.Fatal(err)
 	}
 	pid := testenv.FindPID(HoldCommand, l.Table)
 	if pid == 0 {

@@ -76,6 +76,21 @@ type Lock struct {
 	Queued bool
 	// HoldErr is why TakeHeld's lock drops the peers' packets instead.
 	HoldErr error
+	// started reports the start of TakeHeld's holder process.
+	started <-chan error
+}
+
+// HolderStarted waits until the holder process of a lock taken by
+// TakeHeld with an executable is started, and says why it could not be
+// (its packets are then held by the caller's goroutines, which end with
+// the caller). Call it before the caller may exit or release the lock.
+func (l *Lock) HolderStarted() error {
+	if l == nil || l.started == nil {
+		return nil
+	}
+	err := <-l.started
+	l.started = nil
+	return err
 }
 
 func table(name string) *nftables.Table {
@@ -108,10 +123,10 @@ func TakeQueued(name string, conns []Conn, netns int, queue uint16) (*Lock, erro
 
 // TakeHeld takes a queued lock (TakeQueued) whose packets a holder keeps
 // until Release: a process `exe netlock-hold` in a session of its own,
-// surviving the caller, when exe is set (StartHolder), else goroutines of
-// the caller (Hold), which live as long as the caller. A lock whose
-// holder could not be had drops the packets, as Take's; Lock.HoldErr
-// says why.
+// surviving the caller, when exe is set (StartHolder; see
+// Lock.HolderStarted), else goroutines of the caller (Hold), which live as
+// long as the caller. A lock whose holder could not be had drops the
+// packets, as Take's; Lock.HoldErr says why.
 func TakeHeld(name string, conns []Conn, netns *os.File, exe string) (*Lock, error) {
 	nsFD := -1
 	if netns != nil {
@@ -119,8 +134,9 @@ func TakeHeld(name string, conns []Conn, netns *os.File, exe string) (*Lock, err
 	}
 	var queue uint16
 	var herr error
+	var started <-chan error
 	if exe != "" {
-		queue, herr = StartHolder(exe, TablePrefix+name, netns)
+		queue, started, herr = StartHolder(exe, TablePrefix+name, netns)
 	} else {
 		var h *Holder
 		if h, herr = Hold(TablePrefix+name, nsFD); herr == nil {
@@ -137,11 +153,15 @@ func TakeHeld(name string, conns []Conn, netns *os.File, exe string) (*Lock, err
 	l, err := TakeQueued(name, conns, nsFD, queue)
 	if err != nil {
 		// The holder, which never saw its table, is told to go.
+		if started != nil {
+			<-started
+		}
 		if _, done, _ := askRelease(TablePrefix+name, nsFD, "discard"); done != nil {
 			done()
 		}
 		return nil, err
 	}
+	l.started = started
 	return l, nil
 }
 
