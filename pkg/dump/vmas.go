@@ -92,6 +92,8 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 			}
 		case m.Path == "/secretmem (deleted)":
 			return fmt.Errorf("mapping %#x-%#x: memfd_secret memory: no one but the process can read it: cannot be restored: %w", m.Start, m.End, ErrUnsupported)
+		case strings.HasPrefix(m.Path, "socket:["):
+			return fmt.Errorf("mapping %#x-%#x of %s, a packet socket's mmap ring: its frames and the mapping cannot be restored: %w", m.Start, m.End, m.Path, ErrUnsupported)
 		case m.VmFlags["io"] || m.VmFlags["pf"]:
 			return fmt.Errorf("mapping %#x-%#x %s is device memory: %w", m.Start, m.End, m.Path, ErrUnsupported)
 		case m.Inode != 0:

@@ -490,7 +490,7 @@ func socketAttrs() []Attr {
 			Seen:    Seen{Other: "SO_TYPE, SO_PROTOCOL, getsockname (sockaddr_ll), SOL_PACKET getsockopt, sock_diag (rings, memberships), the device's promiscuity and multicast list"},
 			Save:    "type, protocol, bound interface and protocol (a SOCK_PACKET socket's device name), PACKET_AUXDATA, ORIGDEV, VERSION, RESERVE, LOSS, VNET_HDR, TIMESTAMP, QDISC_BYPASS, IGNORE_OUTGOING and the SOL_SOCKET options; memberships with their counts (PACKET_DIAG_MCLIST), the fanout group (PACKET_FANOUT), the sizes of rings nobody mapped (a mapping is refused with the memory); refused by name: a receive ring on a socket that receives (it may hold frames no one can read back), queued packets",
 			Restore: "socket, options, bind to the same ifindex and protocol, or device name, memberships, rings, fanout (pkg/sockets packet.go)",
-			CRIU:    "same, mapped rings too", Case: "sock_packet, sock_packet_spkt, sock_packet_members, sock_packet_ring (refusal)"},
+			CRIU:    "same, mapped rings too", Case: "sock_packet, sock_packet_spkt, sock_packet_members, sock_packet_ring, sock_packet_mapped (refusals)"},
 		{Name: "netlink sockets", Family: "socket", Status: Restored,
 			Seen:    Seen{Other: "SO_PROTOCOL, getsockname, getpeername, NETLINK_LIST_MEMBERSHIPS, SOL_NETLINK getsockopt"},
 			Save:    "protocol, bound port id, every multicast group, the connected address, NETLINK_PKTINFO, BROADCAST_ERROR, NO_ENOBUFS, LISTEN_ALL_NSID, CAP_ACK, EXT_ACK, GET_STRICT_CHK and the SOL_SOCKET options; messages waiting in the receive queue are refused by name",

@@ -217,6 +217,7 @@ var cases = []fcase{
 	{name: "sock_packet", src: "sock_families.c", args: []string{"packet"}},
 	{name: "sock_packet_spkt", src: "sock_families.c", args: []string{"packet_spkt"}},
 	{name: "sock_packet_members", src: "sock_families.c", args: []string{"packet_members"}},
+	{name: "sock_packet_mapped", src: "sock_families.c", args: []string{"packet_mapped"}, refuse: "a packet socket's mmap ring: its frames and the mapping cannot be restored"},
 	{name: "sock_packet_ring", src: "sock_families.c", args: []string{"packet_ring"}, refuse: "packet socket with a receive ring (PACKET_RX_RING) that may hold frames"},
 	{name: "sock_raw_queued", src: "sock_families.c", args: []string{"raw_queued"}, refuse: "IPv4 raw socket (protocol 1) with packets waiting in its receive queue"},
 	{name: "sock_tcp_acceptq", src: "sock_refused.c", args: []string{"tcp_acceptq"}, refuse: "connections not accepted yet"},

@@ -26,7 +26,7 @@
  *                       with NETLINK_EXT_ACK: a RTM_GETLINK dump after;
  * each checked after the restore for its names and options; and refused:
  *   netlink_queued (a reply waiting), packet_ring (a receive ring that
- *   may hold frames),
+ *   may hold frames), packet_mapped (a ring mapped),
  *   raw_queued (a raw socket with packets queued).
  * Ping sockets need net.ipv4.ping_group_range to include gid 0: the case
  * sets it when socket() says EACCES.
@@ -43,6 +43,7 @@
 #include <netinet/in.h>
 #include <netinet/ip_icmp.h>
 #include <poll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 
 #ifndef IPPROTO_UDPLITE
@@ -324,6 +325,11 @@ int main(int argc, char **argv)
 		FID_SETUP(setsockopt(fd2, SOL_PACKET, PACKET_TX_RING, &r, sizeof r) == 0, "PACKET_TX_RING");
 		v = 0x4242 | PACKET_FANOUT_CPU << 16;
 		FID_SETUP(setsockopt(fd2, SOL_PACKET, PACKET_FANOUT, &v, sizeof v) == 0, "PACKET_FANOUT");
+	} else if (strcmp(kind, "packet_mapped") == 0) {
+		fd = socket(AF_PACKET, SOCK_RAW, 0);
+		struct tpacket_req r = {.tp_block_size = 4096, .tp_block_nr = 1, .tp_frame_size = 2048, .tp_frame_nr = 2};
+		FID_SETUP(fd >= 0 && setsockopt(fd, SOL_PACKET, PACKET_RX_RING, &r, sizeof r) == 0, "PACKET_RX_RING");
+		FID_SETUP(mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) != MAP_FAILED, "mmap the ring");
 	} else if (strcmp(kind, "packet_ring") == 0) {
 		fd = socket(AF_PACKET, SOCK_RAW, htons(ETH_P_ALL));
 		struct tpacket_req r = {.tp_block_size = 4096, .tp_block_nr = 1, .tp_frame_size = 2048, .tp_frame_nr = 2};
@@ -403,7 +409,7 @@ int main(int argc, char **argv)
 		FID_EXPECT(setsockopt(fd, SOL_PACKET, PACKET_DROP_MEMBERSHIP, &m, sizeof m) == 0, "second PROMISC membership gone");
 		struct packet_mreq mc = {.mr_ifindex = if_nametoindex("lo"), .mr_type = PACKET_MR_MULTICAST, .mr_alen = 6, .mr_address = {0x01, 0x00, 0x5e, 0x00, 0x00, 0x42}};
 		FID_EXPECT(setsockopt(fd, SOL_PACKET, PACKET_DROP_MEMBERSHIP, &mc, sizeof mc) == 0, "MULTICAST membership gone");
-	} else if (strcmp(kind, "packet_ring") == 0) {
+	} else if (strcmp(kind, "packet_ring") == 0 || strcmp(kind, "packet_mapped") == 0) {
 		FID_EXPECT(geti(fd, SOL_SOCKET, SO_DOMAIN) == AF_PACKET, "packet socket");
 	} else if (strcmp(kind, "raw_queued") == 0) {
 		char b[256];
