@@ -34,9 +34,11 @@ type openFile struct {
 // description once in the whole tree (kcmp tells shared ones apart), by
 // its kind's handler (pkg/fdkind).
 func (d *dumper) collectFiles(p *image.Process) error {
-	if err := d.checkOwnFDTable(); err != nil {
+	filesOf, err := d.sharedFDTable(p.PPID)
+	if err != nil {
 		return err
 	}
+	p.FilesOf = filesOf
 	fds, err := proc.FDs(d.pid)
 	if err != nil {
 		return fmt.Errorf("list fds: %w", err)
@@ -89,25 +91,64 @@ func (d *dumper) collectFiles(p *image.Process) error {
 }
 
 // ErrSharedFDTable means two processes of the tree share one file
-// descriptor table (clone with CLONE_FILES but not CLONE_THREAD): the
-// restore would give each its own copy.
+// descriptor table (clone with CLONE_FILES but not CLONE_THREAD) in a way
+// the restore cannot make again.
 var ErrSharedFDTable = errors.New("file descriptor table shared between processes: cannot be restored")
 
-// checkOwnFDTable refuses a process that shares its file descriptor
-// table with another process of the tree (kcmp KCMP_FILES): each would
-// come back with a copy of its own, and an fd one opens would no longer
-// be seen by the other.
-func (d *dumper) checkOwnFDTable() error {
+// sharedFDTable tells whether the process shares its file descriptor
+// table with another process of the tree (kcmp KCMP_FILES), and returns
+// its parent's PID if it shares it with its parent: the restore makes it
+// with CLONE_FILES from its parent, as the program did. Sharing with
+// another process only (its parent gave the table up since) is refused,
+// and so are POSIX locks in a shared table (they belong to the table,
+// and the restore closes fds of the table after a member took them).
+func (d *dumper) sharedFDTable(ppid int) (int, error) {
+	var with []*member
 	for _, m := range d.t.members {
 		if m.pid == d.pid || m.fz == nil {
 			continue
 		}
 		same, err := sys.SameFiles(sys.PID(m.pid), sys.PID(d.pid))
-		if err != nil {
+		if err != nil || !same {
 			continue // an exited process has no table
 		}
-		if same {
-			return fmt.Errorf("shares its file descriptor table with process %d (%s) (clone CLONE_FILES): %w", m.pid, m.comm, ErrSharedFDTable)
+		with = append(with, m)
+	}
+	if len(with) == 0 {
+		return 0, nil
+	}
+	for _, m := range with {
+		if m.pid == ppid {
+			if err := noPOSIXLocks(d.pid); err != nil {
+				return 0, err
+			}
+			return ppid, nil
+		}
+	}
+	// A child sharing this process's table is described with it, when
+	// its own turn comes (members are in tree order).
+	for _, m := range with {
+		if st, err := proc.ReadStat(m.pid, 0); err == nil && st.PPID == d.pid {
+			return 0, noPOSIXLocks(d.pid)
+		}
+	}
+	return 0, fmt.Errorf("shares its file descriptor table with process %d (%s), not with its parent, process %d (clone CLONE_FILES): %w", with[0].pid, with[0].comm, ppid, ErrSharedFDTable)
+}
+
+// noPOSIXLocks refuses POSIX locks in a file descriptor table shared
+// between processes.
+func noPOSIXLocks(pid int) error {
+	fds, err := proc.FDs(pid)
+	if err != nil {
+		return err
+	}
+	for _, fd := range fds {
+		info, err := proc.ReadFDInfo(pid, fd)
+		if err != nil {
+			continue
+		}
+		if posix, _, _ := fdkind.Locks(info.Lines); len(posix) > 0 {
+			return fmt.Errorf("fd %d: POSIX locks in a file descriptor table shared with another process: %w", fd, ErrSharedFDTable)
 		}
 	}
 	return nil

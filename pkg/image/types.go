@@ -90,6 +90,12 @@ type Process struct {
 	// mappings (MCL_FUTURE, MCL_ONFAULT), 0 if none.
 	LockFuture int `json:"lock_future,omitempty"`
 
+	// FilesOf is the PID of the parent whose file descriptor table the
+	// process shares (clone CLONE_FILES without CLONE_THREAD), 0 if its
+	// table is its own: it is made again with CLONE_FILES from that
+	// parent, and its FDs are the parent's.
+	FilesOf int `json:"files_of,omitempty"`
+
 	// Zombie marks a child that had exited and was not reaped yet: only
 	// the IDs above and ExitStatus (a wait status) are set.
 	Zombie     bool `json:"zombie,omitempty"`

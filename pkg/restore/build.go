@@ -89,6 +89,9 @@ func (b *builder) warnf(format string, args ...any) { b.t.warnf(format, args...)
 func (b *builder) clone(c *builder) error {
 	var args [cloneArgsSize + 8]byte
 	le := binary.LittleEndian
+	if c.p.FilesOf != 0 && c.p.FilesOf == b.p.PID {
+		le.PutUint64(args[0:], unix.CLONE_FILES) // flags: b's fd table, shared
+	}
 	le.PutUint64(args[32:], uint64(unix.SIGCHLD))    // exit_signal
 	le.PutUint64(args[64:], b.scratch+cloneArgsSize) // set_tid
 	le.PutUint64(args[72:], 1)                       // set_tid_size

@@ -18,6 +18,57 @@ import (
 // has the process take its POSIX locks again.
 func (b *builder) fds() error {
 	tg := target{b}
+	if b.p.FilesOf == 0 {
+		if err := b.fillFDs(tg); err != nil {
+			return err
+		}
+	}
+	if b.cwdFD != 0 {
+		if _, err := b.call("fchdir to the deleted "+b.p.Misc.Cwd, unix.SYS_FCHDIR, uint64(b.cwdFD)); err != nil {
+			return err
+		}
+	}
+	if err := fdkind.TakeFlocks(tg, b.p, b.t.files); err != nil {
+		return err
+	}
+	if !b.t.lastOfFDTable(b) {
+		// another process of its shared table builds later and still
+		// needs the passed files
+		return nil
+	}
+	if _, err := b.call("close_range", unix.SYS_CLOSE_RANGE, uint64(b.t.passBase), ^uint64(0), 0); err != nil {
+		return err
+	}
+	// POSIX locks last: closing any fd of a file drops them.
+	return fdkind.TakePOSIXLocks(tg, b.p, b.t.files)
+}
+
+// lastOfFDTable tells whether b is the last process of its file
+// descriptor table to be built (a table shared between processes,
+// Process.FilesOf, is filled by the first and closed to the passed files
+// by the last).
+func (t *tree) lastOfFDTable(b *builder) bool {
+	root := func(x *builder) int {
+		for x.p.FilesOf != 0 {
+			up, ok := t.byPID[x.p.FilesOf]
+			if !ok {
+				break
+			}
+			x = up
+		}
+		return x.p.PID
+	}
+	mine, last := root(b), b
+	for _, o := range t.live() {
+		if root(o) == mine {
+			last = o
+		}
+	}
+	return last == b
+}
+
+// fillFDs puts every file at its fd number and runs the kinds' steps.
+func (b *builder) fillFDs(tg target) error {
 	for _, e := range b.p.FDs {
 		flags := uint64(0)
 		if e.CloExec {
@@ -50,19 +101,7 @@ func (b *builder) fds() error {
 			return fmt.Errorf("%s: %w", fdkind.Show(f), err)
 		}
 	}
-	if b.cwdFD != 0 {
-		if _, err := b.call("fchdir to the deleted "+b.p.Misc.Cwd, unix.SYS_FCHDIR, uint64(b.cwdFD)); err != nil {
-			return err
-		}
-	}
-	if err := fdkind.TakeFlocks(tg, b.p, b.t.files); err != nil {
-		return err
-	}
-	if _, err := b.call("close_range", unix.SYS_CLOSE_RANGE, uint64(b.t.passBase), ^uint64(0), 0); err != nil {
-		return err
-	}
-	// POSIX locks last: closing any fd of a file drops them.
-	return fdkind.TakePOSIXLocks(tg, b.p, b.t.files)
+	return nil
 }
 
 // target is a process being built, as the fd kinds see it.

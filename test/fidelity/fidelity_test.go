@@ -77,6 +77,7 @@ var cases = []fcase{
 	{name: "fd_nsfile", src: "fd_nsfile.c", args: []string{"own"}},
 	{name: "fd_devnodes", src: "fd_devnodes.c", args: []string{"DIR/"}},
 	{name: "fd_memfd_mapped_exec", src: "fd_memfd_mapped_exec.c"},
+	{name: "fd_shared_table", src: "fd_shared_table.c", args: []string{"parent"}},
 	{name: "fd_fifo", src: "fd_fifo.c", args: []string{"DIR/"}},
 	{name: "fd_locks", src: "fd_locks.c", args: []string{"DIR/"}},
 	{name: "fd_flock_owner", src: "fd_flock_owner.c", args: []string{"DIR/"}},
@@ -225,7 +226,7 @@ var cases = []fcase{
 	{name: "sock_unix_external", src: "sock_refused.c", args: []string{"unix_external"}, refuse: "of a process outside the dump"},
 	{name: "sock_pending_error", src: "sock_refused.c", args: []string{"pending_error"}, refuse: "a pending socket error"},
 	// Refusals: each dump fails by name, the program goes on untouched.
-	{name: "fd_shared_table", src: "fd_shared_table.c", refuse: "shares its file descriptor table with process"},
+	{name: "fd_shared_table_siblings", src: "fd_shared_table.c", args: []string{"siblings"}, refuse: "(clone CLONE_FILES): file descriptor table shared between processes: cannot be restored"},
 	{name: "fd_inotify_deleted_mapped", src: "fd_inotify_deleted.c", args: []string{"mapped", "DIR/"}, refuse: "the watched file was deleted and no fd of the dump holds it"},
 	{name: "fd_lease_breaking", src: "fd_leases.c", args: []string{"breaking", "DIR/"}, refuse: "file lease being broken (breaking): cannot be restored"},
 	{name: "fd_nsfile_other", src: "fd_nsfile.c", args: []string{"other"}, refuse: "of a uts namespace other than ckpt's"},
