@@ -158,6 +158,9 @@ func (e fileEnv) InFlight(fd int) (image.InFlight, error) {
 		if err != nil {
 			return image.InFlight{}, fmt.Errorf("UNIX socket %d that no process holds: %w", ino, err)
 		}
+		if s := f.Socket; s.PeerClosed && s.Creds != nil {
+			return image.InFlight{}, fmt.Errorf("UNIX socket %d in flight, whose peer was closed: no process holds it to make it again with its peer credentials: %w", ino, fdkind.ErrUnsupported)
+		}
 		if s := f.Socket; s.PeerCred != nil && !t.socks.inos[s.Peer] {
 			return image.InFlight{}, fmt.Errorf("UNIX socket pair %d-%d in flight, made by process %d, neither end held by a process: %w", ino, s.Peer, s.PeerCred.PID, fdkind.ErrUnsupported)
 		}

@@ -132,4 +132,9 @@ type Target interface {
 	// HoldPID runs fn while a short-lived child of the process holds PID
 	// pid (to open the /proc files of a process that had exited).
 	HoldPID(pid int, fn func() error) error
+	// HoldPIDIn runs fn with the short-lived child of the process that
+	// holds PID pid as its target (a copy of the process, still root):
+	// system calls made as the process pid (a UNIX listener that had
+	// called listen() in a process that has exited).
+	HoldPIDIn(pid int, fn func(held Target) error) error
 }

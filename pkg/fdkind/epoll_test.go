@@ -34,6 +34,10 @@ func (s *selfTarget) Passed(fileID int) (int, bool) {
 	return fd, ok
 }
 
+func (s *selfTarget) HoldPIDIn(int, func(Target) error) error {
+	return fmt.Errorf("selfTarget: no HoldPIDIn")
+}
+
 func (s *selfTarget) HoldPID(int, func() error) error {
 	return fmt.Errorf("selfTarget: no HoldPID")
 }

@@ -39,15 +39,24 @@ func peerCredCheck(env DumpEnv, our int, s *image.Socket, peerName string) error
 			"could not be made again: %w", s.Ino, uc.Pid, ErrUnsupported)
 	}
 	s.PeerCred = &image.PeerCred{PID: int(uc.Pid), UID: uc.Uid, GID: uc.Gid}
+	if s.PeerCred.Groups, err = peerGroups(our); err != nil {
+		return fmt.Errorf("UNIX socket %d: %w", s.Ino, err)
+	}
+	return nil
+}
+
+// peerGroups reads SO_PEERGROUPS of a socket.
+func peerGroups(our int) ([]uint32, error) {
 	buf := make([]byte, 4*65536)
 	n, err := sys.Getsockopt(our, unix.SOL_SOCKET, unix.SO_PEERGROUPS, unsafe.Pointer(&buf[0]), uintptr(len(buf)))
 	if err != nil {
-		return fmt.Errorf("UNIX socket %d: SO_PEERGROUPS: %w", s.Ino, err)
+		return nil, fmt.Errorf("SO_PEERGROUPS: %w", err)
 	}
+	var out []uint32
 	for i := 0; i+4 <= int(n); i += 4 {
-		s.PeerCred.Groups = append(s.PeerCred.Groups, binary.LittleEndian.Uint32(buf[i:]))
+		out = append(out, binary.LittleEndian.Uint32(buf[i:]))
 	}
-	return nil
+	return out, nil
 }
 
 // credPairKey names an unnamed UNIX pair made in the process that made

@@ -1,6 +1,7 @@
 package fdkind
 
 import (
+	"errors"
 	"fmt"
 	"os"
 
@@ -174,18 +175,37 @@ func inFlightFile(env RestoreEnv, r image.InFlight) (*os.File, error) {
 	if f == nil || f.Socket == nil {
 		return nil, fmt.Errorf("socket %d is not in the image: %w", r.Sock, image.ErrCorrupt)
 	}
-	if s := f.Socket; s.PeerCred != nil && s.Peer != 0 && s.Local == "" {
-		v, err := env.Once(credPairKey{min(s.Ino, s.Peer), max(s.Ino, s.Peer)}, func() (any, error) {
-			return nil, fmt.Errorf("socket pair %d-%d was not made", s.Ino, s.Peer)
-		})
+	// Sockets made in a BeforeBuild step (in the processes, for their
+	// peer credentials) are ckpt-redo's in the map of their group.
+	s := f.Socket
+	var keys []any
+	if s.Peer != 0 {
+		keys = append(keys, credPairKey{min(s.Ino, s.Peer), max(s.Ino, s.Peer)}, unixPairKey{min(s.Ino, s.Peer), max(s.Ino, s.Peer)})
+	}
+	lino := s.AcceptOf | s.AcceptedFrom
+	if lino == 0 && (len(s.AcceptQueue) > 0 || len(s.Accepted) > 0) {
+		lino = s.Ino
+	}
+	if p := env.Sockets().Peer(s.Peer); lino == 0 && s.Peer != 0 && p != nil && p.Socket != nil {
+		lino = p.Socket.AcceptedFrom
+	}
+	if lino != 0 {
+		keys = append(keys, unixListenerKey(lino))
+	}
+	if s.PeerClosed {
+		keys = append(keys, unixClosedKey(s.Ino))
+	}
+	for _, k := range keys {
+		v, err := env.Once(k, func() (any, error) { return nil, errNotMade })
 		if err != nil {
-			return nil, err
+			continue
 		}
-		end := v.(map[uint32]*os.File)[s.Ino]
-		if end == nil {
-			return nil, fmt.Errorf("socket pair %d-%d was not made", s.Ino, s.Peer)
+		if ends, ok := v.(map[uint32]*os.File); ok && ends[s.Ino] != nil {
+			return ends[s.Ino], nil
 		}
-		return end, nil
 	}
 	return env.File(f.ID)
 }
+
+// errNotMade: a group of sockets not made (yet).
+var errNotMade = errors.New("not made")

@@ -15,6 +15,7 @@ import (
 // describeUnix saves a UNIX socket (see sockets.DescribeUnix): bound,
 // listening, unconnected, one end of a pair of the dump or of a connection
 // whose peer was closed, with its queued messages and their senders.
+// pid holds it (ckpt itself for a socket in flight).
 func describeUnix(env DumpEnv, pid, our int, ino uint64, f *image.File) error {
 	se := env.Sockets()
 	all, err := se.UnixSockets()
@@ -28,6 +29,9 @@ func describeUnix(env DumpEnv, pid, our int, ino uint64, f *image.File) error {
 		}
 		if s, err = sockets.DescribeExternal(our, uint32(ino), all); err != nil {
 			return fmt.Errorf("UNIX socket: %w: %w", err, ErrUnsupported)
+		}
+		if err := connectorOf(env, pid, s); err != nil {
+			return err
 		}
 		f.Socket = s
 		return nil
@@ -48,6 +52,14 @@ func describeUnix(env DumpEnv, pid, our int, ino uint64, f *image.File) error {
 			return fmt.Errorf("%w: %w", err, ErrUnsupported)
 		}
 		return fmt.Errorf("UNIX socket %s: %w", s.Local, err)
+	}
+	if err := namedCredCheck(env, our, s); err != nil {
+		sockets.CloseRights(msgs)
+		return err
+	}
+	if err := connectorOf(env, pid, s); err != nil {
+		sockets.CloseRights(msgs)
+		return err
 	}
 	if err := saveQueue(env, s, msgs); err != nil {
 		return err
@@ -85,7 +97,7 @@ func openUnix(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 func openUnixSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	s := f.Socket
 	if s.External {
-		return openExternal(s, at)
+		return openExternal(env, s, at)
 	}
 	msgs := func(s *image.Socket) ([]sockets.UnixMsg, error) { return queueOf(env, s) }
 	// A listener, the connections it accepted and those waiting in its
@@ -98,7 +110,10 @@ func openUnixSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		lino = p.Socket.AcceptedFrom
 	}
 	if lino != 0 {
-		v, err := env.Once(unixListenerKey(lino), func() (any, error) { return openAcceptQueue(env, at, lino, msgs) })
+		if lf := env.Sockets().Peer(lino); lf != nil && lf.Socket != nil && lf.Socket.Creds != nil {
+			return openListenerIn(env, s, at, lino, msgs)
+		}
+		v, err := env.Once(unixListenerKey(lino), func() (any, error) { return openAcceptQueue(env, at, lino, msgs, nil) })
 		if err != nil {
 			return Desc{}, err
 		}
@@ -151,6 +166,15 @@ func openUnixSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		if err := fillLater(env, at, fill, queue{s, q}); err != nil {
 			return Desc{}, err
 		}
+		if s.State == sockets.StateListen && s.Creds != nil {
+			// The listener shows the process that called listen().
+			env.BeforeBuild(func(target func(int) (Target, bool)) error {
+				if err := connecting(target, at.PID, s.Creds, nil, s.Backlog).Listen(int(f.Fd())); err != nil {
+					return fmt.Errorf("UNIX listener %s: %w", s.Local, err)
+				}
+				return nil
+			})
+		}
 		d, err := dupFile(f)
 		return Desc{File: d}, err
 	}
@@ -158,6 +182,9 @@ func openUnixSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		q, err := msgs(s)
 		if err != nil {
 			return Desc{}, err
+		}
+		if s.PeerClosed && s.Creds != nil {
+			return openClosedIn(env, s, at, q)
 		}
 		fd, fill, err := sockets.OpenUnix(s, q)
 		if err != nil {
@@ -173,6 +200,9 @@ func openUnixSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	if s.PeerCred != nil {
 		return openCredPair(env, f, at, msgs)
 	}
+	if p := env.Sockets().Peer(s.Peer); s.Creds != nil || p != nil && p.Socket != nil && p.Socket.Creds != nil {
+		return openNamedPairIn(env, s, at, msgs)
+	}
 	key := unixPairKey{min(s.Ino, s.Peer), max(s.Ino, s.Peer)}
 	v, err := env.Once(key, func() (any, error) {
 		peer := env.Sockets().Peer(s.Peer)
@@ -187,7 +217,7 @@ func openUnixSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		if err != nil {
 			return nil, err
 		}
-		a, b, fill, err := sockets.UnixPair(s, peer.Socket, mine, theirs)
+		a, b, fill, err := sockets.UnixPair(s, peer.Socket, mine, theirs, sockets.Connecting{})
 		if err != nil {
 			return nil, fmt.Errorf("UNIX socket pair: %w", err)
 		}
@@ -248,7 +278,10 @@ type unixListenerKey uint32
 // openAcceptQueue rebuilds a UNIX listener and, in their order, the
 // clients whose connections waited in its accept queue, connected to it
 // again; it returns every socket by inode.
-func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Socket) ([]sockets.UnixMsg, error)) (any, error) {
+//
+// target, if not nil, gives the processes in which the listener listens
+// and the clients connect, for their peer credentials.
+func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Socket) ([]sockets.UnixMsg, error), target func(int) (Target, bool)) (map[uint32]*os.File, error) {
 	se := env.Sockets()
 	lf := se.Peer(lino)
 	if lf == nil || lf.Socket == nil {
@@ -288,7 +321,13 @@ func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Soc
 				return nil, err
 			}
 		}
-		sfd, cfd, fill, err := sockets.AcceptedPair(fd, sockets.ReachName(l), srv, cli, qs, qc)
+		var how sockets.Connecting
+		if target != nil && cli != nil {
+			how = connecting(target, at.PID, cli.Creds, srv.Creds, l.Backlog)
+		} else if target != nil {
+			how = connecting(target, at.PID, nil, srv.Creds, l.Backlog)
+		}
+		sfd, cfd, fill, err := sockets.AcceptedPair(fd, sockets.ReachName(l), srv, cli, qs, qc, how)
 		if err != nil {
 			return nil, fmt.Errorf("UNIX connection accepted from %s: %w", l.Local, err)
 		}
@@ -311,14 +350,96 @@ func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Soc
 		if cf == nil || cf.Socket == nil || cf.Socket.AcceptOf != lino {
 			return nil, fmt.Errorf("UNIX socket %d waiting in the accept queue of %s is not in the image: %w", c, l.Local, image.ErrCorrupt)
 		}
-		cfd, err := sockets.ConnectUnix(cf.Socket, sockets.ReachName(l))
+		var how sockets.Connecting
+		if target != nil {
+			how = connecting(target, at.PID, cf.Socket.Creds, cf.Socket.Connector, l.Backlog)
+		}
+		cfd, err := sockets.ConnectUnix(cf.Socket, fd, sockets.ReachName(l), how)
 		if err != nil {
 			return nil, fmt.Errorf("UNIX socket waiting in the accept queue of %s: %w", l.Local, err)
 		}
 		ends[c] = os.NewFile(uintptr(cfd), "unix")
 		env.Keep(ends[c])
 	}
+	if target != nil && l.Creds != nil {
+		// The listener shows its own listen() again.
+		if err := connecting(target, at.PID, l.Creds, nil, l.Backlog).Listen(fd); err != nil {
+			return nil, fmt.Errorf("UNIX listener %s: %w", l.Local, err)
+		}
+	}
 	return ends, nil
+}
+
+// openListenerIn rebuilds a UNIX listener, the connections it accepted
+// and those waiting in its queue with their peer credentials: once every
+// process exists, listening and connecting in the processes their
+// SO_PEERCRED names; each holder takes its end from ckpt-redo.
+func openListenerIn(env RestoreEnv, s *image.Socket, at Where, lino uint32, msgs func(*image.Socket) ([]sockets.UnixMsg, error)) (Desc, error) {
+	v, err := env.Once(unixListenerKey(lino), func() (any, error) {
+		ends := map[uint32]*os.File{}
+		env.BeforeBuild(func(target func(int) (Target, bool)) error {
+			made, err := openAcceptQueue(env, at, lino, msgs, target)
+			if err != nil {
+				return err
+			}
+			for ino, f := range made {
+				ends[ino] = f
+			}
+			return settleEnds(env, made)
+		})
+		return ends, nil
+	})
+	if err != nil {
+		return Desc{}, err
+	}
+	return endIn(v.(map[uint32]*os.File), s.Ino), nil
+}
+
+// openNamedPairIn rebuilds a connected pair with a name whose listener is
+// gone, with its peer credentials: once every process exists, through a
+// temporary listener on the accepted end's name that listens in the
+// process the other end's SO_PEERCRED names, the other end connecting
+// from the process the accepted end's names.
+func openNamedPairIn(env RestoreEnv, s *image.Socket, at Where, msgs func(*image.Socket) ([]sockets.UnixMsg, error)) (Desc, error) {
+	key := unixPairKey{min(s.Ino, s.Peer), max(s.Ino, s.Peer)}
+	v, err := env.Once(key, func() (any, error) {
+		pf := env.Sockets().Peer(s.Peer)
+		if pf == nil || pf.Socket == nil || pf.Socket.Peer != s.Ino || pf.Socket.Type != s.Type {
+			return nil, fmt.Errorf("UNIX socket %d: its peer %d is not in the image: %w", s.Ino, s.Peer, image.ErrCorrupt)
+		}
+		p := pf.Socket
+		mine, err := msgs(s)
+		if err != nil {
+			return nil, err
+		}
+		theirs, err := msgs(p)
+		if err != nil {
+			return nil, err
+		}
+		ends := map[uint32]*os.File{}
+		env.BeforeBuild(func(target func(int) (Target, bool)) error {
+			srv, cli := s, p // the accepted end bears the listener's name
+			if s.Local == "" {
+				srv, cli = p, s
+			}
+			a, b, fill, err := sockets.UnixPair(s, p, mine, theirs, connecting(target, at.PID, cli.Creds, srv.Creds, 1))
+			if err != nil {
+				return fmt.Errorf("UNIX socket pair %d-%d: %w", s.Ino, s.Peer, err)
+			}
+			ends[s.Ino], ends[s.Peer] = os.NewFile(uintptr(a), "unix"), os.NewFile(uintptr(b), "unix")
+			env.Keep(ends[s.Ino])
+			env.Keep(ends[s.Peer])
+			if err := fillLater(env, at, fill, queue{s, mine}, queue{p, theirs}); err != nil {
+				return fmt.Errorf("UNIX socket pair: %w", err)
+			}
+			return settleEnds(env, ends)
+		})
+		return ends, nil
+	})
+	if err != nil {
+		return Desc{}, err
+	}
+	return endIn(v.(map[uint32]*os.File), s.Ino), nil
 }
 
 // unixServerKey names a rebuilt UNIX datagram socket that others were
@@ -371,12 +492,29 @@ func openConnectedTo(env RestoreEnv, at Where, sino uint32, msgs func(*image.Soc
 
 // openExternal rebuilds a UNIX socket that was connected to a socket
 // outside the dump by connecting to that socket's name again.
-func openExternal(s *image.Socket, at Where) (Desc, error) {
+//
+// A stream or seqpacket socket connects from the process that held it at
+// the dump (with its ids then), so that the peer's accepted end names it,
+// once every process exists.
+func openExternal(env RestoreEnv, s *image.Socket, at Where) (Desc, error) {
 	if s.ExternalPeer == "" {
 		return Desc{}, fmt.Errorf("UNIX socket %d was connected to an unnamed socket outside the dump, which cannot be found again; "+
 			"pass --inherit-fd %d to give it this ckpt-redo's fd %d (a socket connected to that peer): %w", s.Ino, at.FD, at.FD, ErrExternal)
 	}
-	fd, err := sockets.OpenExternal(s)
+	if s.Connector != nil {
+		ends := map[uint32]*os.File{}
+		env.BeforeBuild(func(target func(int) (Target, bool)) error {
+			fd, err := sockets.OpenExternal(s, connecting(target, at.PID, nil, s.Connector, 0))
+			if err != nil {
+				return fmt.Errorf("UNIX socket %d: %w", s.Ino, err)
+			}
+			ends[s.Ino] = os.NewFile(uintptr(fd), "unix")
+			env.Keep(ends[s.Ino])
+			return settleEnds(env, ends)
+		})
+		return endIn(ends, s.Ino), nil
+	}
+	fd, err := sockets.OpenExternal(s, sockets.Connecting{})
 	if err != nil {
 		return Desc{}, fmt.Errorf("UNIX socket %d: %w", s.Ino, err)
 	}

@@ -397,6 +397,18 @@ type Socket struct {
 	// pair and its effective ids then. The restore makes the pair in
 	// that process, with those ids.
 	PeerCred *PeerCred `json:"peer_cred,omitempty"`
+	// Creds is what SO_PEERCRED said of a UNIX socket connected through
+	// a name or listening: on a listener, the process that called
+	// listen() and its ids then; on a stream or seqpacket connection's
+	// accepted end, the process that called connect(); on its other end,
+	// the one that had called listen() on the listener. The restore
+	// listens and connects in those processes, with those ids.
+	Creds *PeerCred `json:"creds,omitempty"`
+	// Connector is, on a client waiting in a UNIX listener's accept
+	// queue, the process taken for the one that connected (the end the
+	// listener will accept names it): the process of the dump that held
+	// the client, with its effective ids and groups then.
+	Connector *PeerCred `json:"connector,omitempty"`
 	// Ifindex and LinkProto are a packet socket's bound interface and
 	// protocol (network byte order, as sockaddr_ll has it).
 	Ifindex   int `json:"ifindex,omitempty"`

@@ -137,6 +137,20 @@ func (t target) HoldPID(pid int, fn func() error) error {
 	return ferr
 }
 
+func (t target) HoldPIDIn(pid int, fn func(held fdkind.Target) error) error {
+	h, err := t.b.t.spawnIDHelper(t.b, pid)
+	if err != nil {
+		return fmt.Errorf("a process to hold the PID %d of an exited process: %w", pid, err)
+	}
+	// A copy of this process's memory: the same scratch area.
+	h.b.gadget = t.b.gadget
+	ferr := fn(target{h.b})
+	if err := h.exit(); err != nil && ferr == nil {
+		ferr = err
+	}
+	return ferr
+}
+
 // chroot gives the process its root directory back (chroot(2) to the
 // path ckpt saw at the dump), once nothing is opened by path any more.
 func (b *builder) chroot() error {

@@ -63,7 +63,9 @@ func DescribeExternal(fd int, ino uint32, all map[uint32]UnixInfo) (*image.Socke
 // accepted from), with its shutdown state. A peer without a name (an
 // accepted connection's client, a socketpair end) cannot be found again:
 // ckpt-redo --inherit-fd must give it.
-func OpenExternal(s *image.Socket) (int, error) {
+//
+// how, if its Connect is set, connects from a process of the tree.
+func OpenExternal(s *image.Socket, how Connecting) (int, error) {
 	if s.ExternalPeer == "" {
 		return -1, fmt.Errorf("connected to an unnamed socket outside the dump: %w", ErrState)
 	}
@@ -78,7 +80,7 @@ func OpenExternal(s *image.Socket) (int, error) {
 		err = bindName(fd, s)
 	}
 	if err == nil {
-		if err = unix.Connect(fd, unixAddr(s.ExternalPeer)); err != nil {
+		if err = how.connect(fd, s.ExternalPeer); err != nil {
 			err = fmt.Errorf("connect to %s outside the dump: %w", s.ExternalPeer, err)
 		}
 	}

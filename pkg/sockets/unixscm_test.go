@@ -93,7 +93,7 @@ func TestUnixSCMQueue(t *testing.T) {
 						sv = describeAll(t, fds[:])
 						unix.Close(fds[0])
 						unix.Close(fds[1])
-						a, b, fill, err := UnixPair(sv[0].s, sv[1].s, sv[0].msgs, sv[1].msgs)
+						a, b, fill, err := UnixPair(sv[0].s, sv[1].s, sv[0].msgs, sv[1].msgs, Connecting{})
 						must(t, err)
 						must(t, fill(nil))
 						CloseRights(sv[0].msgs)

@@ -3,6 +3,7 @@ package sockets
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 
@@ -167,9 +168,9 @@ func describeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 // UnixPair rebuilds two connected UNIX sockets of the dump, a and b, with
 // their early options; fill then refills the messages queued for each
 // (qa for a, sent by b) and sets their late options and shutdown state.
-func UnixPair(a, b *image.Socket, qa, qb []UnixMsg) (int, int, Fill, error) {
+func UnixPair(a, b *image.Socket, qa, qb []UnixMsg, how Connecting) (int, int, Fill, error) {
 	if a.Local != "" || b.Local != "" {
-		return namedPair(a, b, qa, qb)
+		return namedPair(a, b, qa, qb, how)
 	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -317,20 +318,11 @@ func OpenUnix(s *image.Socket, queue []UnixMsg) (int, Fill, error) {
 		if err != nil {
 			return -1, nil, fmt.Errorf("socketpair: %w", err)
 		}
-		if err := earlyPair(fds, [2]*image.Socket{s, nil}); err != nil {
-			unix.Close(fds[0])
-			unix.Close(fds[1])
+		fill, err := ClosedPeer(fds, s, queue)
+		if err != nil {
 			return -1, nil, err
 		}
-		return fds[0], func(hold Hold) error {
-			defer unix.Close(fds[1])
-			err := fillAndFinish(fds, [2]*image.Socket{s, nil}, [2][]UnixMsg{queue, nil}, hold)
-			if err == nil && s.PeerReset {
-				// Closing a socket with data unread resets its peer.
-				err = sendNow(fds[0], []byte{0}, nil)
-			}
-			return err
-		}, nil
+		return fds[0], fill, nil
 	}
 	fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -357,6 +349,28 @@ func OpenUnixBound(s *image.Socket) (int, error) {
 		return -1, err
 	}
 	return fd, nil
+}
+
+// ClosedPeer makes of a pair (made elsewhere: in the process its peer
+// credentials name, see fdkind) a socket s whose peer was closed: fds[0]
+// gets s's early options; fill refills its queue from fds[1], then
+// closes fds[1] (resetting fds[0] if s was reset). On error both are
+// closed.
+func ClosedPeer(fds [2]int, s *image.Socket, queue []UnixMsg) (Fill, error) {
+	if err := earlyPair(fds, [2]*image.Socket{s, nil}); err != nil {
+		unix.Close(fds[0])
+		unix.Close(fds[1])
+		return nil, err
+	}
+	return func(hold Hold) error {
+		defer unix.Close(fds[1])
+		err := fillAndFinish(fds, [2]*image.Socket{s, nil}, [2][]UnixMsg{queue, nil}, hold)
+		if err == nil && s.PeerReset {
+			// Closing a socket with data unread resets its peer.
+			err = sendNow(fds[0], []byte{0}, nil)
+		}
+		return err
+	}, nil
 }
 
 func bindUnconnected(fd int, s *image.Socket) error {
@@ -452,11 +466,36 @@ func bindAside(fd int, name string) (undo func(), err error) {
 	return func() { os.Remove(name); back() }, nil
 }
 
+// Connecting says who makes a connection through a name, for the peer
+// credentials each end records (SO_PEERCRED): Listen listens again on the
+// listener lfd in the process whose credentials the client must see (the
+// one that called listen), Connect connects fd to name from the process
+// whose credentials the accepted end must see (the one that called
+// connect). Nil ones are done by ckpt-redo.
+type Connecting struct {
+	Listen  func(lfd int) error
+	Connect func(fd int, name string) error
+}
+
+func (c Connecting) listen(lfd int) error {
+	if c.Listen == nil {
+		return nil
+	}
+	return c.Listen(lfd)
+}
+
+func (c Connecting) connect(fd int, name string) error {
+	if c.Connect == nil {
+		return unix.Connect(fd, unixAddr(name))
+	}
+	return c.Connect(fd, name)
+}
+
 // ConnectUnix rebuilds a client whose connection waited in the accept
-// queue of a listener: a new socket with its options and name, connected
-// to the rebuilt listener's name (so that the listener's queue holds the
-// connection again, in the order of the calls).
-func ConnectUnix(s *image.Socket, listener string) (int, error) {
+// queue of a listener lfd: a new socket with its options and name,
+// connected to the rebuilt listener's name (so that the listener's queue
+// holds the connection again, in the order of the calls).
+func ConnectUnix(s *image.Socket, lfd int, listener string, how Connecting) (int, error) {
 	fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
 		return -1, fmt.Errorf("socket: %w", err)
@@ -466,7 +505,10 @@ func ConnectUnix(s *image.Socket, listener string) (int, error) {
 		err = bindName(fd, s)
 	}
 	if err == nil {
-		if err = unix.Connect(fd, unixAddr(listener)); err != nil {
+		err = how.listen(lfd)
+	}
+	if err == nil {
+		if err = how.connect(fd, listener); err != nil {
 			err = fmt.Errorf("connect to the listener %s: %w", listener, err)
 		}
 	}
@@ -502,7 +544,7 @@ func bindUnix(fd int, name string) error {
 // options and shutdown state. A closed client is closed once the queue is
 // refilled (by fill, which does the queues and what follows). The
 // listener's queue must hold no other connection.
-func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []UnixMsg) (int, int, Fill, error) {
+func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []UnixMsg, how Connecting) (int, int, Fill, error) {
 	ctmp := &image.Socket{Type: srv.Type}
 	if cli != nil {
 		ctmp = cli
@@ -527,7 +569,10 @@ func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []Uni
 			return fail(err)
 		}
 	}
-	if err := unix.Connect(cfd, unixAddr(listener)); err != nil {
+	if err := how.listen(lfd); err != nil {
+		return fail(err)
+	}
+	if err := how.connect(cfd, listener); err != nil {
 		return fail(fmt.Errorf("connect to the listener %s: %w", listener, err))
 	}
 	if sfd, _, err = unix.Accept4(lfd, unix.SOCK_CLOEXEC); err != nil {
@@ -604,6 +649,18 @@ func fillDgram(fd int, s *image.Socket, server string, sfd int, queue []UnixMsg,
 	return finishUnix(fd, s)
 }
 
+// absName is a path name as absolute (the temporary listener bound it
+// relative to ckpt-redo's directory, and another process may connect).
+func absName(name string) string {
+	if name == "" || name[0] == '@' || filepath.IsAbs(name) {
+		return name
+	}
+	if wd, err := os.Getwd(); err == nil {
+		return filepath.Join(wd, name)
+	}
+	return name
+}
+
 // connectedTo says whether a socket of all is connected to ino.
 func connectedTo(all map[uint32]UnixInfo, ino uint32) bool {
 	for _, o := range all {
@@ -620,7 +677,7 @@ func connectedTo(all map[uint32]UnixInfo, ino uint32) bool {
 // connection is made through a temporary listener on the name of the end
 // that was accepted (its listener is gone), the other end connecting to
 // it from its own name, if any.
-func namedPair(a, b *image.Socket, qa, qb []UnixMsg) (int, int, Fill, error) {
+func namedPair(a, b *image.Socket, qa, qb []UnixMsg, how Connecting) (int, int, Fill, error) {
 	var fds [2]int
 	fds[0], fds[1] = -1, -1
 	fail := func(err error) (int, int, Fill, error) {
@@ -672,6 +729,9 @@ func namedPair(a, b *image.Socket, qa, qb []UnixMsg) (int, int, Fill, error) {
 		if err := unix.Listen(l, 1); err != nil {
 			return fail(fmt.Errorf("listen: %w", err))
 		}
+		if err := how.listen(l); err != nil {
+			return fail(err)
+		}
 		if fds[cli], err = unix.Socket(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0); err != nil {
 			return fail(fmt.Errorf("socket: %w", err))
 		}
@@ -683,7 +743,7 @@ func namedPair(a, b *image.Socket, qa, qb []UnixMsg) (int, int, Fill, error) {
 				return fail(err)
 			}
 		}
-		if err := unix.Connect(fds[cli], unixAddr(ss[srv].Local)); err != nil {
+		if err := how.connect(fds[cli], absName(ss[srv].Local)); err != nil {
 			return fail(fmt.Errorf("connect to %s: %w", ss[srv].Local, err))
 		}
 		if fds[srv], _, err = unix.Accept4(l, unix.SOCK_CLOEXEC); err != nil {

@@ -185,7 +185,7 @@ func TestUnixSockets(t *testing.T) {
 			}
 			var rebuilt []int
 			if len(sv) == 2 && sv[0].s.Peer != 0 {
-				a, b, fill, err := UnixPair(sv[0].s, sv[1].s, sv[0].msgs, sv[1].msgs)
+				a, b, fill, err := UnixPair(sv[0].s, sv[1].s, sv[0].msgs, sv[1].msgs, Connecting{})
 				must(t, err)
 				must(t, fill(nil))
 				rebuilt = []int{a, b}
@@ -284,7 +284,7 @@ func TestUnixAcceptQueue(t *testing.T) {
 	defer unix.Close(nl)
 	var clients []int
 	for _, v := range sv[1:] {
-		fd, err := ConnectUnix(v.s, sv[0].s.Local)
+		fd, err := ConnectUnix(v.s, nl, sv[0].s.Local, Connecting{})
 		must(t, err)
 		defer unix.Close(fd)
 		clients = append(clients, fd)

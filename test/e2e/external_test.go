@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestExternalUnix: a client (testdata/unixticker.py) connected to a UNIX
@@ -20,7 +22,8 @@ import (
 // restore connect it again to the server's path: the server reads every
 // tick sent before the dump on the old connection, up to its end, and the
 // next ones on the new connection, none lost or repeated, and the client
-// hears what the server sends on the new one. Two --leave-running dumps
+// hears what the server sends on the new one, whose SO_PEERCRED names the
+// client. Two --leave-running dumps
 // leave the old connection as it is.
 func TestExternalUnix(t *testing.T) {
 	e := setup(t)
@@ -67,6 +70,16 @@ func TestExternalUnix(t *testing.T) {
 				}
 				again := acceptWithin(t, ln)
 				defer again.Close()
+				// The server's new end names the restored client
+				// (which connected again from inside), not ckpt-redo.
+				var uc *unix.Ucred
+				rc, err := again.(*net.UnixConn).SyscallConn()
+				if err == nil {
+					rc.Control(func(fd uintptr) { uc, err = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+				}
+				if err != nil || uc.Pid != int32(v.pid) {
+					t.Errorf("the new connection's SO_PEERCRED: %+v, %v; want pid %d", uc, err, v.pid)
+				}
 				r.r = bufio.NewReader(again)
 				again.SetReadDeadline(time.Now().Add(wait))
 				r.next(10)
