@@ -191,7 +191,9 @@ int main(int argc, char **argv)
 				FID_SETUP(gg >= 0, "fork GG");
 				if (gg > 0)
 					_exit(0);
-				FID_SETUP(getppid() != 0, "GG");
+				/* Out of P's session too: nothing of the dump
+				 * outside it but the listener's credentials. */
+				FID_SETUP(setsid() > 0, "GG: setsid");
 			}
 			int l = socket(AF_UNIX, SOCK_STREAM, 0);
 			al = addr(&a, l1name);
