@@ -761,6 +761,9 @@ func TestUnixListeners(t *testing.T) {
 		if want := fmt.Sprintf("hello %d\n", n); err != nil || string(buf[:k]) != want {
 			t.Fatalf("from %q: %q (%v), want %q", addr, buf[:k], err, want)
 		}
+		// The server's end closed too: a connection whose peer (the
+		// test, outside the dump) closed names it, and is refused.
+		v.waitLine(t, func(l string) bool { return l == fmt.Sprintf("closed %d", n) })
 	}
 	hello(path)
 	hello("@" + name)

@@ -1,7 +1,8 @@
 """Listening UNIX sockets for the socket tests: unixlisten.py LOG PATH NAME.
 
 Listens on the filesystem path PATH and on the abstract name NAME; every
-client gets "hello N\\n" (N counts clients across both) and is closed.
+client gets "hello N\\n" (N counts clients across both) and is closed
+("closed N" in LOG).
 """
 import os, select, socket, sys
 
@@ -19,3 +20,4 @@ while True:
         n += 1
         c.sendall(b"hello %d\n" % n)
         c.close()
+        os.write(log, b"closed %d\n" % n)
