@@ -158,6 +158,13 @@ func linkPtys(env DumpEnv, fds []Held) error {
 		if !isPts(h.File.Rdev) {
 			continue
 		}
+		if p := h.File.Pty; p != nil && p.HungUp {
+			if pairs[p.Index] != nil {
+				return fmt.Errorf("process %d fd %d: hung-up slave of /dev/pts/%d, whose index a pseudo-terminal of the dump has now: cannot be restored: %w",
+					h.PID, h.FD, p.Index, ErrUnsupported)
+			}
+			continue
+		}
 		if pp := pairs[ptsIndex(h.File.Ref.Path)]; pp != nil {
 			pp.slaves = append(pp.slaves, h)
 		}
@@ -400,37 +407,9 @@ func restorePair(env RestoreEnv, f *image.File) (*ptyPair, error) {
 // lock comes last, in the process (lockPtmx), once every slave is open.
 func makePair(env RestoreEnv, p *image.Pty) (*ptyPair, error) {
 	path := fmt.Sprintf("/dev/pts/%d", p.Index)
-	if _, err := os.Lstat(path); err == nil {
-		return nil, fmt.Errorf("the index is in use: %s exists%s: %w", path, ptsHolder(p.Index), ErrPtyTaken)
-	}
-	var held []*sys.FD
-	defer func() {
-		for _, fd := range held {
-			fd.Close()
-		}
-	}()
-	var master *sys.FD
-	for len(held) <= p.Index {
-		fd, err := sys.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return nil, err
-		}
-		held = append(held, fd)
-		n, err := unix.IoctlGetInt(fd.Int(), unix.TIOCGPTN)
-		if err != nil {
-			return nil, fmt.Errorf("TIOCGPTN: %w", err)
-		}
-		if n == p.Index {
-			master = fd
-			held = held[:len(held)-1]
-			break
-		}
-		if n > p.Index {
-			return nil, fmt.Errorf("the index is in use: the kernel handed out /dev/pts/%d instead%s: %w", n, ptsHolder(p.Index), ErrPtyTaken)
-		}
-	}
-	if master == nil {
-		return nil, fmt.Errorf("%s never came: %w", path, ErrPtyTaken)
+	master, err := ptmxAt(p.Index)
+	if err != nil {
+		return nil, err
 	}
 	mf := master.File("/dev/ptmx")
 	env.Keep(mf)
@@ -444,6 +423,82 @@ func makePair(env RestoreEnv, p *image.Pty) (*ptyPair, error) {
 		return nil, err
 	}
 	return &ptyPair{master: mf}, nil
+}
+
+// hungUpKey names the pair made again for hung-up slaves of one index.
+type hungUpKey int
+
+// openHungUp opens a slave whose master was closed: a pair of the same
+// index is made (once), each such description opened on its slave, and
+// the master, kept by ckpt-redo, closes at the end of the restore, before
+// the processes run: the slaves hang up as they had, and /dev/pts/N goes
+// away again.
+func openHungUp(env RestoreEnv, f *image.File) (Desc, error) {
+	p := f.Pty
+	path := fmt.Sprintf("/dev/pts/%d", p.Index)
+	_, err := env.Once(hungUpKey(p.Index), func() (any, error) {
+		master, err := ptmxAt(p.Index)
+		if err != nil {
+			return nil, err
+		}
+		mf := master.File("/dev/ptmx")
+		env.Keep(mf)
+		if err := unix.IoctlSetPointerInt(int(mf.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+			return nil, fmt.Errorf("unlock %s: %w", path, err)
+		}
+		if err := unix.Chown(path, p.UID, p.GID); err != nil {
+			return nil, fmt.Errorf("chown %s %d:%d: %w", path, p.UID, p.GID, err)
+		}
+		return mf, unix.Chmod(path, p.Mode)
+	})
+	if err != nil {
+		return Desc{}, fmt.Errorf("hung-up pty %s: %w", path, err)
+	}
+	fd, err := unix.Open(path, f.Flags&unix.O_ACCMODE|unix.O_NOCTTY|unix.O_CLOEXEC|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return Desc{}, fmt.Errorf("open %s: %w", path, err)
+	}
+	return Desc{File: os.NewFile(uintptr(fd), path)}, nil
+}
+
+// ptmxAt opens /dev/ptmx until the kernel hands out the wanted index
+// (it gives the lowest free one: the ones below are held meanwhile and
+// closed after).
+func ptmxAt(index int) (*sys.FD, error) {
+	path := fmt.Sprintf("/dev/pts/%d", index)
+	if _, err := os.Lstat(path); err == nil {
+		return nil, fmt.Errorf("the index is in use: %s exists%s: %w", path, ptsHolder(index), ErrPtyTaken)
+	}
+	var held []*sys.FD
+	defer func() {
+		for _, fd := range held {
+			fd.Close()
+		}
+	}()
+	var master *sys.FD
+	for len(held) <= index {
+		fd, err := sys.Open("/dev/ptmx", unix.O_RDWR|unix.O_NOCTTY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return nil, err
+		}
+		held = append(held, fd)
+		n, err := unix.IoctlGetInt(fd.Int(), unix.TIOCGPTN)
+		if err != nil {
+			return nil, fmt.Errorf("TIOCGPTN: %w", err)
+		}
+		if n == index {
+			master = fd
+			held = held[:len(held)-1]
+			break
+		}
+		if n > index {
+			return nil, fmt.Errorf("the index is in use: the kernel handed out /dev/pts/%d instead%s: %w", n, ptsHolder(index), ErrPtyTaken)
+		}
+	}
+	if master == nil {
+		return nil, fmt.Errorf("%s never came: %w", path, ErrPtyTaken)
+	}
+	return master, nil
 }
 
 // settlePair gives a new, unlocked pair the dumped settings and data.

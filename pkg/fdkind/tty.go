@@ -42,10 +42,16 @@ func isTTY(rdev uint64) bool {
 func describeTTY(env DumpEnv, s *Source, f *image.File) error {
 	if isPts(s.Stat.Rdev) && strings.HasSuffix(s.Link, " (deleted)") {
 		// devpts removes /dev/pts/N when the master's last fd closes:
-		// the slave is hung up (reads end of file, writes fail), and no
-		// new pair can give it back its state.
-		return fmt.Errorf("slave of pseudo-terminal %s whose master was closed (hung up): cannot be restored: %w",
-			strings.TrimSuffix(s.Link, " (deleted)"), ErrUnsupported)
+		// the slave is hung up (reads end of file, writes fail, every
+		// ioctl EIO), which is all it has left
+		path := strings.TrimSuffix(s.Link, " (deleted)")
+		if _, err := unix.IoctlGetTermios(s.Copy, unix.TCGETS); s.Copy < 0 || err != unix.EIO {
+			return fmt.Errorf("slave of pseudo-terminal %s whose node is gone but which is not hung up: cannot be restored: %w", path, ErrUnsupported)
+		}
+		f.Ref = StatRef(path, &s.Stat)
+		f.Rdev = s.Stat.Rdev
+		f.Pty = &image.Pty{Index: ptsIndex(path), HungUp: true, UID: int(s.Stat.Uid), GID: int(s.Stat.Gid), Mode: s.Stat.Mode & 0o7777}
+		return nil
 	}
 	if err := describeCharDev(env, s, f); err != nil {
 		return err
@@ -71,6 +77,9 @@ func openTTY(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 			return Desc{}, err
 		}
 		return Desc{InTarget: func(t Target, fd int, cloexec bool) error { return openInTarget(t, f, fd, cloexec) }}, nil
+	}
+	if f.Pty != nil && f.Pty.HungUp {
+		return openHungUp(env, f)
 	}
 	if f.Pty != nil {
 		return openPts(env, f)

@@ -624,6 +624,11 @@ type Pty struct {
 	UID  int    `json:"uid"`
 	GID  int    `json:"gid"`
 	Mode uint32 `json:"mode"`
+	// HungUp: this description is a slave whose master was closed: the
+	// pty is hung up (reads end of file, writes fail) and /dev/pts/N is
+	// gone. It is made again as a pair whose master is closed at the end
+	// of the restore.
+	HungUp bool `json:"hung_up,omitempty"`
 	// SlaveClosed: the slave had been opened and every fd of it closed
 	// (the master reads EIO, polls POLLHUP).
 	SlaveClosed bool `json:"slave_closed,omitempty"`

@@ -10,10 +10,7 @@
  *                 terminal after forking a child, which has none: the
  *                 restore gives it to the whole session;
  *   never_opened  bytes written to a master whose slave was never opened:
- *                 only an open of the slave can read them;
- *   hung_up       a slave whose master was closed: the pty is hung up
- *                 (reads end of file, writes fail) and its /dev/pts/N is
- *                 gone.
+ *                 only an open of the slave can read them.
  *
  * After the refused dump the program finds its state as it left it.
  */
@@ -58,17 +55,6 @@ int main(int argc, char **argv)
 	}
 	int s = open(slave, O_RDWR | O_NOCTTY | O_NONBLOCK);
 	FID_SETUP(s >= 0, "open %s", slave);
-
-	if (strcmp(kind, "hung_up") == 0) {
-		FID_SETUP(close(m) == 0, "close the master");
-		FID_SETUP(access(slave, F_OK) != 0, "%s still exists", slave);
-		fid_ready();
-		fid_wait();
-		char c;
-		FID_EXPECT(read(s, &c, 1) == 0, "the hung-up slave does not read end of file");
-		FID_EXPECT(write(s, "x", 1) < 0 && errno == EIO, "writing the hung-up slave does not fail with EIO");
-		return fid_done();
-	}
 
 	if (strcmp(kind, "packet_event") == 0) {
 		int one = 1;
