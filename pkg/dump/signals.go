@@ -111,8 +111,8 @@ func readPosixTimers(pid int) ([]image.PosixTimer, error) {
 			if _, err := os.Stat(proc.Path(pid, "task", strconv.Itoa(t.NotifyTID))); err != nil {
 				// Its signals go nowhere; timer_create cannot name a
 				// thread that is gone, the restore could not make it.
-				return nil, fmt.Errorf("process %d: POSIX timer %d notifies thread %d (SIGEV_THREAD_ID), which has exited: cannot be restored: %w",
-					pid, t.ID, t.NotifyTID, ErrUnsupported)
+				return nil, fmt.Errorf("POSIX timer %d notifies thread %d (SIGEV_THREAD_ID), which has exited: cannot be restored: %w",
+					t.ID, t.NotifyTID, ErrUnsupported)
 			}
 		}
 		out = append(out, image.PosixTimer{ID: t.ID, Clock: t.Clock, Signal: t.Signal, Notify: t.Notify, NotifyTID: t.NotifyTID, SigValue: t.SigValue})
