@@ -152,14 +152,21 @@ func TakeHeld(name string, conns []Conn, netns *os.File, exe string) (*Lock, err
 	}
 	l, err := TakeQueued(name, conns, nsFD, queue)
 	if err != nil {
-		// The holder, which never saw its table, is told to go.
+		// The holder, which never saw its table, is told to go; a kernel
+		// without the queue target (nft_compat, xt_NFQUEUE) gets the drop
+		// lock.
 		if started != nil {
 			<-started
 		}
 		if _, done, _ := askRelease(TablePrefix+name, nsFD, "discard"); done != nil {
 			done()
 		}
-		return nil, err
+		l, derr := Take(name, conns, nsFD)
+		if derr != nil {
+			return nil, derr
+		}
+		l.HoldErr = fmt.Errorf("queue rules: %w", err)
+		return l, nil
 	}
 	l.started = started
 	return l, nil
