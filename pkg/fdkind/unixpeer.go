@@ -9,6 +9,7 @@ import (
 	"github.com/ckpt/ckpt/internal/sys"
 
 	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/sockets"
 	"golang.org/x/sys/unix"
 )
@@ -16,9 +17,10 @@ import (
 // SO_PEERCRED of a pair of connected UNIX sockets is fixed when the pair
 // is made: socketpair() gives both ends the process that called it and
 // its effective ids. A pair ckpt-redo made would show ckpt-redo. So an
-// unnamed pair is made by the process that made it at the dump (the dump
-// refuses a pair whose maker is not in the tree), with its effective ids
-// of then, once every process exists and before any is built
+// unnamed pair is made by the process that made it at the dump (by a
+// short-lived child holding its PID if it had exited; the dump refuses a
+// pair whose maker is alive outside the tree, or a zombie of it), with
+// its effective ids of then, once every process exists and before any is built
 // (RestoreEnv.BeforeBuild); ckpt-redo takes both ends (pidfd_getfd),
 // fills their queues and options, and each process that holds an end
 // takes it back from ckpt-redo at its fd (installFrom).
@@ -34,8 +36,12 @@ func peerCredCheck(env DumpEnv, our int, s *image.Socket, peerName string) error
 	if err != nil {
 		return fmt.Errorf("UNIX socket %d: SO_PEERCRED: %w", s.Ino, err)
 	}
-	if uc.Pid <= 0 || !env.Sockets().Member(int(uc.Pid)) {
-		return fmt.Errorf("UNIX socket %d: a socket pair made by process %d, which is not a live process of the dump: its SO_PEERCRED (pid, uid, gid) "+
+	if uc.Pid <= 0 {
+		return fmt.Errorf("UNIX socket %d: a socket pair without SO_PEERCRED: %w", s.Ino, ErrUnsupported)
+	}
+	if _, err := os.Stat(proc.Path(int(uc.Pid))); err == nil && !env.Sockets().Member(int(uc.Pid)) {
+		// One that has exited is held by a helper at restore.
+		return fmt.Errorf("UNIX socket %d: a socket pair made by process %d, which is outside the dump or a zombie: its SO_PEERCRED (pid, uid, gid) "+
 			"could not be made again: %w", s.Ino, uc.Pid, ErrUnsupported)
 	}
 	s.PeerCred = &image.PeerCred{PID: int(uc.Pid), UID: uc.Uid, GID: uc.Gid}
@@ -85,11 +91,21 @@ func openCredPair(env RestoreEnv, f *image.File, at Where, msgs func(*image.Sock
 		ends := map[uint32]*os.File{}
 		env.BeforeBuild(func(target func(int) (Target, bool)) error {
 			cred := s.PeerCred
-			t, ok := target(cred.PID)
-			if !ok {
-				return fmt.Errorf("UNIX socket pair %d-%d: made by process %d, which is not in the image: %w", s.Ino, s.Peer, cred.PID, image.ErrCorrupt)
+			var a, b int
+			pair := func(t Target) (err error) {
+				a, b, err = socketpairIn(t, s.Type, cred)
+				return err
 			}
-			a, b, err := socketpairIn(t, s.Type, cred)
+			var err error
+			if t, ok := target(cred.PID); ok {
+				err = pair(t)
+			} else if t, ok := target(at.PID); ok {
+				// Made by a process that had exited: a child of
+				// the holder takes its PID for the call.
+				err = t.HoldPIDIn(cred.PID, pair)
+			} else {
+				err = fmt.Errorf("no process to hold PID %d: %w", cred.PID, image.ErrCorrupt)
+			}
 			if err != nil {
 				return fmt.Errorf("UNIX socket pair %d-%d in process %d: %w", s.Ino, s.Peer, cred.PID, err)
 			}

@@ -194,7 +194,8 @@ var cases = []fcase{
 	{name: "sock_peercred_named", src: "sock_peercred_named.c"},
 	{name: "sock_peercred_named_gone", src: "sock_peercred_named.c", args: []string{"gone"}},
 	{name: "sock_peercred_named_outside", src: "sock_peercred_named.c", args: []string{"outside"}, refuse: "which is outside the dump or a zombie"},
-	{name: "sock_peercred_gone", src: "sock_peercred.c", args: []string{"gone"}, refuse: "a socket pair made by process"},
+	{name: "sock_peercred_gone", src: "sock_peercred.c", args: []string{"gone"}},
+	{name: "sock_peercred_outside", src: "sock_peercred.c", args: []string{"outside"}, refuse: "a socket pair made by process"},
 	// Inet socket state besides queues and option values (found by CRIU's
 	// zdtm tests): delayed-ACK mode, UDP shutdown, nonlocal binds,
 	// SO_REUSEPORT groups.

@@ -11,8 +11,11 @@
  * ends when P says "go" on sp1 and sends its findings back.
  *
  * With the argument "gone", C makes a pair, passes both ends to P and
- * exits: the pair names a process that is gone, which a restore could
- * not make again, and the dump must refuse it.
+ * exits: the pair names a process that is gone; the restore makes it in
+ * a helper holding C's PID, and it must name C (SO_PEERPIDFD: gone)
+ * after it. With "outside", C's child D, orphaned and in a session of its
+ * own, makes the pair and stays alive outside the dump: the dump must
+ * refuse it.
  */
 #include "fidelity.h"
 #include <sys/socket.h>
@@ -69,11 +72,22 @@ static int roundtrip(int a, int b)
 	return write(a, "x", 1) == 1 && read(b, &c, 1) == 1 && c == 'x';
 }
 
-/* gone: the child c makes a pair, passes both ends over sp1, exits. */
-static int gone(pid_t c, int sp1[2])
+/* gone: the child c (or, outside, its child D) makes a pair, passes
+ * both ends over sp1, exits (D once P closes stay). */
+static int gone(pid_t c, int sp1[2], int outside, int stay[2])
 {
 	if (c == 0) {
 		int pr[2];
+		close(stay[1]);
+		if (outside) {
+			pid_t d = fork();
+			if (d < 0)
+				_exit(2);
+			if (d > 0)
+				_exit(0);
+			if (setsid() < 0)
+				_exit(2);
+		}
 		char b = 'f';
 		struct iovec io = {&b, 1};
 		char cbuf[CMSG_SPACE(2 * sizeof(int))];
@@ -85,8 +99,17 @@ static int gone(pid_t c, int sp1[2])
 		cm->cmsg_type = SCM_RIGHTS;
 		cm->cmsg_len = CMSG_LEN(2 * sizeof(int));
 		memcpy(CMSG_DATA(cm), pr, 2 * sizeof(int));
-		_exit(sendmsg(sp1[1], &m, 0) == 1 ? 0 : 2);
+		if (sendmsg(sp1[1], &m, 0) != 1)
+			_exit(2);
+		if (outside) {
+			char x;
+			while (read(stay[0], &x, 1) < 0 && errno == EINTR)
+				;
+		}
+		_exit(0);
 	}
+	close(stay[0]);
+	pid_t maker = c;
 	char b;
 	int pr[2], st;
 	struct iovec io = {&b, 1};
@@ -95,12 +118,19 @@ static int gone(pid_t c, int sp1[2])
 	FID_SETUP(recvmsg(sp1[0], &m, 0) == 1 && CMSG_FIRSTHDR(&m), "recvmsg");
 	memcpy(pr, CMSG_DATA(CMSG_FIRSTHDR(&m)), 2 * sizeof(int));
 	FID_SETUP(waitpid(c, &st, 0) == c && WIFEXITED(st) && WEXITSTATUS(st) == 0, "child");
+	if (outside) {
+		struct ucred uc;
+		socklen_t l = sizeof uc;
+		FID_SETUP(getsockopt(pr[0], SOL_SOCKET, SO_PEERCRED, &uc, &l) == 0, "SO_PEERCRED");
+		maker = uc.pid;
+	}
 	fid_ready();
 	fid_wait();
 	char why[256];
-	checkp(pr[0], "pair made by the gone child", c, 0, 0, -1, why, sizeof why);
+	checkp(pr[0], "pair made by the gone child", maker, 0, 0, outside ? maker : -1, why, sizeof why);
 	FID_EXPECT(!why[0], "%s", why);
 	FID_EXPECT(roundtrip(pr[0], pr[1]), "the pair carries no data");
+	close(stay[1]);
 	return fid_done();
 }
 
@@ -111,10 +141,12 @@ int main(int argc, char **argv)
 	FID_SETUP(socketpair(AF_UNIX, SOCK_STREAM, 0, sp1) == 0, "socketpair sp1");
 	FID_SETUP(pipe(report) == 0, "pipe");
 	pid_t parent = getpid();
+	int stay[2];
+	FID_SETUP(pipe(stay) == 0, "pipe");
 	pid_t c = fork();
 	FID_SETUP(c >= 0, "fork");
-	if (argc > 2 && strcmp(argv[2], "gone") == 0)
-		return gone(c, sp1);
+	if (argc > 2 && (strcmp(argv[2], "gone") == 0 || strcmp(argv[2], "outside") == 0))
+		return gone(c, sp1, strcmp(argv[2], "outside") == 0, stay);
 	if (c == 0) {
 		close(sp1[0]);
 		close(report[0]);
