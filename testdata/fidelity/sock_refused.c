@@ -122,6 +122,10 @@ int main(int argc, char **argv)
 		if (c == 0) {
 			if (fork() == 0) {
 				close(sp[0]);
+				/* Out of P's session too: the dump refuses a
+				 * session with a member outside it first. */
+				if (setsid() < 0)
+					_exit(1);
 				char b = 0;
 				if (write(ready[1], &b, 1) != 1)
 					_exit(1);
