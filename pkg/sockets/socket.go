@@ -38,6 +38,10 @@ func Describe(fd int) (*image.Socket, error) {
 		}
 		s.State = int(info[0])
 		switch {
+		case s.State == StateSynSent:
+			if err := synSentRefusal(fd, info[:]); err != nil {
+				return s, err
+			}
 		case Connected(s.State):
 		case s.State == StateListen:
 			// For a listener tcp_info has the accept queue length in
@@ -276,6 +280,9 @@ func openConn(fd int, s *image.Socket, st *TCPState, recvQ, sendQ []byte) error 
 	if err := restoreTCP(fd, st, recvQ, sendQ); err != nil {
 		return err
 	}
+	if err := restorePortOptions(fd, s.Options); err != nil {
+		return err
+	}
 	if err := setOptions(fd, mergeOptions(orig, s.Options), late, noReuse); err != nil {
 		return err
 	}
@@ -317,7 +324,14 @@ func ResumeSocket(fd int, s *image.Socket, sendQ []byte) error {
 	if err != nil {
 		return fmt.Errorf("remote address %q: %w", s.Remote, err)
 	}
-	return Resume(fd, &TCPState{Local: local, Remote: remote, State: s.State, TCPRepair: *s.TCP}, sendQ)
+	if err := Resume(fd, &TCPState{Local: local, Remote: remote, State: s.State, TCPRepair: *s.TCP}, sendQ); err != nil {
+		return err
+	}
+	if s.State == StateSynSent {
+		// The options the connect needed changed (resumeSynSent).
+		return restorePortOptions(fd, s.Options)
+	}
+	return nil
 }
 
 // mergeOptions is base with the values of over in their place.

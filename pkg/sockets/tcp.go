@@ -292,11 +292,14 @@ func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
 			return fmt.Errorf("TCP_QUEUE_SEQ: %w", err)
 		}
 	}
-	if err := unix.Bind(fd, Sockaddr(st.Local)); err != nil {
-		return fmt.Errorf("bind %s: %w", st.Local, err)
+	// The port is chosen by connect, as a program's connect chose it, so
+	// that the kernel gives it back when the connection ends (connectAs);
+	// one a listener holds (an accepted connection) is bound.
+	if err := connectAs(fd, st.Local, st.Remote, true); err != nil {
+		return err
 	}
-	if err := unix.Connect(fd, Sockaddr(st.Remote)); err != nil {
-		return fmt.Errorf("connect %s in repair mode: %w", st.Remote, err)
+	if err := restorePortOptions(fd, nil); err != nil {
+		return err
 	}
 	type opt struct{ code, val uint32 }
 	opts := []opt{{unix.TCPOPT_MAXSEG, uint32(st.MSS)}}

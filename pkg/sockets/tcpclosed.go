@@ -547,24 +547,14 @@ const stateTimeWait = 6
 // destroyTimeWait ends the TIME_WAIT socket the connection local-remote
 // left (the one a socket closed after both FINs leaves on this machine),
 // so that the connection can be built again: it is reported whether one
-// was there.
+// was there. SOCK_DESTROY looks the pair up as a packet would, and would
+// find a listener on the local port when there is no such socket: the
+// request names the TIME_WAIT socket by its cookie, read first.
 func destroyTimeWait(local, remote netip.AddrPort) (bool, error) {
 	family := byte(unix.AF_INET)
 	if local.Addr().Is6() {
 		family = unix.AF_INET6
 	}
-	req := make([]byte, 16+56)
-	le, be := binary.LittleEndian, binary.BigEndian
-	le.PutUint32(req[0:], uint32(len(req)))
-	le.PutUint16(req[4:], sockDestroy)
-	le.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK)
-	le.PutUint32(req[8:], 1)
-	r := req[16:]
-	r[0], r[1] = family, unix.IPPROTO_TCP
-	le.PutUint32(r[4:], 1<<stateTimeWait)
-	id := r[8:]
-	be.PutUint16(id[0:], local.Port())
-	be.PutUint16(id[2:], remote.Port())
 	put := func(b []byte, a netip.Addr) {
 		if family == unix.AF_INET {
 			a4 := a.Unmap().As4()
@@ -574,10 +564,37 @@ func destroyTimeWait(local, remote netip.AddrPort) (bool, error) {
 			copy(b, a16[:])
 		}
 	}
+	// struct inet_diag_sockid as the kernel gives it for the pair.
+	id := make([]byte, 48)
+	be := binary.BigEndian
+	be.PutUint16(id[0:], local.Port())
+	be.PutUint16(id[2:], remote.Port())
 	put(id[4:20], local.Addr())
 	put(id[20:36], remote.Addr())
-	le.PutUint32(id[40:], 0xffffffff) // no cookie
-	le.PutUint32(id[44:], 0xffffffff)
+	le := binary.LittleEndian
+	req := make([]byte, 16+56)
+	le.PutUint32(req[0:], uint32(len(req)))
+	le.PutUint16(req[4:], sockDiagByFamily)
+	le.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	le.PutUint32(req[8:], 1)
+	req[16], req[17] = family, unix.IPPROTO_TCP
+	le.PutUint32(req[20:], 1<<stateTimeWait)
+	var cookie []byte
+	err := sockDiagDump(req, func(d []byte) bool {
+		// inet_diag_msg: the sockid at 4 (ports, addresses, if, cookie).
+		if len(d) >= 52 && string(d[4:40]) == string(id[:36]) {
+			cookie = append([]byte(nil), d[44:52]...)
+			return true
+		}
+		return false
+	})
+	if err != nil || cookie == nil {
+		return false, err
+	}
+	copy(id[40:48], cookie)
+	le.PutUint16(req[4:], sockDestroy)
+	le.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK)
+	copy(req[24:], id)
 	nl, err := sockDiagRequest(req)
 	if err != nil {
 		return false, err
@@ -592,7 +609,7 @@ func destroyTimeWait(local, remote netip.AddrPort) (bool, error) {
 			switch e := unix.Errno(-int32(le.Uint32(m.Data))); e {
 			case 0:
 				return true, nil
-			case unix.ENOENT:
+			case unix.ENOENT, unix.ESTALE: // gone meanwhile
 				return false, nil
 			default:
 				return false, fmt.Errorf("sock_diag: destroy the TIME_WAIT socket %s-%s: %w", local, remote, e)
@@ -682,9 +699,22 @@ func acknowledge(fd int, st *TCPState, rcvNxt uint32) error {
 // IP_BIND_ADDRESS_NO_PORT and SO_REUSEADDR (which repair mode clears),
 // to their saved values or the default.
 func restoreConnectOptions(fd int, saved []image.SockOpt) error {
-	for _, o := range []struct{ level, name int }{
+	return setBack(fd, saved, []struct{ level, name int }{
 		{unix.IPPROTO_IP, unix.IP_LOCAL_PORT_RANGE}, {unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT}, {unix.SOL_SOCKET, unix.SO_REUSEADDR},
-	} {
+	})
+}
+
+// restorePortOptions is restoreConnectOptions but for SO_REUSEADDR, which
+// a connection still in repair mode must not set (Resume does).
+func restorePortOptions(fd int, saved []image.SockOpt) error {
+	return setBack(fd, saved, []struct{ level, name int }{
+		{unix.IPPROTO_IP, unix.IP_LOCAL_PORT_RANGE}, {unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT},
+	})
+}
+
+// setBack sets options to their saved values or 0.
+func setBack(fd int, saved []image.SockOpt, opts []struct{ level, name int }) error {
+	for _, o := range opts {
 		v := 0
 		for _, sv := range saved {
 			if sv.Level == o.level && sv.Name == o.name {

@@ -152,6 +152,7 @@ func TestTCPClosed(t *testing.T) {
 		"mapped": {dom: unix.AF_INET6, lo: netip.MustParseAddr("::ffff:127.0.0.1"), mapped: true},
 	}
 	peerListener := map[int]int{} // closed socket -> a listener on its peer's address
+	sameListener := map[int]int{} // closed socket -> the listener holding its port
 	cases := []struct {
 		name     string
 		families []string
@@ -201,6 +202,7 @@ func TestTCPClosed(t *testing.T) {
 			must(t, err)
 			t.Cleanup(func() { unix.Close(fd) })
 			reset(t, fd, cli)
+			sameListener[fd] = ln
 			return fd
 		}, true, "holds"},
 		{"fin_active", []string{"tcp4", "tcp6", "mapped"}, func(t *testing.T, f closedFamily) int {
@@ -285,6 +287,15 @@ func TestTCPClosed(t *testing.T) {
 					t.Fatalf("the dump changed the socket: %+v, was %+v", got, want)
 				}
 				nfd := openClosed(t, s, recvQ)
+				if ln, ok := sameListener[fd]; ok {
+					// Rebuilding on a port a listener holds leaves it be.
+					delete(sameListener, fd)
+					st, err := sockets.State(ln)
+					e, _ := unix.GetsockoptInt(ln, unix.SOL_SOCKET, unix.SO_ERROR)
+					if err != nil || st != sockets.StateListen || e != 0 {
+						t.Errorf("the listener on the port: state %s, error %d (%v)", sockets.StateName(st), e, err)
+					}
+				}
 				if ln, ok := peerListener[fd]; ok {
 					delete(peerListener, fd)
 					var info [256]byte
