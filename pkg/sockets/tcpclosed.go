@@ -396,7 +396,7 @@ func openConnectingClosed(fd int, s *image.Socket, local, remote netip.AddrPort)
 // is bound (IP_BIND_ADDRESS_NO_PORT) only if the route would choose
 // another. The option is left to the caller to set back.
 func connectAs(fd int, local, remote netip.AddrPort, free bool) error {
-	if free {
+	if free && ephemeral(local.Port()) {
 		p := int(local.Port())
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_LOCAL_PORT_RANGE, p|p<<16); err != nil {
 			return fmt.Errorf("IP_LOCAL_PORT_RANGE: %w", err)
@@ -443,6 +443,21 @@ func connectAs(fd int, local, remote netip.AddrPort, free bool) error {
 		return fmt.Errorf("connect %s in repair mode: %w", remote, err)
 	}
 	return nil
+}
+
+// ephemeral says whether connect may choose port: it is in the network
+// namespace's ip_local_port_range (IP_LOCAL_PORT_RANGE only narrows it).
+// A port outside it was bound by the program, or is its listener's.
+func ephemeral(port uint16) bool {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return false
+	}
+	var lo, hi uint16
+	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
+		return false
+	}
+	return lo <= port && port <= hi
 }
 
 // routeSource is the source address the kernel chooses to reach to.

@@ -63,6 +63,9 @@ func resumeSynSent(fd int, st *TCPState) error {
 // option back); a port another socket bound (connect does not share it)
 // is bound in repair mode instead (forced reuse).
 func connectSynSent(fd int, st *TCPState) error {
+	if !ephemeral(st.Local.Port()) {
+		return bindAndConnect(fd, st)
+	}
 	p := int(st.Local.Port())
 	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_LOCAL_PORT_RANGE, p|p<<16); err != nil {
 		return fmt.Errorf("IP_LOCAL_PORT_RANGE: %w", err)
@@ -80,25 +83,34 @@ func connectSynSent(fd int, st *TCPState) error {
 		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 0); err != nil {
 			return fmt.Errorf("IP_BIND_ADDRESS_NO_PORT: %w", err)
 		}
-		if err := setRepair(fd, true); err != nil {
-			return err
-		}
-		if err := unix.Bind(fd, Sockaddr(st.Local)); err != nil {
-			return fmt.Errorf("bind %s: %w", st.Local, err)
-		}
-		if err := setRepair(fd, false); err != nil {
-			return err
-		}
-		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, st.ReuseAddr); err != nil {
-			return fmt.Errorf("SO_REUSEADDR: %w", err) // leaving repair mode cleared it
-		}
-		err = unix.Connect(fd, Sockaddr(st.Remote))
+		return bindAndConnect(fd, st)
 	}
 	if err != nil && err != unix.EINPROGRESS {
 		return fmt.Errorf("connect %s: %w", st.Remote, err)
 	}
 	if la, err := unix.Getsockname(fd); err != nil || AddrPort(la) != st.Local {
 		return fmt.Errorf("connect %s: from %v, want %s", st.Remote, AddrPort(la), st.Local)
+	}
+	return nil
+}
+
+// bindAndConnect binds st.Local in repair mode (forced reuse: another
+// socket of the tree may share the port) and connects (non-blocking).
+func bindAndConnect(fd int, st *TCPState) error {
+	if err := setRepair(fd, true); err != nil {
+		return err
+	}
+	if err := unix.Bind(fd, Sockaddr(st.Local)); err != nil {
+		return fmt.Errorf("bind %s: %w", st.Local, err)
+	}
+	if err := setRepair(fd, false); err != nil {
+		return err
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEADDR, st.ReuseAddr); err != nil {
+		return fmt.Errorf("SO_REUSEADDR: %w", err) // leaving repair mode cleared it
+	}
+	if err := unix.Connect(fd, Sockaddr(st.Remote)); err != nil && err != unix.EINPROGRESS {
+		return fmt.Errorf("connect %s: %w", st.Remote, err)
 	}
 	return nil
 }
