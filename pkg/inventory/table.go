@@ -513,8 +513,8 @@ func socketAttrs() []Attr {
 			Restore: "the FINs replayed in their order: ours with shutdown(SHUT_WR) in repair mode (queued as sent) or after the unsent data, the peer's forged with a raw socket marked to pass the network lock (pkg/sockets/tcpstates.go)",
 			CRIU:    "same (soccr)", Case: "sock_tcp_close_wait_*, sock_tcp_fin_wait1_*, sock_tcp_last_ack_*, sock_tcp_closing_tcp4, sock_tcp_closing_tcp6, sock_tcp_closing_mapped, pkg/sockets TestTCPStates, e2e TestTCPStatesOutside"},
 		{Name: "TCP connection in SYN_SENT", Family: "socket", Status: Restored,
-			Seen:    Seen{Other: "TCP_INFO tcpi_state, the SYN the peer receives"},
-			Save:    "initial sequence number (TCP_QUEUE_SEQ), peer from sock_diag",
+			Seen: Seen{Other: "TCP_INFO tcpi_state, the SYN the peer receives"},
+			Save: "initial sequence number (TCP_QUEUE_SEQ), peer from sock_diag",
 			Restore: "the sequence set in repair mode, then a non-blocking connect: the peer sees its SYN again, one connection; the timestamp offset is chosen by connect (the same on the same machine); " +
 				"the port chosen by connect (narrowed to it by IP_LOCAL_PORT_RANGE, then the program's value back), so that a refusal gives it back, unless it lies outside ip_local_port_range or another socket bound it (then bound)",
 			CRIU: "same", Case: "sock_tcp_syn_sent_tcp4, sock_tcp_syn_sent_tcp6, sock_tcp_syn_sent_mapped, pkg/sockets TestTCPSynSent, pkg/sockets TestTCPPortGivenBack"},
