@@ -78,3 +78,15 @@ func SameFiles(pid1, pid2 PID) (bool, error) {
 	r, err := kcmp(pid1, pid2, KcmpFiles, 0, 0)
 	return err == nil && r == 0, err
 }
+
+// KcmpSysVSem is KCMP_SYSVSEM: two processes with one list of System V
+// semaphore undo operations.
+const KcmpSysVSem KcmpType = 6
+
+// SameSemUndo reports whether pid1 and pid2 have one list of System V
+// semaphore undo operations (kcmp KCMP_SYSVSEM); two processes with none
+// compare equal.
+func SameSemUndo(pid1, pid2 PID) (bool, error) {
+	r, err := kcmp(pid1, pid2, KcmpSysVSem, 0, 0)
+	return err == nil && r == 0, err
+}

@@ -311,7 +311,7 @@ func runOnce(pid int, sink Sink, opts Options) (res *Result, err error) {
 	if err := shm.unreachable(); err != nil {
 		return nil, err
 	}
-	msgQueues, err := checkSysV(t.members)
+	msgQueues, semSets, err := checkSysV(t.members)
 	if err != nil {
 		return nil, err
 	}
@@ -327,6 +327,7 @@ func runOnce(pid int, sink Sink, opts Options) (res *Result, err error) {
 	hdr.LeaveRunning = opts.LeaveRunning
 	hdr.ExternalIDs = external
 	hdr.SysVMsg = msgQueues
+	hdr.SysVSem = semSets
 	hdr.Processes = len(t.members)
 	if t.socks.lock != nil && !opts.LeaveRunning {
 		hdr.NetLock = t.socks.lock.Table

@@ -43,11 +43,13 @@ func sysvShm(id uint64) (*image.SysVShm, uint64, error) {
 
 // checkSysV refuses what the tree uses of System V IPC that cannot be
 // restored: a shared memory segment also attached outside the tree, and
-// semaphores it operated on last (semctl GETPID): a semop with SEM_UNDO
-// leaves adjustments in the process that no interface reads, and that the
-// kernel applies when it exits. It returns the message queues the tree sent
-// to or received from last, with their messages, for the image.
-func checkSysV(members []*member) ([]image.SysVMsgQueue, error) {
+// semaphores it operated on last (semctl GETPID) when the process has
+// SEM_UNDO operations: a semop with SEM_UNDO leaves adjustments in the
+// process that no interface reads, and that the kernel applies when it
+// exits. It returns the message queues the tree sent to or received from
+// last, with their messages, and the semaphore sets it operated on last,
+// with their values, for the image.
+func checkSysV(members []*member) ([]image.SysVMsgQueue, []image.SysVSemSet, error) {
 	inTree := map[string]int{}
 	attached := map[uint64]int{}
 	where := map[uint64]string{}
@@ -70,39 +72,74 @@ func checkSysV(members []*member) ([]image.SysVMsgQueue, error) {
 	for id, n := range attached {
 		_, nat, err := sysvShm(id)
 		if err != nil {
-			return nil, fmt.Errorf("%s: SysV shared memory segment %d: %w", where[id], id, err)
+			return nil, nil, fmt.Errorf("%s: SysV shared memory segment %d: %w", where[id], id, err)
 		}
 		nattch[id] = nat
 		if nat > uint64(n) {
-			return nil, fmt.Errorf("%s: SysV shared memory segment %d is also attached by processes outside the dump (%d attachments, %d in the tree): cannot be restored: %w",
+			return nil, nil, fmt.Errorf("%s: SysV shared memory segment %d is also attached by processes outside the dump (%d attachments, %d in the tree): cannot be restored: %w",
 				where[id], id, nat, n, ErrUnsupported)
 		}
 	}
 	queues, err := sysvMsgQueues(inTree)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
+	var sems []image.SysVSemSet
 	rows, err := proc.ReadSysVIPC("sem")
 	if err != nil {
-		return queues, nil // no SysV IPC here
+		return queues, nil, nil // no SysV IPC here
 	}
 	for _, r := range rows {
 		id, err1 := strconv.Atoi(r["semid"])
 		n, err2 := strconv.Atoi(r["nsems"])
 		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("/proc/sysvipc/sem: semid %q nsems %q", r["semid"], r["nsems"])
+			return nil, nil, fmt.Errorf("/proc/sysvipc/sem: semid %q nsems %q", r["semid"], r["nsems"])
 		}
+		set := image.SysVSemSet{ID: id, PIDs: make([]int32, n)}
+		used := 0
 		for i := 0; i < n; i++ {
 			last, err := sys.SemGetPID(id, i)
 			if err != nil {
-				continue // removed meanwhile
+				break // removed meanwhile
 			}
-			if pid, ok := inTree[strconv.Itoa(int(last))]; ok {
-				return nil, fmt.Errorf("process %d: SysV semaphore set %d (key %s): its SEM_UNDO adjustments are per-process state no interface reads: cannot be restored: %w", pid, id, r["key"], ErrUnsupported)
+			set.PIDs[i] = int32(last)
+			pid, ok := inTree[strconv.Itoa(int(last))]
+			if !ok {
+				continue
 			}
+			if !noSemUndo(pid) {
+				return nil, nil, fmt.Errorf("process %d: SysV semaphore set %d (key %s): the process has SEM_UNDO operations (adjustments per process that no interface reads): cannot be restored: %w", pid, id, r["key"], ErrUnsupported)
+			}
+			used = pid
 		}
+		if used == 0 {
+			continue
+		}
+		ds, err := sys.SemStat(id)
+		if err != nil {
+			return nil, nil, fmt.Errorf("process %d: SysV semaphore set %d: %w", used, id, err)
+		}
+		if set.Values, err = sys.SemGetAll(id, n); err != nil {
+			return nil, nil, fmt.Errorf("process %d: SysV semaphore set %d: %w", used, id, err)
+		}
+		set.Key, set.OTime, set.CTime = ds.Perm.Key, ds.OTime, ds.CTime
+		sems = append(sems, set)
 	}
-	return queues, nil
+	return queues, sems, nil
+}
+
+// noSemUndo tells whether process pid has no list of SEM_UNDO operations:
+// it never did a semop with SEM_UNDO nor made a thread (CLONE_SYSVSEM makes
+// the list). kcmp KCMP_SYSVSEM compares its list with kthreadd's, which a
+// kernel thread never has; where kthreadd is not to be seen (in a PID
+// namespace) the answer is no.
+func noSemUndo(pid int) bool {
+	st, err := proc.ReadStat(2, 0)
+	if err != nil || st.Comm != "kthreadd" || st.Flags&proc.PFKthread == 0 {
+		return false
+	}
+	same, err := sys.SameSemUndo(sys.PID(pid), 2)
+	return err == nil && same
 }
 
 // sysvMsgQueues reads the message queues a process of the tree (inTree:

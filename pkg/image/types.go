@@ -31,6 +31,21 @@ type Header struct {
 	// SysVMsg are the System V message queues the tree sent to or
 	// received from last, with their messages.
 	SysVMsg []SysVMsgQueue `json:"sysv_msg,omitempty"`
+	// SysVSem are the System V semaphore sets the tree operated on last,
+	// none of its processes having SEM_UNDO operations.
+	SysVSem []SysVSemSet `json:"sysv_sem,omitempty"`
+}
+
+// SysVSemSet is a System V semaphore set as semctl shows it: IPC_STAT
+// (key, times), GETALL (the values) and GETPID of each semaphore (the
+// process that operated on it last).
+type SysVSemSet struct {
+	ID     int      `json:"id"`
+	Key    int32    `json:"key"`
+	OTime  int64    `json:"otime,omitempty"`
+	CTime  int64    `json:"ctime"`
+	Values []uint16 `json:"values"`
+	PIDs   []int32  `json:"pids"`
 }
 
 // SysVMsgQueue is a System V message queue as msgctl(IPC_STAT) shows it,

@@ -29,6 +29,13 @@ func checkHeader(h *Header) error {
 	case h.Processes <= 0:
 		return bad("%d processes", h.Processes)
 	}
+	sems := map[int]bool{}
+	for _, s := range h.SysVSem {
+		if s.ID < 0 || sems[s.ID] || len(s.Values) == 0 || len(s.Values) != len(s.PIDs) {
+			return bad("SysV semaphore set %d malformed or repeated", s.ID)
+		}
+		sems[s.ID] = true
+	}
 	ids := map[int]bool{}
 	for _, q := range h.SysVMsg {
 		if q.ID < 0 || ids[q.ID] || q.LSPID < 0 || q.LSPID > maxPID || q.LRPID < 0 || q.LRPID > maxPID {

@@ -253,6 +253,9 @@ func Build(rd io.Reader, opts Options) (r *Restored, err error) {
 		return nil, err
 	}
 	root := t.procs[0].p
+	if err := checkSysVSem(img.hdr.SysVSem); err != nil {
+		return nil, err
+	}
 	for _, b := range t.procs {
 		if err := checkPID(b.p.PID, b.p.Comm); err != nil {
 			return nil, err

@@ -111,6 +111,7 @@ var cases = []fcase{
 	// System V message queues: left alone when unchanged, made again when
 	// gone.
 	{name: "mem_sysv_msg", src: "mem_sysv_msg.c", args: []string{"DIR/msqids"}},
+	{name: "mem_sysv_semset", src: "mem_sysv_sem.c"},
 	{name: "mem_sysv_msg_gone", src: "mem_sysv_msg.c", args: []string{"DIR/msqids", "gone"}, beforeRedo: removeMsgQueues},
 	{name: "mem_hugetlb", src: "mem_hugetlb.c"},
 	{name: "mem_hugetlb_sysv", src: "mem_hugetlb.c", args: []string{"sysv"}},
@@ -257,7 +258,7 @@ var cases = []fcase{
 	{name: "mem_sysv_part", src: "mem_refused.c", args: []string{"sysv_part"}, refuse: "attached in part (offset 0x0, 4096 of 8192 bytes): cannot be restored"},
 	{name: "mem_mbind", src: "mem_refused.c", args: []string{"mbind"}, refuse: "NUMA memory policy bind:0 (mbind"},
 	{name: "mem_mempolicy", src: "mem_refused.c", args: []string{"mempolicy"}, refuse: "NUMA memory policy prefer:0 (mbind, or the thread's set_mempolicy): cannot be restored"},
-	{name: "mem_sysv_sem", src: "mem_refused.c", args: []string{"sem"}, refuse: "SysV semaphore set"},
+	{name: "mem_sysv_sem", src: "mem_refused.c", args: []string{"sem"}, refuse: "has SEM_UNDO operations"},
 	{name: "mem_secret", src: "mem_refused.c", args: []string{"secret"}, refuse: "memfd_secret memory: no one but the process can read it: cannot be restored"},
 	{name: "mem_hugetlb_shared", src: "mem_refused.c", args: []string{"hugetlb_shared"}, refuse: "shared hugetlb memory"},
 	{name: "proc_rlimit_above_ckpt", src: "proc_rlimit.c", refuse: "RLIMIT_NOFILE: hard limit",

@@ -10,7 +10,8 @@
  *                unmapped (an attachment in part).
  *   mbind        a mapping with a NUMA policy of its own (MPOL_BIND, node 0).
  *   mempolicy    a thread NUMA policy (set_mempolicy MPOL_PREFERRED, node 0).
- *   sem          a System V semaphore set the program operated on (semop).
+ *   sem          a System V semaphore set the program operated on with SEM_UNDO
+ *                (semop): the adjustment is held in the process, unreadable.
  *   secret       a memfd_secret page, mapped (its fd closed).
  *   hugetlb_shared  a MAP_SHARED|MAP_ANONYMOUS|MAP_HUGETLB huge page (skipped
  *                where no huge page is free and none can be reserved).
@@ -37,7 +38,7 @@ int main(int argc, char **argv)
 		int sem = argv[2][1] == 'e';
 		id = sem ? semget(IPC_PRIVATE, 2, IPC_CREAT | 0600) : msgget(IPC_PRIVATE, IPC_CREAT | 0600);
 		FID_SETUP(id >= 0, "semget/msgget: %s", strerror(errno));
-		struct sembuf op = {1, 3, 0};
+		struct sembuf op = {1, 3, SEM_UNDO};
 		struct {
 			long type;
 			char text[8];
