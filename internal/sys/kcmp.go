@@ -33,6 +33,24 @@ func SameFile(pid1 PID, fd1 TargetFD, pid2 PID, fd2 TargetFD) (bool, error) {
 	return err == nil && r == 0, err
 }
 
+// CompareFiles orders the open file descriptions of fd1 of pid1 and fd2
+// of pid2 as kcmp KCMP_FILE does: 0 the same, -1 the first before, 1
+// after (an order the kernel keeps while both exist, to sort them by).
+func CompareFiles(pid1 PID, fd1 TargetFD, pid2 PID, fd2 TargetFD) (int, error) {
+	r, err := kcmp(pid1, pid2, KcmpFile, uintptr(fd1), uintptr(fd2))
+	switch {
+	case err != nil:
+		return 0, err
+	case r == 1:
+		return -1, nil
+	case r == 2:
+		return 1, nil
+	case r == 0:
+		return 0, nil
+	}
+	return 0, os.NewSyscallError("kcmp", unix.EINVAL)
+}
+
 // epollSlot is struct kcmp_epoll_slot.
 type epollSlot struct{ efd, tfd, toff uint32 }
 

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -33,6 +34,10 @@ type inFlight struct {
 	// queues are the messages read from UNIX sockets' queues, by inode,
 	// until their describe takes them (Peeked).
 	queues map[uint32][]sockets.UnixMsg
+	// index sorts the image's descriptions (t.files up to indexed) by
+	// inode, then by kcmp's order (findFile).
+	index   map[[2]uint64][]openFile
+	indexed int
 	// held are ckpt's copies of the descriptions in flight, open until
 	// the dump ends (kcmp finds the tree's fds of the same description).
 	held []heldFlight
@@ -166,16 +171,85 @@ func (e fileEnv) InFlight(fd int) (image.InFlight, error) {
 		}
 		return image.InFlight{Sock: ino}, nil
 	}
-	for _, o := range t.files {
-		if o.dev == st.Dev && o.ino == st.Ino && sameFile(o.pid, o.fd, os.Getpid(), fd) {
-			return image.InFlight{File: o.id}, nil
-		}
+	if id, ok, err := t.findFile(fd, &st); err != nil {
+		return image.InFlight{}, err
+	} else if ok {
+		return image.InFlight{File: id}, nil
 	}
 	f, err := t.describeFlight(fd, &st)
 	if err != nil {
 		return image.InFlight{}, err
 	}
 	return image.InFlight{File: f.ID}, nil
+}
+
+// findFile finds the description of ckpt's fd among those of the image
+// (t.files): by inode, then by kcmp's order of descriptions in a sorted
+// index (many files in flight of one inode, /dev/null, cost a search
+// each, not a comparison with every other).
+func (t *tree) findFile(fd int, st *unix.Stat_t) (int, bool, error) {
+	if t.flight.index == nil {
+		t.flight.index = map[[2]uint64][]openFile{}
+	}
+	cmp := func(a openFile, pid, fd int) (int, error) {
+		return sys.CompareFiles(sys.PID(a.pid), sys.TargetFD(a.fd), sys.PID(pid), sys.TargetFD(fd))
+	}
+	// search finds where (pid, fd) is or goes in a sorted list.
+	search := func(list []openFile, pid, fd int) (int, bool, error) {
+		lo, hi := 0, len(list)
+		for lo < hi {
+			mid := (lo + hi) / 2
+			c, err := cmp(list[mid], pid, fd)
+			if err != nil {
+				return 0, false, err
+			}
+			if c == 0 {
+				return mid, true, nil
+			}
+			if c < 0 {
+				lo = mid + 1
+			} else {
+				hi = mid
+			}
+		}
+		return lo, false, nil
+	}
+	for ; t.flight.indexed < len(t.files); t.flight.indexed++ {
+		o := t.files[t.flight.indexed]
+		key := [2]uint64{o.dev, o.ino}
+		list := t.flight.index[key]
+		at, found, err := search(list, o.pid, o.fd)
+		if err != nil {
+			// A tree fd closed since? (The tree is frozen.) Compare
+			// one by one instead.
+			return t.findFileSlowly(fd, st)
+		}
+		if !found {
+			list = append(list, openFile{})
+			copy(list[at+1:], list[at:])
+			list[at] = o
+			t.flight.index[key] = list
+		}
+	}
+	list := t.flight.index[[2]uint64{st.Dev, st.Ino}]
+	at, found, err := search(list, os.Getpid(), fd)
+	if err != nil {
+		return t.findFileSlowly(fd, st)
+	}
+	if found {
+		return list[at].id, true, nil
+	}
+	return 0, false, nil
+}
+
+// findFileSlowly compares fd with every description of its inode.
+func (t *tree) findFileSlowly(fd int, st *unix.Stat_t) (int, bool, error) {
+	for _, o := range t.files {
+		if o.dev == st.Dev && o.ino == st.Ino && sameFile(o.pid, o.fd, os.Getpid(), fd) {
+			return o.id, true, nil
+		}
+	}
+	return 0, false, nil
 }
 
 // describeFlight describes a file in flight (ckpt's copy fd) with its
