@@ -163,6 +163,10 @@ func (e fileEnv) InFlight(fd int) (image.InFlight, error) {
 		if err != nil {
 			return image.InFlight{}, fmt.Errorf("UNIX socket %d that no process holds: %w", ino, err)
 		}
+		if s := f.Socket; s.Creds != nil && !t.groupHeld(s) {
+			return image.InFlight{}, fmt.Errorf("UNIX socket %d in flight, whose listener, peer or connections no process holds either: "+
+				"it is made in the processes its peer credentials name, with one of them: %w", ino, fdkind.ErrUnsupported)
+		}
 		if s := f.Socket; s.PeerClosed && s.Creds != nil {
 			return image.InFlight{}, fmt.Errorf("UNIX socket %d in flight, whose peer was closed: no process holds it to make it again with its peer credentials: %w", ino, fdkind.ErrUnsupported)
 		}
@@ -250,6 +254,23 @@ func (t *tree) findFileSlowly(fd int, st *unix.Stat_t) (int, bool, error) {
 		}
 	}
 	return 0, false, nil
+}
+
+// groupHeld tells whether a socket in flight that no process holds is
+// made with others of the tree (its listener, its peer, the connections
+// of a listener) that a process holds: sockets made in the processes
+// their credentials name are made with the first of their group the
+// restore opens. A listener alone is made by itself.
+func (t *tree) groupHeld(s *image.Socket) bool {
+	if s.State == sockets.StateListen && len(s.Accepted) == 0 && len(s.AcceptQueue) == 0 {
+		return true
+	}
+	for _, ino := range append([]uint32{s.AcceptedFrom, s.AcceptOf, s.Peer}, append(s.Accepted, s.AcceptQueue...)...) {
+		if ino != 0 && t.socks.inos[ino] {
+			return true
+		}
+	}
+	return false
 }
 
 // describeFlight describes a file in flight (ckpt's copy fd) with its

@@ -189,6 +189,7 @@ var cases = []fcase{
 	{name: "sock_scm_rights", src: "sock_scm.c"},
 	{name: "sock_scm_epoll", src: "sock_scm.c", args: []string{"epoll"}, refuse: "an epoll instance in flight cannot be restored"},
 	{name: "sock_scm_deep", src: "sock_scm.c", args: []string{"deep"}, refuse: "in flight in the queue of another such socket"},
+	{name: "sock_scm_listener", src: "sock_scm.c", args: []string{"listener"}, refuse: "whose listener, peer or connections no process holds either"},
 	{name: "sock_ebpf_filter", src: "sock_refused.c", args: []string{"ebpf_filter"}, refuse: "an eBPF socket filter (SO_ATTACH_BPF) cannot be read back"},
 	{name: "sock_mptcp", src: "sock_refused.c", args: []string{"mptcp"}, refuse: "MPTCP socket"},
 	{name: "sock_peercred", src: "sock_peercred.c"},

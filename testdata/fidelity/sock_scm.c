@@ -19,12 +19,18 @@
  *
  * With "epoll", an epoll instance is in flight: the dump must refuse it.
  * With "deep", a socket no process holds is in flight with, in its own
- * queue, another such socket: the dump must refuse it.
+ * queue, another such socket: the dump must refuse it. With "listener",
+ * a listener and the client waiting in its queue are in flight, neither
+ * held by a process: the dump must refuse them (they are made in the
+ * processes their credentials name, with a socket of theirs some
+ * process holds).
  */
 #include "fidelity.h"
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <stddef.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 
 #ifndef KCMP_FILE
@@ -129,6 +135,18 @@ int main(int argc, char **argv)
 			FID_SETUP(ep >= 0, "epoll_create1");
 			sendfds(ab[0], "E", 1, &ep, 1, NULL);
 			close(ep);
+		} else if (strcmp(mode, "listener") == 0) {
+			/* A listener and the client waiting in its queue,
+			 * both in flight only. */
+			int l = socket(AF_UNIX, SOCK_STREAM, 0), c = socket(AF_UNIX, SOCK_STREAM, 0);
+			struct sockaddr_un a = {.sun_family = AF_UNIX};
+			socklen_t al = offsetof(struct sockaddr_un, sun_path) + 1 +
+				       snprintf(a.sun_path + 1, sizeof a.sun_path - 1, "ckpt-scm-%d", getpid());
+			FID_SETUP(l >= 0 && bind(l, (struct sockaddr *)&a, al) == 0 && listen(l, 4) == 0, "listener");
+			FID_SETUP(c >= 0 && connect(c, (struct sockaddr *)&a, al) == 0, "connect");
+			int lc[] = {l, c};
+			sendfds(ab[0], "L", 1, lc, 2, NULL);
+			close(l), close(c);
 		} else {
 			int zz[2];
 			FID_SETUP(socketpair(AF_UNIX, SOCK_STREAM, 0, zz) == 0, "socketpair zz");
@@ -141,7 +159,7 @@ int main(int argc, char **argv)
 		/* refused: the original goes on untouched. */
 		struct got r;
 		recvone(ab[1], sizeof r.data - 1, &r);
-		FID_EXPECT(r.n == 1 && r.nf == 1, "the message with a file in flight: %zd bytes, %d files", r.n, r.nf);
+		FID_EXPECT(r.n == 1 && r.nf >= 1, "the message with files in flight: %zd bytes, %d files", r.n, r.nf);
 		rmdir(dir);
 		return fid_done();
 	}
