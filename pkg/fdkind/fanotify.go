@@ -212,14 +212,23 @@ func openFanotify(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		return Desc{}, fmt.Errorf("fanotify_init flags %#x event-flags %#o: %w", fa.Flags, fa.EventFlags, err)
 	}
 	of := os.NewFile(uintptr(fd), "fanotify")
-	// fdinfo lists the newest mark first: add them oldest first.
-	for i := len(fa.Marks) - 1; i >= 0; i-- {
-		if err := addFanMark(env, fd, &fa.Marks[i]); err != nil {
-			of.Close()
-			return Desc{}, err
+	env.Keep(of)
+	// The marks are added once every file of the tree is open: the opens
+	// of the restore would otherwise show as events. fdinfo lists the
+	// newest mark first: they are added oldest first.
+	lastBeforeBuild(env, func() error {
+		for i := len(fa.Marks) - 1; i >= 0; i-- {
+			if err := addFanMark(env, fd, &fa.Marks[i]); err != nil {
+				return err
+			}
 		}
+		return nil
+	})
+	d, err := dupFile(of)
+	if err != nil {
+		return Desc{}, err
 	}
-	return Desc{File: of}, nil
+	return Desc{File: d}, nil
 }
 
 // addFanMark adds one mark again: its mask, then its ignored mask.

@@ -226,5 +226,13 @@ func makeFIFO(env RestoreEnv, f *image.File) (*os.File, error) {
 			return nil, fmt.Errorf("FIFO %s: %w", ref.Path, err)
 		}
 	}
+	// Once every description is open (the steps that may still open
+	// some come first), the holder goes: its close (it was opened for
+	// writing) must come before the inotify and fanotify watches of the
+	// tree are in place (they come last), not after.
+	afterSteps(env, 2, func() error {
+		holder.Close()
+		return nil
+	})
 	return holder, nil
 }

@@ -93,6 +93,7 @@ func (e *testEnv) runSteps(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	e.steps = nil
 }
 func (r restoreEnv) File(id int) (*os.File, error) {
 	return nil, fmt.Errorf("file %d: %w", id, image.ErrCorrupt)
@@ -171,6 +172,7 @@ func roundTrip(t *testing.T, fd int) (*image.File, *os.File) {
 	env := newTestEnv(t)
 	f := describeOwn(t, env, fd)
 	nf := reopen(t, env, f)
+	env.runSteps(t) // what the restore does once every file is open
 	if got, want := getfl(t, nf.Fd()), getfl(t, uintptr(fd)); got != want {
 		t.Fatalf("%s: flags %#o, want %#o", f.Kind, got, want)
 	}

@@ -233,11 +233,40 @@ func openInotify(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		env.Keep(g)
 		ghosts[w.WD] = fmt.Sprintf("/proc/self/fd/%d", g.Fd())
 	}
-	if err := addWatches(of, event(f).Watches, ghosts, env.SameBoot()); err != nil {
-		of.Close()
+	// The watches are added once every file of the tree is open: making
+	// deleted files, directories and FIFOs again (created and removed at
+	// their old names) would otherwise show as events.
+	watches, same := event(f).Watches, env.SameBoot()
+	lastBeforeBuild(env, func() error { return addWatches(of, watches, ghosts, same) })
+	env.Keep(of)
+	d, err := dupFile(of)
+	if err != nil {
 		return Desc{}, err
 	}
-	return Desc{File: of}, nil
+	return Desc{File: d}, nil
+}
+
+// lastBeforeBuild runs fn once every file of the tree is open, after the
+// steps the other kinds asked for then (a step that asks for a step puts
+// it after every step asked before it).
+func lastBeforeBuild(env RestoreEnv, fn func() error) {
+	afterSteps(env, 3, fn)
+}
+
+// afterSteps runs fn as a BeforeBuild step asked for by depth nested
+// steps: after the steps asked for with a smaller depth. Depth 1: with
+// the steps the kinds ask for as they open files (which may still open
+// files, env.File); 2: FIFO holders closed; 3: inotify watches and
+// fanotify marks added (lastBeforeBuild).
+func afterSteps(env RestoreEnv, depth int, fn func() error) {
+	if depth <= 1 {
+		env.BeforeBuild(func(func(int) (Target, bool)) error { return fn() })
+		return
+	}
+	env.BeforeBuild(func(func(int) (Target, bool)) error {
+		afterSteps(env, depth-1, fn)
+		return nil
+	})
 }
 
 // addWatches adds the watches with their old watch descriptors, then
@@ -299,9 +328,13 @@ func addWatches(of *os.File, watches []image.InotifyWatch, ghosts map[int]string
 		}
 		next = wd + 1
 	}
-	// The IN_IGNORED events of the skipped descriptors.
+	// The IN_IGNORED events of the skipped descriptors, as many as are
+	// queued (the description may be blocking by now: its flags are set).
 	buf := make([]byte, 64<<10)
 	for {
+		if n, err := unix.IoctlGetInt(fd, unix.TIOCINQ); err != nil || n <= 0 {
+			return nil
+		}
 		if n, err := unix.Read(fd, buf); n <= 0 || err != nil {
 			return nil
 		}

@@ -48,6 +48,7 @@ func TestInotifyRoundTrip(t *testing.T) {
 		t.Fatalf("watches %+v", f.Event.Watches)
 	}
 	nf := reopen(t, env, f)
+	env.runSteps(t) // the watches are added once every file is open
 	old, err := proc.ReadFDInfo(os.Getpid(), fd)
 	if err != nil {
 		t.Fatal(err)

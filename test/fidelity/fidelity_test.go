@@ -89,6 +89,7 @@ var cases = []fcase{
 	{name: "fd_procgone", src: "fd_procgone.c"},
 	{name: "fd_inotify", src: "fd_inotify.c", args: []string{"DIR/"}},
 	{name: "fd_inotify_deleted", src: "fd_inotify_deleted.c", args: []string{"open", "DIR/"}},
+	{name: "fd_notify_quiet", src: "fd_notify_quiet.c", args: []string{"DIR/"}},
 	{name: "fd_misc", src: "fd_misc.c", args: []string{"DIR/"}},
 	{name: "fd_mtime", src: "fd_mtime.c", args: []string{"DIR/"}},
 	{name: "fd_deldirs", src: "fd_deldirs.c", args: []string{"DIR/"}},
