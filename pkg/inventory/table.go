@@ -569,8 +569,8 @@ func socketAttrs() []Attr {
 		{Name: "TCP socket disconnected (a blocking connect that failed, connect AF_UNSPEC)", Family: "socket", Status: Restored,
 			Seen:    Seen{Other: "getsockname (the wildcard address and the old port, not held), SO_PEERNAME ENOTCONN, TCP_MAXSEG, bind conflicts, poll"},
 			Save:    "getsockname, the port not held (sock_diag TCP_BOUND_INACTIVE), TCP_MAXSEG",
-			Restore: "connected in repair mode to a loopback pair with the port chosen by connect (IP_LOCAL_PORT_RANGE narrowed to it) and the MSS preset, then disconnected: the port shows and is free (pkg/sockets tcpclosed.go)",
-			CRIU:    "binds the port (held)", Case: "sock_tcp_refused, sock_tcp_closed_refused_tcp4, sock_tcp_closed_refused_tcp6, sock_tcp_closed_disconnected_tcp4, sock_tcp_closed_disconnected_mapped"},
+			Restore: "connected in repair mode to a pair of its own address (the loopback one for the wildcard; a bound address bound again without a port, so that it stays) with the port chosen by connect (IP_LOCAL_PORT_RANGE narrowed to it) and the MSS preset, then disconnected: the port shows and is free (pkg/sockets tcpclosed.go)",
+			CRIU:    "binds the port (held)", Case: "sock_tcp_refused, sock_tcp_closed_refused_tcp4, sock_tcp_closed_refused_tcp6, sock_tcp_closed_disconnected_tcp4, sock_tcp_closed_disconnected_mapped, sock_tcp_closed_disconnected_bound_tcp4"},
 		{Name: "TCP socket closed after a connection (reset, both FINs, a failed connect), its error read", Family: "socket", Status: Restored,
 			Seen: Seen{Other: "TCP_INFO tcpi_state CLOSE, tcpi_options and window scales, poll POLLIN|POLLOUT|POLLHUP|POLLRDHUP, read (bytes not read, then 0), write EPIPE, getsockname, " +
 				"getpeername ENOTCONN, SO_PEERNAME (the peer), TCP_MAXSEG, TCP_TIMESTAMP, connect EISCONN (or, connecting, the error and a disconnect), listen EINVAL, bind conflicts"},

@@ -519,11 +519,24 @@ func openDisconnected(fd int, s *image.Socket, local netip.AddrPort) error {
 	if err := presetMSS(fd, mss); err != nil {
 		return err
 	}
-	// Any peer does: disconnecting forgets it. The loopback address of
-	// the family, at the same port, is a pair nobody else uses.
-	lo := netip.MustParseAddr("127.0.0.1")
-	if s.Family == unix.AF_INET6 {
-		lo = netip.IPv6Loopback()
+	// Any peer does: disconnecting forgets it. The socket's own address
+	// (or, for the wildcard, the loopback address of the family) at the
+	// same port is a pair nobody else uses. An address that shows after
+	// the disconnect was bound (the kernel keeps a bound address): it is
+	// bound without a port.
+	lo := local.Addr()
+	if lo.IsUnspecified() {
+		lo = netip.MustParseAddr("127.0.0.1")
+		if s.Family == unix.AF_INET6 {
+			lo = netip.IPv6Loopback()
+		}
+	} else {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1); err != nil {
+			return fmt.Errorf("IP_BIND_ADDRESS_NO_PORT: %w", err)
+		}
+		if err := unix.Bind(fd, Sockaddr(netip.AddrPortFrom(lo, 0))); err != nil {
+			return fmt.Errorf("bind %s: %w", lo, err)
+		}
 	}
 	if err := connectAs(fd, netip.AddrPortFrom(lo, local.Port()), netip.AddrPortFrom(lo, local.Port()), true); err != nil {
 		return err
@@ -542,8 +555,8 @@ func openDisconnected(fd int, s *image.Socket, local netip.AddrPort) error {
 	if err := setRepair(fd, false); err != nil {
 		return err
 	}
-	if la, err := unix.Getsockname(fd); err != nil || AddrPort(la).Port() != local.Port() {
-		return fmt.Errorf("disconnected socket shows %v, want port %d", AddrPort(la), local.Port())
+	if la, err := unix.Getsockname(fd); err != nil || AddrPort(la) != local {
+		return fmt.Errorf("disconnected socket shows %v, want %s", AddrPort(la), local)
 	}
 	if err := restoreConnectOptions(fd, s.Options); err != nil {
 		return err

@@ -258,6 +258,16 @@ func TestTCPClosed(t *testing.T) {
 			}
 			return fd
 		}, true, ""},
+		{"disconnected_bound_address", []string{"tcp4", "tcp6"}, func(t *testing.T, f closedFamily) int {
+			// Bound to an address (the port chosen by bind): the
+			// address stays after the disconnect, the port goes.
+			_, la := f.listener(t, false)
+			fd := f.socket(t)
+			must(t, unix.Bind(fd, sockets.Sockaddr(netip.AddrPortFrom(f.lo, 0))))
+			must(t, unix.Connect(fd, la))
+			must(t, sys.Disconnect(fd))
+			return fd
+		}, true, ""},
 		{"disconnected", []string{"tcp4"}, func(t *testing.T, f closedFamily) int {
 			_, la := f.listener(t, false)
 			fd := f.socket(t)

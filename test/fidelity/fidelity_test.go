@@ -185,6 +185,8 @@ var cases = []fcase{
 	{name: "sock_tcp_closed_refused_tcp6", src: "sock_tcp_closed.c", args: []string{"refused", "tcp6"}},
 	{name: "sock_tcp_closed_disconnected_tcp4", src: "sock_tcp_closed.c", args: []string{"disconnected", "tcp4"}},
 	{name: "sock_tcp_closed_disconnected_mapped", src: "sock_tcp_closed.c", args: []string{"disconnected", "mapped"}},
+	{name: "sock_tcp_closed_disconnected_bound_tcp4", src: "sock_tcp_closed.c", args: []string{"disconnected_bound", "tcp4"}},
+	{name: "sock_tcp_closed_disconnected_bound_tcp6", src: "sock_tcp_closed.c", args: []string{"disconnected_bound", "tcp6"}},
 	{name: "sock_tcp_closed_reset_pending", src: "sock_tcp_closed.c", args: []string{"reset_pending", "tcp4"},
 		refuse: "TCP socket closed after a connection with an error pending"},
 	{name: "sock_scm_rights", src: "sock_scm.c"},

@@ -10,7 +10,8 @@
  *   fin_passive  both FINs, the peer's first (LAST_ACK, then CLOSE);
  *   refused_nb   a non-blocking connect refused, its error read;
  *   refused      a blocking connect refused (the kernel disconnected it);
- *   disconnected connect(AF_UNSPEC) after a connection;
+ *   disconnected connect(AF_UNSPEC) after a connection (disconnected_bound:
+ *                bound to an address first, which stays);
  *   reset_pending  reset, the error not read yet: refused by name.
  * A twin socket made the same way is used up before the dump (SO_ERROR,
  * two reads, a write, connect, listen); after the restore the socket must
@@ -195,9 +196,14 @@ static int make(const char *mode)
 		close(ls);
 		return fd;
 	}
-	if (strcmp(mode, "disconnected") == 0) {
+	if (strncmp(mode, "disconnected", 12) == 0) {
 		ls = listener(0, &ss, &l);
 		fd = new_socket();
+		if (strcmp(mode, "disconnected_bound") == 0) { /* an address, the port bind's choice */
+			struct sockaddr_storage b;
+			socklen_t bl = addr_of(&b, 0);
+			FID_SETUP(bind(fd, (struct sockaddr *)&b, bl) == 0, "bind");
+		}
 		FID_SETUP(connect(fd, (struct sockaddr *)&ss, l) == 0, "connect");
 		peer = accept(ls, NULL, NULL);
 		close(ls);
