@@ -13,20 +13,21 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/ckpt/ckpt/internal/cliutil"
+	"net"
 	"os"
 	"runtime"
 	"strconv"
 
+	"github.com/ckpt/ckpt/internal/cliutil"
 	"github.com/ckpt/ckpt/internal/control"
 	"github.com/ckpt/ckpt/internal/progress"
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/restore"
 	"github.com/ckpt/ckpt/pkg/rewrite"
 	"github.com/ckpt/ckpt/pkg/transfer"
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
-	"net"
 )
 
 func main() {
@@ -70,7 +71,7 @@ func run(c *cli.Context) error {
 		ShellJob: c.Bool("shell-job"),
 		TCPClose: c.Bool("tcp-close"),
 		Stdio:    c.String("stdio"),
-		Inherit:  map[int]*os.File{},
+		Inherit:  map[sys.TargetFD]*os.File{},
 		Fault:    cliutil.PhaseHook("ckpt-redo"),
 		Log: func(format string, args ...any) {
 			fmt.Fprintf(os.Stderr, "ckpt-redo: "+format+"\n", args...)
@@ -89,7 +90,7 @@ func run(c *cli.Context) error {
 		if _, err := unix.FcntlInt(uintptr(n), unix.F_GETFD, 0); err != nil {
 			return cli.Exit(fmt.Sprintf("--inherit-fd %d: ckpt-redo has no fd %d open", n, n), 2)
 		}
-		opts.Inherit[n] = os.NewFile(uintptr(n), "inherited-"+s)
+		opts.Inherit[sys.TargetFD(n)] = os.NewFile(uintptr(n), "inherited-"+s)
 	}
 	var ctl *control.Channel
 	if fd := c.Int("control"); fd >= 0 {

@@ -2,14 +2,15 @@ package main
 
 import (
 	"fmt"
-	"github.com/ckpt/ckpt/internal/cliutil"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/cliutil"
 	"github.com/ckpt/ckpt/internal/control"
 	"github.com/ckpt/ckpt/internal/progress"
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/dump"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/transfer"
@@ -39,10 +40,11 @@ func dumpCommand() *cli.Command {
 			if err != nil {
 				return err
 			}
-			pid, err := strconv.Atoi(arg)
-			if err != nil || pid <= 0 {
+			n, err := strconv.Atoi(arg)
+			if err != nil || n <= 0 {
 				return cli.Exit(fmt.Sprintf("dump: %q is not a PID", arg), 2)
 			}
+			pid := sys.PID(n)
 			dir, to := c.String("dir"), c.String("to")
 			switch {
 			case dir == "" && to == "":
@@ -116,7 +118,7 @@ func dumpCommand() *cli.Command {
 	}
 }
 
-func report(c *cli.Context, pid int, where string, res *dump.Result) error {
+func report(c *cli.Context, pid sys.PID, where string, res *dump.Result) error {
 	if c.Bool("json") {
 		return printJSON(res)
 	}

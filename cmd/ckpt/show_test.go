@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -14,7 +15,7 @@ import (
 // the root lists (File IDs are image-wide), with one file of every kind.
 func treeImage(t *testing.T) []byte {
 	t.Helper()
-	thread := func(tid int) []image.Thread { return []image.Thread{{TID: tid, InSyscall: -1}} }
+	thread := func(tid sys.TID) []image.Thread { return []image.Thread{{TID: tid, InSyscall: -1}} }
 	root := &image.Process{PID: 100, Comm: "root", Threads: thread(100),
 		Files: []image.File{
 			{ID: 0, Kind: image.FileRegular, Pos: 12, Flags: unix.O_WRONLY | unix.O_APPEND, Ref: image.FileRef{Path: "/tmp/log"}},

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -20,7 +21,7 @@ type fileData struct {
 
 // dumper collects the state of one frozen process of a tree.
 type dumper struct {
-	pid  int
+	pid  sys.PID
 	fz   *frozen
 	opts *Options
 	t    *tree
@@ -100,7 +101,7 @@ func (d *dumper) collect() (*image.Process, error) {
 func (d *dumper) collectMisc(p *image.Process, status *proc.Status) error {
 	pid := d.pid
 	var err error
-	c, err := readCreds(pid, status)
+	c, err := readCreds(pid.Leader(), status)
 	if err != nil {
 		return err
 	}
@@ -132,6 +133,6 @@ func (d *dumper) collectMisc(p *image.Process, status *proc.Status) error {
 	return nil
 }
 
-func readMem(pid int, addr uint64, b []byte) error { return ptrace.ReadMem(pid, addr, b) }
+func readMem(pid sys.PID, addr uint64, b []byte) error { return ptrace.ReadMem(pid, addr, b) }
 
 func xcr0(xs []byte) uint64 { return ptrace.XCR0(xs) }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
@@ -17,7 +18,7 @@ import (
 // readCreds reads the credentials of task tid of process pid from its
 // status, and its seccomp filters with their flags. (Strict seccomp mode is
 // seen when the tree is frozen: Thread.SeccompStrict.)
-func readCreds(tid int, status *proc.Status) (*image.Creds, error) {
+func readCreds(tid sys.TID, status *proc.Status) (*image.Creds, error) {
 	c := &image.Creds{
 		UID: status.UID, GID: status.GID, Groups: status.Groups,
 		CapInh: status.CapInh, CapPrm: status.CapPrm, CapEff: status.CapEff, CapBnd: status.CapBnd, CapAmb: status.CapAmb,
@@ -41,7 +42,7 @@ func readCreds(tid int, status *proc.Status) (*image.Creds, error) {
 
 // seccompFlags returns the SECCOMP_FILTER_FLAG_* filter i of tid was
 // installed with.
-func seccompFlags(tid, i int) (uint64, error) {
+func seccompFlags(tid sys.TID, i int) (uint64, error) {
 	fl, err := ptrace.GetSeccompFilterFlags(tid, i)
 	if err != nil {
 		return 0, err

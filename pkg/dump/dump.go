@@ -33,6 +33,7 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/kernelcheck"
 	"github.com/ckpt/ckpt/pkg/machine"
@@ -138,13 +139,13 @@ const (
 
 // Result tells what a dump did.
 type Result struct {
-	PID       int   `json:"pid"`
-	Processes int   `json:"processes"`
-	Threads   int   `json:"threads"`
-	VMAs      int   `json:"vmas"`
-	FDs       int   `json:"fds"`
-	Pages     int64 `json:"pages"`      // pages with data
-	ZeroPages int64 `json:"zero_pages"` // pages stored as zero
+	PID       sys.PID `json:"pid"`
+	Processes int     `json:"processes"`
+	Threads   int     `json:"threads"`
+	VMAs      int     `json:"vmas"`
+	FDs       int     `json:"fds"`
+	Pages     int64   `json:"pages"`      // pages with data
+	ZeroPages int64   `json:"zero_pages"` // pages stored as zero
 	// ParentPages are the pages stored as their parent's, shared
 	// copy-on-write (no data).
 	ParentPages int64         `json:"parent_pages"`
@@ -176,7 +177,7 @@ func (o *Options) fault(phase string) {
 // queue is tried again (Options.AcceptRetries), into the same sink; TCP
 // connections are locked under a guard (Options.GuardExe) that lifts the
 // lock if the dump dies.
-func Run(pid int, sink Sink, opts Options) (*Result, error) {
+func Run(pid sys.PID, sink Sink, opts Options) (*Result, error) {
 	if opts.GuardExe == "" && !opts.NoGuard {
 		opts.GuardExe = DefaultGuardExe()
 	}
@@ -207,7 +208,7 @@ func Run(pid int, sink Sink, opts Options) (*Result, error) {
 }
 
 // runOnce is one try of Run.
-func runOnce(pid int, sink Sink, opts Options) (res *Result, err error) {
+func runOnce(pid sys.PID, sink Sink, opts Options) (res *Result, err error) {
 	start := time.Now()
 	if opts.GhostLimit == 0 {
 		opts.GhostLimit = DefaultGhostLimit
@@ -282,8 +283,8 @@ func runOnce(pid int, sink Sink, opts Options) (res *Result, err error) {
 		return nil, err
 	}
 	shm := shmObjects{}
-	byPID := map[int]*member{}
-	hasChild := map[int]bool{}
+	byPID := map[sys.PID]*member{}
+	hasChild := map[sys.PID]bool{}
 	for _, m := range t.members {
 		byPID[m.pid] = m
 		if !m.p.Zombie {
@@ -421,7 +422,7 @@ func runOnce(pid int, sink Sink, opts Options) (res *Result, err error) {
 }
 
 // header describes the machine and the CPU features the process may use.
-func header(pid int, p *image.Process) (*image.Header, error) {
+func header(pid sys.PID, p *image.Process) (*image.Header, error) {
 	var uts unix.Utsname
 	if err := unix.Uname(&uts); err != nil {
 		return nil, err

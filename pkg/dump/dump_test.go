@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/internal/testenv"
 	"github.com/ckpt/ckpt/pkg/dump"
 	"github.com/ckpt/ckpt/pkg/image"
@@ -26,7 +27,7 @@ func dumpDir(t *testing.T, pid int, opts dump.Options) (string, *dump.Result) {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	res, err := dump.Run(pid, sink, opts)
+	res, err := dump.Run(sys.PID(pid), sink, opts)
 	if err != nil {
 		t.Fatalf("dump %d: %v", pid, err)
 	}
@@ -59,7 +60,7 @@ func TestDumpLeaveRunning(t *testing.T) {
 			dir, res := dumpDir(t, v.PID, dump.Options{LeaveRunning: true, Log: func(f string, a ...any) {
 				logged = append(logged, f)
 			}})
-			if res.Killed || res.PID != v.PID || res.Processes < tc.procs || res.Threads < tc.threads || res.Pages == 0 {
+			if res.Killed || res.PID != sys.PID(v.PID) || res.Processes < tc.procs || res.Threads < tc.threads || res.Pages == 0 {
 				t.Errorf("result %+v: want pid %d, >= %d processes and %d threads, pages, not killed", res, v.PID, tc.procs, tc.threads)
 			}
 			f, err := image.OpenDir(dir)
@@ -129,7 +130,7 @@ func TestDumpErrors(t *testing.T) {
 				t.Fatal(err)
 			}
 			runtime.LockOSThread()
-			_, err = dump.Run(v.PID, sink, tc.opts)
+			_, err = dump.Run(sys.PID(v.PID), sink, tc.opts)
 			runtime.UnlockOSThread()
 			if !errors.Is(err, errAbort) {
 				t.Errorf("dump: %v, want %v", err, errAbort)

@@ -16,7 +16,7 @@ func (t *tree) checkFeatures() error {
 			continue // not an established TCP connection
 		}
 		if err := kernelcheck.TCPRepair(); err != nil {
-			return fmt.Errorf("process %d fd %d: TCP connection: %w", key[0], key[1], err)
+			return fmt.Errorf("process %d fd %d: TCP connection: %w", key.pid, key.fd, err)
 		}
 		return nil
 	}

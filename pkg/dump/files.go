@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"strconv"
 	"syscall"
 
 	"github.com/ckpt/ckpt/internal/sys"
@@ -17,15 +16,16 @@ import (
 
 // sameFile reports whether fd1 of pid1 and fd2 of pid2 share one open file
 // description.
-func sameFile(pid1, fd1, pid2, fd2 int) bool {
-	ok, err := sys.SameFile(sys.PID(pid1), sys.TargetFD(fd1), sys.PID(pid2), sys.TargetFD(fd2))
+func sameFile(pid1 sys.PID, fd1 sys.TargetFD, pid2 sys.PID, fd2 sys.TargetFD) bool {
+	ok, err := sys.SameFile(pid1, fd1, pid2, fd2)
 	return err == nil && ok
 }
 
 // openFile is an open file description already in the image, and one fd
 // of one process that refers to it.
 type openFile struct {
-	pid, fd  int
+	pid      sys.PID
+	fd       sys.TargetFD
 	dev, ino uint64
 	id       int // File.ID
 }
@@ -43,13 +43,13 @@ func (d *dumper) collectFiles(p *image.Process) error {
 	if err != nil {
 		return fmt.Errorf("list fds: %w", err)
 	}
-	pidfd, err := sys.PidfdOpen(sys.PID(d.pid), 0)
+	pidfd, err := sys.PidfdOpen(d.pid, 0)
 	if err != nil {
 		return err
 	}
 	defer pidfd.Close()
 	for _, fd := range fds {
-		link, err := os.Readlink(proc.Path(d.pid, "fd", strconv.Itoa(fd)))
+		link, err := os.Readlink(proc.Path(d.pid, "fd", fd.String()))
 		if err != nil {
 			return fmt.Errorf("fd %d: %w", fd, err)
 		}
@@ -102,13 +102,13 @@ var ErrSharedFDTable = errors.New("file descriptor table shared between processe
 // another process only (its parent gave the table up since) is refused,
 // and so are POSIX locks in a shared table (they belong to the table,
 // and the restore closes fds of the table after a member took them).
-func (d *dumper) sharedFDTable(ppid int) (int, error) {
+func (d *dumper) sharedFDTable(ppid sys.PID) (sys.PID, error) {
 	var with []*member
 	for _, m := range d.t.members {
 		if m.pid == d.pid || m.fz == nil {
 			continue
 		}
-		same, err := sys.SameFiles(sys.PID(m.pid), sys.PID(d.pid))
+		same, err := sys.SameFiles(m.pid, d.pid)
 		if err != nil || !same {
 			continue // an exited process has no table
 		}
@@ -137,7 +137,7 @@ func (d *dumper) sharedFDTable(ppid int) (int, error) {
 
 // noPOSIXLocks refuses POSIX locks in a file descriptor table shared
 // between processes.
-func noPOSIXLocks(pid int) error {
+func noPOSIXLocks(pid sys.PID) error {
 	fds, err := proc.FDs(pid)
 	if err != nil {
 		return err
@@ -160,7 +160,7 @@ func (d *dumper) describe(pidfd *sys.FD, src *fdkind.Source) (*image.File, error
 	if _, err := fdkind.Find(src); err != nil {
 		return nil, err // refused: touch nothing
 	}
-	cp, err := sys.PidfdGetfd(pidfd, sys.TargetFD(src.FD))
+	cp, err := sys.PidfdGetfd(pidfd, src.FD)
 	if err != nil {
 		return nil, err
 	}
@@ -191,7 +191,7 @@ func (t *tree) finishFiles() error {
 		}
 	}
 	for _, h := range t.flight.held {
-		fds = append(fds, fdkind.Held{PID: os.Getpid(), FD: h.fd, File: byID[h.id]})
+		fds = append(fds, fdkind.Held{PID: sys.Getpid(), FD: sys.TargetFD(h.fd), File: byID[h.id]})
 	}
 	for _, k := range fdkind.Table() {
 		if k.Finish == nil {
@@ -213,17 +213,17 @@ func (t *tree) ownerInDump(typ, id int) bool {
 		}
 		switch typ {
 		case fdkind.OwnerPGRP:
-			if m.p.PGID == id {
+			if m.p.PGID == sys.PID(id) {
 				return true
 			}
 		case fdkind.OwnerTID:
 			for _, th := range m.p.Threads {
-				if th.TID == id {
+				if th.TID == sys.TID(id) {
 					return true
 				}
 			}
 		default:
-			if m.pid == id {
+			if m.pid == sys.PID(id) {
 				return true
 			}
 		}
@@ -243,11 +243,11 @@ func (e fileEnv) Ghost(path string, st *unix.Stat_t, ref *image.FileRef) error {
 }
 
 // Socket implements fdkind.DumpEnv.
-func (e fileEnv) Socket(pid, fd int) (int, bool) {
-	if pid == os.Getpid() {
-		return fd, true // a socket in flight: ckpt's copy
+func (e fileEnv) Socket(pid sys.PID, fd sys.TargetFD) (int, bool) {
+	if pid == sys.Getpid() {
+		return int(fd), true // a socket in flight: ckpt's copy
 	}
-	our, ok := e.t.socks.fds[[2]int{pid, fd}]
+	our, ok := e.t.socks.fds[heldFD{pid, fd}]
 	return our, ok
 }
 
@@ -255,7 +255,7 @@ func (e fileEnv) Socket(pid, fd int) (int, bool) {
 func (e fileEnv) Sockets() fdkind.SocketDumpEnv { return e.t }
 
 // InDump implements fdkind.DumpEnv.
-func (e fileEnv) InDump(pid int) bool { return e.t.ownerInDump(fdkind.OwnerPID, pid) }
+func (e fileEnv) InDump(pid sys.PID) bool { return e.t.ownerInDump(fdkind.OwnerPID, int(pid)) }
 
 // UnixSockets is sock_diag's view of the tree's UNIX sockets, read on
 // first need.

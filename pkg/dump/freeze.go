@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -30,7 +31,7 @@ var (
 
 // task is one seized thread.
 type task struct {
-	tid     int
+	tid     sys.TID
 	stopped bool        // in group-stop when seized
 	stopSig unix.Signal // the signal of that group-stop
 	wchan   string      // where it slept in restart_syscall, before the freeze
@@ -59,12 +60,12 @@ type task struct {
 
 // frozen is a process whose every thread is seized and stopped.
 type frozen struct {
-	pid   int
+	pid   sys.PID
 	tasks []*task
 }
 
 // checkTarget refuses PIDs that cannot be dumped, with the reason.
-func checkTarget(pid int) (*proc.Stat, error) {
+func checkTarget(pid sys.PID) (*proc.Stat, error) {
 	if pid <= 0 {
 		return nil, fmt.Errorf("pid %d: %w", pid, ErrNoProcess)
 	}
@@ -76,23 +77,23 @@ func checkTarget(pid int) (*proc.Stat, error) {
 		return nil, fmt.Errorf("pid %d: %w", pid, err)
 	}
 	switch {
-	case pid == os.Getpid():
+	case pid == sys.Getpid():
 		return nil, fmt.Errorf("pid %d is ckpt itself: %w", pid, ErrNotDumpable)
 	case st.Flags&proc.PFKthread != 0:
 		return nil, fmt.Errorf("pid %d (%s) is a kernel thread: %w", pid, st.Comm, ErrNotDumpable)
 	case st.State == 'Z' || st.State == 'X':
 		return nil, fmt.Errorf("pid %d (%s) is a zombie, it has exited: %w", pid, st.Comm, ErrNotDumpable)
 	}
-	if tgid := tgidOf(pid); tgid != pid {
+	if tgid := tgidOf(pid.Leader()); tgid != pid {
 		return nil, fmt.Errorf("pid %d is a thread of process %d: dump the process: %w", pid, tgid, ErrNotDumpable)
 	}
 	return st, nil
 }
 
-func tgidOf(tid int) int {
-	st, err := proc.ReadStatus(tid)
+func tgidOf(tid sys.TID) sys.PID {
+	st, err := proc.ReadThreadStatus(tid)
 	if err != nil {
-		return tid
+		return sys.PID(tid)
 	}
 	return st.TGID
 }
@@ -102,9 +103,9 @@ func tgidOf(tid int) int {
 // interrupts every new thread first and then waits for them: they stop
 // together, not one after the other. On error everything seized is
 // released.
-func freeze(pid int) (*frozen, error) {
+func freeze(pid sys.PID) (*frozen, error) {
 	fz := &frozen{pid: pid}
-	seen := map[int]bool{}
+	seen := map[sys.TID]bool{}
 	for round := 0; ; round++ {
 		tids, err := proc.Tasks(pid)
 		if err != nil {
@@ -126,7 +127,7 @@ func freeze(pid int) (*frozen, error) {
 			seen[tid] = true
 			t, err := startSeize(tid)
 			if err != nil {
-				if errors.Is(err, unix.ESRCH) && tid != pid {
+				if errors.Is(err, unix.ESRCH) && tid != pid.Leader() {
 					continue // thread exited meanwhile
 				}
 				return fail(err)
@@ -143,7 +144,7 @@ func freeze(pid int) (*frozen, error) {
 			err := t.waitSeized(deadline)
 			if err == nil {
 				fz.tasks = append(fz.tasks, t)
-			} else if !errors.Is(err, unix.ESRCH) || t.tid == pid {
+			} else if !errors.Is(err, unix.ESRCH) || t.tid == pid.Leader() {
 				return fail(err) // detaches it too, and the ones not waited for
 			}
 			started = started[1:]
@@ -156,7 +157,7 @@ func freeze(pid int) (*frozen, error) {
 }
 
 // startSeize seizes a thread and asks it to stop (see waitSeized).
-func startSeize(tid int) (*task, error) {
+func startSeize(tid sys.TID) (*task, error) {
 	suspended := true
 	if err := ptrace.Seize(tid, ptrace.OptSuspendSeccomp); err != nil {
 		suspended = false
@@ -193,7 +194,7 @@ func (t *task) waitSeized(deadline time.Time) error {
 		if st.IsEventStop() {
 			if t.stopped = st.IsGroupStop(); t.stopped {
 				t.stopSig = st.Sig()
-				ps, err := proc.ReadStatus(tid)
+				ps, err := proc.ReadThreadStatus(tid)
 				if err != nil {
 					return err
 				}
@@ -239,17 +240,17 @@ const stopTimeout = 10 * time.Second
 // waitStop waits for a state change of tid until deadline: it polls, with
 // ptrace.Backoff between polls (a seized thread usually stops within
 // microseconds).
-func waitStop(tid int, deadline time.Time) (ptrace.Stop, error) {
+func waitStop(tid sys.TID, deadline time.Time) (ptrace.Stop, error) {
 	sleep := time.Duration(0)
 	for i := 0; ; i++ {
 		var ws unix.WaitStatus
-		got, err := unix.Wait4(tid, &ws, unix.WALL|unix.WNOHANG, nil)
+		got, err := unix.Wait4(int(tid), &ws, unix.WALL|unix.WNOHANG, nil)
 		switch {
 		case err == unix.EINTR:
 			continue
 		case err != nil:
 			return ptrace.Stop{}, fmt.Errorf("wait %d: %w", tid, err)
-		case got == tid:
+		case sys.TID(got) == tid:
 			st := ptrace.Stop{Status: ws}
 			if ws.Stopped() {
 				st.Event = int(ws>>16) & 0xff
@@ -258,7 +259,7 @@ func waitStop(tid int, deadline time.Time) (ptrace.Stop, error) {
 		}
 		if time.Now().After(deadline) {
 			state := "?"
-			if s, err := proc.ReadStat(tid, 0); err == nil {
+			if s, err := proc.ReadStat(sys.PID(tid), 0); err == nil {
 				state = string(s.State)
 			}
 			return ptrace.Stop{}, fmt.Errorf("thread %d did not stop within %v (state %s: stuck in the kernel): %w", tid, stopTimeout, state, ErrUnsupported)
@@ -281,9 +282,9 @@ func (fz *frozen) release() {
 			}
 			for _, s := range t.signals {
 				if t.sharedQueue(s.Sig) {
-					unix.Kill(fz.pid, s.Sig)
+					unix.Kill(int(fz.pid), s.Sig)
 				} else {
-					unix.Tgkill(fz.pid, t.tid, s.Sig)
+					unix.Tgkill(int(fz.pid), int(t.tid), s.Sig)
 				}
 			}
 			continue
@@ -295,7 +296,7 @@ func (fz *frozen) release() {
 		}
 		ptrace.Detach(t.tid, first)
 		for _, s := range rest {
-			unix.Tgkill(fz.pid, t.tid, s.Sig)
+			unix.Tgkill(int(fz.pid), int(t.tid), s.Sig)
 		}
 	}
 	fz.tasks = nil
@@ -315,11 +316,11 @@ func (t *task) sharedQueue(sig unix.Signal) bool {
 // waitStopped waits a little for a detached thread to be in its stop
 // again (state T), so that a stop signal sent afterwards stays pending
 // instead of being the one it stops by.
-func waitStopped(tid int) {
+func waitStopped(tid sys.TID) {
 	deadline := time.Now().Add(time.Second)
 	sleep := time.Duration(0)
 	for i := 0; time.Now().Before(deadline); i++ {
-		if st, err := proc.ReadStat(tid, 0); err != nil || st.State == 'T' {
+		if st, err := proc.ReadStat(sys.PID(tid), 0); err != nil || st.State == 'T' {
 			return
 		}
 		sleep = ptrace.Backoff(i, sleep)
@@ -328,7 +329,7 @@ func waitStopped(tid int) {
 
 // kill kills the frozen process; it dies without running again.
 func (fz *frozen) kill() error {
-	if err := unix.Kill(fz.pid, unix.SIGKILL); err != nil {
+	if err := unix.Kill(int(fz.pid), unix.SIGKILL); err != nil {
 		return fmt.Errorf("kill %d: %w", fz.pid, err)
 	}
 	return nil
@@ -341,7 +342,7 @@ func (fz *frozen) kill() error {
 // polled together: a leader is reported only once the tracer has reaped
 // its other threads.
 func (fz *frozen) waitDead(deadline time.Time) {
-	left := map[int]bool{}
+	left := map[sys.TID]bool{}
 	for _, t := range fz.tasks {
 		left[t.tid] = true
 	}
@@ -349,13 +350,13 @@ func (fz *frozen) waitDead(deadline time.Time) {
 		progress := false
 		for tid := range left {
 			var ws unix.WaitStatus
-			pid, err := unix.Wait4(tid, &ws, unix.WALL|unix.WNOHANG, nil)
+			got, err := unix.Wait4(int(tid), &ws, unix.WALL|unix.WNOHANG, nil)
 			switch {
 			case err == unix.EINTR:
-			case err != nil || (pid == tid && (ws.Exited() || ws.Signaled())):
+			case err != nil || (sys.TID(got) == tid && (ws.Exited() || ws.Signaled())):
 				delete(left, tid)
 				progress = true
-			case pid == tid && ws.Stopped():
+			case sys.TID(got) == tid && ws.Stopped():
 				ptrace.Detach(tid, 0)
 				progress = true
 			}

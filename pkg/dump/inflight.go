@@ -195,11 +195,11 @@ func (t *tree) findFile(fd int, st *unix.Stat_t) (int, bool, error) {
 	if t.flight.index == nil {
 		t.flight.index = map[[2]uint64][]openFile{}
 	}
-	cmp := func(a openFile, pid, fd int) (int, error) {
-		return sys.CompareFiles(sys.PID(a.pid), sys.TargetFD(a.fd), sys.PID(pid), sys.TargetFD(fd))
+	cmp := func(a openFile, pid sys.PID, fd sys.TargetFD) (int, error) {
+		return sys.CompareFiles(a.pid, a.fd, pid, fd)
 	}
 	// search finds where (pid, fd) is or goes in a sorted list.
-	search := func(list []openFile, pid, fd int) (int, bool, error) {
+	search := func(list []openFile, pid sys.PID, fd sys.TargetFD) (int, bool, error) {
 		lo, hi := 0, len(list)
 		for lo < hi {
 			mid := (lo + hi) / 2
@@ -236,7 +236,7 @@ func (t *tree) findFile(fd int, st *unix.Stat_t) (int, bool, error) {
 		}
 	}
 	list := t.flight.index[[2]uint64{st.Dev, st.Ino}]
-	at, found, err := search(list, os.Getpid(), fd)
+	at, found, err := search(list, sys.Getpid(), sys.TargetFD(fd)) // ckpt's own copy
 	if err != nil {
 		return t.findFileSlowly(fd, st)
 	}
@@ -249,7 +249,7 @@ func (t *tree) findFile(fd int, st *unix.Stat_t) (int, bool, error) {
 // findFileSlowly compares fd with every description of its inode.
 func (t *tree) findFileSlowly(fd int, st *unix.Stat_t) (int, bool, error) {
 	for _, o := range t.files {
-		if o.dev == st.Dev && o.ino == st.Ino && sameFile(o.pid, o.fd, os.Getpid(), fd) {
+		if o.dev == st.Dev && o.ino == st.Ino && sameFile(o.pid, o.fd, sys.Getpid(), sys.TargetFD(fd)) {
 			return o.id, true, nil
 		}
 	}
@@ -276,7 +276,7 @@ func (t *tree) groupHeld(s *image.Socket) bool {
 // describeFlight describes a file in flight (ckpt's copy fd) with its
 // kind, as a new description of the current process.
 func (t *tree) describeFlight(fd int, st *unix.Stat_t) (*image.File, error) {
-	self := os.Getpid()
+	self := sys.Getpid()
 	cp, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("dup: %w", err)
@@ -286,8 +286,8 @@ func (t *tree) describeFlight(fd int, st *unix.Stat_t) (*image.File, error) {
 		unix.Close(cp)
 		return nil, err
 	}
-	src := &fdkind.Source{PID: self, FD: cp, Link: link, Stat: *st}
-	if src.Info, err = proc.ReadFDInfo(self, cp); err != nil {
+	src := &fdkind.Source{PID: self, FD: sys.TargetFD(cp), Link: link, Stat: *st}
+	if src.Info, err = proc.ReadFDInfo(self, sys.TargetFD(cp)); err != nil {
 		unix.Close(cp)
 		return nil, fmt.Errorf("%s: fdinfo: %w", link, err)
 	}
@@ -311,7 +311,7 @@ func (t *tree) describeFlight(fd int, st *unix.Stat_t) (*image.File, error) {
 		}
 	}
 	f.ID = len(t.files)
-	t.files = append(t.files, openFile{pid: self, fd: cp, dev: st.Dev, ino: st.Ino, id: f.ID})
+	t.files = append(t.files, openFile{pid: self, fd: sys.TargetFD(cp), dev: st.Dev, ino: st.Ino, id: f.ID})
 	t.flight.held = append(t.flight.held, heldFlight{fd: cp, id: f.ID})
 	t.flight.pending = append(t.flight.pending, *f)
 	return f, nil

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
@@ -20,13 +21,13 @@ const (
 // stack pointer (past the red zone) whose old content is put back after.
 type remote struct {
 	in      ptrace.Injector
-	pid     int
+	pid     sys.PID
 	scratch uint64
 	saved   []byte
 	err     error // the first error of ask
 }
 
-func (d *dumper) newRemote(tid int, gadget uint64) (*remote, error) {
+func (d *dumper) newRemote(tid sys.TID, gadget uint64) (*remote, error) {
 	regs, err := ptrace.GetRegs(tid)
 	if err != nil {
 		return nil, err
@@ -160,7 +161,7 @@ func slot(k int) region {
 // A callBatch asks one thread for everything at once (ptrace.Batch): one
 // ptrace stop, where each call made alone costs two.
 type callBatch struct {
-	pid     int
+	pid     sys.PID
 	in      *ptrace.Injector
 	area    uint64
 	reg     region
@@ -177,7 +178,7 @@ type asked struct {
 	done   func(uint64, []byte) error
 }
 
-func newBatch(pid int, in *ptrace.Injector, area uint64, reg region) *callBatch {
+func newBatch(pid sys.PID, in *ptrace.Injector, area uint64, reg region) *callBatch {
 	return &callBatch{pid: pid, in: in, area: area, reg: reg, data: reg.data}
 }
 
@@ -285,7 +286,7 @@ func unmapBatchArea(r *remote, area uint64) error {
 // syscallGadget finds a `syscall` instruction to run injected calls at:
 // in the vDSO, or, in a process without one (it may unmap it), in any
 // other executable mapping. Nothing is written into the process.
-func syscallGadget(pid int, vmas []image.VMA) (uint64, error) {
+func syscallGadget(pid sys.PID, vmas []image.VMA) (uint64, error) {
 	areas := execAreas(vmas)
 	g, ok, err := ptrace.FindSyscall(pid, areas)
 	if err != nil {
@@ -469,9 +470,9 @@ func (d *dumper) stopReports(a asker) {
 		}
 		child := m.pid
 		a.ask(fmt.Sprintf("waitid for the stopped child %d", child), 128, func(_ uint64, b []byte) error {
-			if int(binary.LittleEndian.Uint32(b[16:])) == child {
+			if sys.PID(binary.LittleEndian.Uint32(b[16:])) == child {
 				if d.t.stopUnreported == nil {
-					d.t.stopUnreported = map[int]bool{}
+					d.t.stopUnreported = map[sys.PID]bool{}
 				}
 				d.t.stopUnreported[child] = true
 			}

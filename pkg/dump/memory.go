@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -92,7 +93,7 @@ func wantPages(v *image.VMA) (want bool, onlyAnon bool) {
 // that covers it. Pages that are parent's frames (cow.go) are planned as
 // the parent's; with keepFrames the frames of p's own private pages are
 // kept in the plan, for its children.
-func planMemory(pid int, p *image.Process, env *planEnv) (*memPlan, error) {
+func planMemory(pid sys.PID, p *image.Process, env *planEnv) (*memPlan, error) {
 	pm, err := os.Open(proc.Path(pid, "pagemap"))
 	if err != nil {
 		return nil, fmt.Errorf("open pagemap: %w", err)
@@ -170,7 +171,7 @@ type memStats struct {
 // by the reading goroutine, so that the writing one (on a transfer, the
 // one that feeds the socket) only writes.
 type batch struct {
-	pid   int
+	pid   sys.PID
 	buf   []byte
 	runs  []run
 	rec   *image.Prepared
@@ -189,7 +190,7 @@ func dumpMemory(jobs []memJob, sink Sink, progress func(done, total int64), read
 	start := time.Now()
 	var st memStats
 	type work struct {
-		pid  int
+		pid  sys.PID
 		runs []run
 	}
 	var batches []work
@@ -335,7 +336,7 @@ func bufferLimit(want int64) int64 {
 
 // memJob is the memory of one process to dump.
 type memJob struct {
-	pid  int
+	pid  sys.PID
 	plan *memPlan
 }
 
@@ -374,7 +375,7 @@ func splitBatches(runs []run) [][]run {
 	return out
 }
 
-func readBatch(pid int, buf []byte, runs []run) error {
+func readBatch(pid sys.PID, buf []byte, runs []run) error {
 	var remote []unix.RemoteIovec
 	var size int
 	var mem *os.File
@@ -421,7 +422,7 @@ func readBatch(pid int, buf []byte, runs []run) error {
 		}
 		off += n
 	}
-	got, err := unix.ProcessVMReadv(pid, local, remote, 0)
+	got, err := unix.ProcessVMReadv(int(pid), local, remote, 0)
 	if err != nil {
 		return fmt.Errorf("process_vm_readv of %d runs: %w", len(remote), err)
 	}

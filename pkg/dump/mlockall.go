@@ -1,6 +1,7 @@
 package dump
 
 import (
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
 )
@@ -43,7 +44,7 @@ func lockFuture(r *remote) (int, error) {
 }
 
 // vmLck returns VmLck (bytes) of /proc/PID/status.
-func vmLck(pid int) (uint64, error) {
+func vmLck(pid sys.PID) (uint64, error) {
 	st, err := proc.ReadStatus(pid)
 	if err != nil {
 		return 0, err

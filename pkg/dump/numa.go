@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -26,7 +27,7 @@ func memPolicy(a asker, th *image.Thread) {
 // default, as /proc/PID/numa_maps shows it: their own (mbind), or else
 // the main thread's (set_mempolicy; the other threads' are asked by
 // memPolicy).
-func vmaPolicies(pid int) error {
+func vmaPolicies(pid sys.PID) error {
 	maps, err := proc.ReadNUMAPolicies(pid)
 	if os.IsNotExist(err) {
 		return nil // a kernel without NUMA

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/sockets"
 	"golang.org/x/sys/unix"
@@ -102,7 +103,7 @@ func (s *holdSink) retryable(err error) bool {
 // describing the files would find the same later, past it.
 func (t *tree) acceptQueues() error {
 	for key, our := range t.socks.fds {
-		pid, fd := key[0], key[1]
+		pid, fd := key.pid, key.fd
 		dom, err := unix.GetsockoptInt(our, unix.SOL_SOCKET, unix.SO_DOMAIN)
 		if err != nil {
 			continue // described (and refused, if need be) with the files
@@ -181,7 +182,7 @@ func (t *tree) ExternalUnix(ino uint32) bool {
 
 // Member implements fdkind.SocketDumpEnv: whether pid is a live
 // process (not a zombie) of the tree.
-func (t *tree) Member(pid int) bool {
+func (t *tree) Member(pid sys.PID) bool {
 	for _, m := range t.members {
 		if m.pid == pid && m.fz != nil {
 			return true

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/internal/testenv"
 	"github.com/ckpt/ckpt/pkg/dump"
 	"github.com/ckpt/ckpt/pkg/image"
@@ -111,7 +112,7 @@ func testAcceptQueueRetry(t *testing.T, family string) {
 			}
 			tc.opts.LeaveRunning = true
 			runtime.LockOSThread()
-			_, err = dump.Run(pid, sink, tc.opts)
+			_, err = dump.Run(sys.PID(pid), sink, tc.opts)
 			runtime.UnlockOSThread()
 			ok := tc.ok
 			switch {

@@ -32,22 +32,22 @@ const (
 
 // collectSched reads the scheduling policy, nice value, CPU affinity, I/O
 // priority and timer slack of thread t of process pid from outside.
-func collectSched(pid int, t *task, th *image.Thread) error {
+func collectSched(pid sys.PID, t *task, th *image.Thread) error {
 	tid := t.tid
-	a, err := unix.SchedGetAttr(tid, 0)
+	a, err := unix.SchedGetAttr(int(tid), 0)
 	if err != nil {
 		return fmt.Errorf("sched_getattr: %w", err)
 	}
 	// getpriority gives 20 - nice, for every policy (sched_getattr leaves
 	// the nice value of real-time threads out).
-	prio, err := unix.Getpriority(unix.PRIO_PROCESS, tid)
+	prio, err := unix.Getpriority(unix.PRIO_PROCESS, int(tid))
 	if err != nil {
 		return fmt.Errorf("getpriority: %w", err)
 	}
 	th.Sched = &image.Sched{Policy: a.Policy, Flags: a.Flags, Nice: int32(20 - prio), Priority: a.Priority,
 		Runtime: a.Runtime, Deadline: a.Deadline, Period: a.Period, UtilMin: a.Util_min, UtilMax: a.Util_max}
 	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(tid, &set); err != nil {
+	if err := unix.SchedGetaffinity(int(tid), &set); err != nil {
 		return fmt.Errorf("sched_getaffinity: %w", err)
 	}
 	words := (*[len(set)]uint64)(unsafe.Pointer(&set))[:]
@@ -56,7 +56,7 @@ func collectSched(pid int, t *task, th *image.Thread) error {
 		n--
 	}
 	th.Affinity = append([]uint64(nil), words[:n]...)
-	if th.IOPrio, err = sys.IoprioGet(sys.TID(tid)); err != nil {
+	if th.IOPrio, err = sys.IoprioGet(tid); err != nil {
 		return err
 	}
 	// The timer slack too is read from outside: no injected call.
@@ -74,7 +74,7 @@ func collectSched(pid int, t *task, th *image.Thread) error {
 // pid from its task flags (what PR_MCE_KILL_GET answers), and refuses
 // syscall user dispatch and the I/O flusher flag, which ckpt does not
 // restore.
-func threadFlags(pid int, t *task, th *image.Thread) error {
+func threadFlags(pid sys.PID, t *task, th *image.Thread) error {
 	tid := t.tid
 	if mode, err := ptrace.GetSyscallUserDispatchMode(tid); err == nil && mode != 0 {
 		return refuse(pid, fmt.Sprintf("thread %d", tid), "syscall user dispatch (PR_SET_SYSCALL_USER_DISPATCH) is not restored")
@@ -97,7 +97,7 @@ func threadFlags(pid int, t *task, th *image.Thread) error {
 }
 
 // collectProcAttrs reads the process-wide attributes /proc shows.
-func collectProcAttrs(pid int, p *image.Process) error {
+func collectProcAttrs(pid sys.PID, p *image.Process) error {
 	var err error
 	if p.Misc.OOMScoreAdj, err = readOOMAdj(pid); err != nil {
 		return err
@@ -132,7 +132,7 @@ const noAuditSession = 4294967295
 
 // auditSession reads /proc/PID/sessionid; ok is false where the kernel has
 // no audit support.
-func auditSession(pid int) (id uint32, ok bool, err error) {
+func auditSession(pid sys.PID) (id uint32, ok bool, err error) {
 	b, err := os.ReadFile(proc.Path(pid, "sessionid"))
 	if err != nil {
 		return 0, false, nil
@@ -147,7 +147,7 @@ func auditSession(pid int) (id uint32, ok bool, err error) {
 // injectThreadAttrs asks a thread of process pid what only it can tell:
 // its securebits, speculation controls and TSC policy; and refuses a
 // core-scheduling cookie.
-func injectThreadAttrs(a asker, pid int, th *image.Thread) {
+func injectThreadAttrs(a asker, pid sys.PID, th *image.Thread) {
 	// Speculation controls a prctl cannot change here are the same in
 	// every process (-1: nothing to restore); only the others are asked.
 	th.SpecCtrl = make([]int, 3)
@@ -182,7 +182,7 @@ func injectThreadAttrs(a asker, pid int, th *image.Thread) {
 }
 
 // refuseCoreCookie refuses a thread with a core-scheduling cookie.
-func refuseCoreCookie(a asker, pid int, th *image.Thread) {
+func refuseCoreCookie(a asker, pid sys.PID, th *image.Thread) {
 	// Without core scheduling in the kernel (ckpt's own call fails) no
 	// thread has a cookie.
 	if _, err := sys.SchedCoreCookie(); err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/internal/testenv"
 	"github.com/ckpt/ckpt/pkg/dump"
 	"github.com/ckpt/ckpt/pkg/image"
@@ -38,7 +39,7 @@ func TestRefusalNamesOwner(t *testing.T) {
 		t.Fatalf("the child did not connect: %v", err)
 	}
 	defer conn.Close()
-	kids, err := proc.Children(root)
+	kids, err := proc.Children(sys.PID(root))
 	if err != nil || len(kids) != 1 {
 		t.Fatalf("children of the root %d: %v, %v", root, kids, err)
 	}
@@ -49,7 +50,7 @@ func TestRefusalNamesOwner(t *testing.T) {
 		t.Fatal(err)
 	}
 	runtime.LockOSThread()
-	_, err = dump.Run(root, sink, dump.Options{})
+	_, err = dump.Run(sys.PID(root), sink, dump.Options{})
 	runtime.UnlockOSThread()
 	if !errors.Is(err, dump.ErrUnsupported) {
 		t.Fatalf("dump of %d: %v; want a refusal", root, err)
@@ -57,7 +58,7 @@ func TestRefusalNamesOwner(t *testing.T) {
 	if want := fmt.Sprintf("process %d (python3): fd 3 ", child); !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), fmt.Sprintf("process %d (sh): fd", root)) {
 		t.Errorf("refusal %q; want it to name the child's fd (%q), not the root %d", err, want, root)
 	}
-	for _, pid := range []int{root, child} {
+	for _, pid := range []sys.PID{sys.PID(root), child} {
 		st, err := proc.ReadStatus(pid)
 		if err != nil {
 			t.Fatalf("process %d after the refusal: %v", pid, err)

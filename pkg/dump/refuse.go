@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
 )
@@ -17,7 +18,7 @@ import (
 // which process, which object and why ("process 812: fd 9: io_uring
 // instance: cannot be restored").
 type Refusal struct {
-	PID    int
+	PID    sys.PID
 	Object string // "fd 9", "mapping 7f00-7f01 [aio]", "oom_score_adj"
 	Reason string
 }
@@ -31,7 +32,7 @@ func (r *Refusal) Error() string {
 func (r *Refusal) Unwrap() error { return ErrUnsupported }
 
 // refuse returns the Refusal of object of process pid.
-func refuse(pid int, object, format string, args ...any) error {
+func refuse(pid sys.PID, object, format string, args ...any) error {
 	return &Refusal{PID: pid, Object: object, Reason: fmt.Sprintf(format, args...)}
 }
 
@@ -47,15 +48,15 @@ type limits struct {
 
 // ownLimits reads this process's limits.
 func ownLimits() (*limits, error) {
-	st, err := proc.ReadStatus(os.Getpid())
+	st, err := proc.ReadStatus(sys.Getpid())
 	if err != nil {
 		return nil, err
 	}
 	l := &limits{sysResource: st.CapEff&(1<<unix.CAP_SYS_RESOURCE) != 0, bnd: st.CapBnd, hard: map[int]uint64{}}
-	if l.oomAdj, err = readOOMAdj(os.Getpid()); err != nil {
+	if l.oomAdj, err = readOOMAdj(sys.Getpid()); err != nil {
 		return nil, err
 	}
-	lims, err := proc.ReadLimits(os.Getpid())
+	lims, err := proc.ReadLimits(sys.Getpid())
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +66,7 @@ func ownLimits() (*limits, error) {
 	return l, nil
 }
 
-func readOOMAdj(pid int) (int, error) {
+func readOOMAdj(pid sys.PID) (int, error) {
 	b, err := os.ReadFile(proc.Path(pid, "oom_score_adj"))
 	if err != nil {
 		return 0, fmt.Errorf("read oom_score_adj: %w", err)
@@ -108,7 +109,7 @@ func (t *tree) refuse() error {
 // refuseMappings refuses ranges registered with a userfaultfd by the
 // program. smaps, which walks the page tables, is read only when the
 // process holds a userfaultfd.
-func refuseMappings(pid int, _ *limits) error {
+func refuseMappings(pid sys.PID, _ *limits) error {
 	if !hasAnonFD(pid, "[userfaultfd]") {
 		return nil
 	}
@@ -126,7 +127,7 @@ func refuseMappings(pid int, _ *limits) error {
 }
 
 // hasAnonFD reports whether the process has an fd on anon_inode:NAME.
-func hasAnonFD(pid int, name string) bool {
+func hasAnonFD(pid sys.PID, name string) bool {
 	ents, err := os.ReadDir(proc.Path(pid, "fd"))
 	if err != nil {
 		return false
@@ -141,7 +142,7 @@ func hasAnonFD(pid int, name string) bool {
 
 // refuseLimits refuses hard limits above ckpt's own: without
 // CAP_SYS_RESOURCE no restore can raise a hard limit.
-func refuseLimits(pid int, own *limits) error {
+func refuseLimits(pid sys.PID, own *limits) error {
 	if own.sysResource {
 		return nil
 	}
@@ -161,7 +162,7 @@ func refuseLimits(pid int, own *limits) error {
 
 // refuseOOMAdj refuses an oom_score_adj below ckpt's own: without
 // CAP_SYS_RESOURCE the restore may not lower it that far.
-func refuseOOMAdj(pid int, own *limits) error {
+func refuseOOMAdj(pid sys.PID, own *limits) error {
 	if own.sysResource {
 		return nil
 	}
@@ -184,7 +185,7 @@ func refuseOOMAdj(pid int, own *limits) error {
 // hands out from a counter. A process in ckpt's own autogroup is not
 // refused: restored from the same session, it is in that group again.
 // Without autogroup support the file is absent.
-func refuseAutogroupNice(pid int) error {
+func refuseAutogroupNice(pid sys.PID) error {
 	b, err := os.ReadFile(proc.Path(pid, "autogroup"))
 	if err != nil {
 		return nil
@@ -193,7 +194,7 @@ func refuseAutogroupNice(pid int) error {
 	if !ok {
 		return fmt.Errorf("/proc/%d/autogroup: %q: unknown format", pid, b)
 	}
-	own, _ := os.ReadFile(proc.Path(os.Getpid(), "autogroup"))
+	own, _ := os.ReadFile(proc.Path(sys.Getpid(), "autogroup"))
 	if nice != "0" && !bytes.Equal(b, own) {
 		return refuse(pid, "scheduling autogroup "+name, "its nice value was set to %s: the restore cannot give the process an autogroup of its own with it", nice)
 	}
@@ -204,12 +205,12 @@ func refuseAutogroupNice(pid int) error {
 // than ckpt's own. The kernel numbers sessions from a counter: a restored
 // process can only inherit ckpt-redo's session, get a new one by writing
 // its loginuid, or have none (loginuid unset).
-func refuseAuditSession(pid int) error {
+func refuseAuditSession(pid sys.PID) error {
 	id, ok, err := auditSession(pid)
 	if err != nil || !ok || id == noAuditSession {
 		return err
 	}
-	own, _, err := auditSession(os.Getpid())
+	own, _, err := auditSession(sys.Getpid())
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
 )
@@ -25,12 +26,12 @@ const (
 
 // restartWchan returns where thread tid sleeps in the kernel if it is in
 // restart_syscall, "" otherwise.
-func restartWchan(tid int) string {
-	b, err := os.ReadFile(proc.Path(tid, "syscall"))
+func restartWchan(tid sys.TID) string {
+	b, err := os.ReadFile(proc.ThreadPath(tid, "syscall"))
 	if err != nil || !strings.HasPrefix(string(b), strconv.Itoa(sysRestart)+" ") {
 		return ""
 	}
-	w, err := os.ReadFile(proc.Path(tid, "wchan"))
+	w, err := os.ReadFile(proc.ThreadPath(tid, "wchan"))
 	if err != nil {
 		return ""
 	}

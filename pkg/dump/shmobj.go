@@ -6,6 +6,7 @@ import (
 	"os"
 	"sort"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -40,7 +41,7 @@ type shmObjects map[shmKey]*shmObject
 
 // object returns the object behind the VMA of pid, reading its layout the
 // first time.
-func (s shmObjects) object(pid int, v *image.VMA) (*shmObject, error) {
+func (s shmObjects) object(pid sys.PID, v *image.VMA) (*shmObject, error) {
 	key := shmKey{v.Kind == image.VMASysVShm, v.ShmID}
 	if o, ok := s[key]; ok {
 		return o, nil

@@ -3,8 +3,8 @@ package dump
 import (
 	"fmt"
 	"os"
-	"strconv"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
@@ -88,7 +88,7 @@ func (d *dumper) collectPending(p *image.Process) error {
 			p.Signals.Pending = append(p.Signals.Pending, image.SigInfo(s))
 		}
 	}
-	shared, err := ptrace.PeekSigInfo(d.pid, true)
+	shared, err := ptrace.PeekSigInfo(d.pid.Leader(), true)
 	if err != nil {
 		return err
 	}
@@ -100,7 +100,7 @@ func (d *dumper) collectPending(p *image.Process) error {
 
 // readPosixTimers reads the POSIX timers of a process from
 // /proc/PID/timers; their times come from injected timer_gettime.
-func readPosixTimers(pid int) ([]image.PosixTimer, error) {
+func readPosixTimers(pid sys.PID) ([]image.PosixTimer, error) {
 	ts, err := proc.ReadTimers(pid)
 	if err != nil {
 		return nil, fmt.Errorf("read timers: %w", err)
@@ -108,7 +108,7 @@ func readPosixTimers(pid int) ([]image.PosixTimer, error) {
 	var out []image.PosixTimer
 	for _, t := range ts {
 		if t.Notify&sigevThreadID != 0 {
-			if _, err := os.Stat(proc.Path(pid, "task", strconv.Itoa(t.NotifyTID))); err != nil {
+			if _, err := os.Stat(proc.Path(pid, "task", t.NotifyTID.String())); err != nil {
 				// Its signals go nowhere; timer_create cannot name a
 				// thread that is gone, the restore could not make it.
 				return nil, fmt.Errorf("POSIX timer %d notifies thread %d (SIGEV_THREAD_ID), which has exited: cannot be restored: %w",

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"os"
 	"runtime"
-	"strconv"
 	"syscall"
 	"time"
 
@@ -15,10 +14,16 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// heldFD names an fd of a process of the tree.
+type heldFD struct {
+	pid sys.PID
+	fd  sys.TargetFD
+}
+
 // sockState is what the dump of a tree holds of its sockets: ckpt's own
 // copies of them (pidfd_getfd), those put in repair mode, and the lock.
 type sockState struct {
-	fds   map[[2]int]int              // pid, fd -> ckpt's fd for the same socket
+	fds   map[heldFD]int              // ckpt's fd for the same socket
 	reuse map[int]int                 // ckpt's fd of a connection -> its SO_REUSEADDR
 	conns []int                       // ckpt fds of the dumped connections
 	unix  map[uint32]sockets.UnixInfo // sock_diag's view, read on first need
@@ -36,7 +41,7 @@ type sockState struct {
 // TCP connection (established, connecting or closing) or listener, takes
 // the network lock before anything is read from them.
 func (t *tree) takeSockets() error {
-	t.socks.fds = map[[2]int]int{}
+	t.socks.fds = map[heldFD]int{}
 	t.socks.reuse = map[int]int{}
 	var conns []netlock.Conn
 	var guarded []netlock.Socket
@@ -51,21 +56,21 @@ func (t *tree) takeSockets() error {
 		var pidfd *sys.FD
 		for _, fd := range fds {
 			var st syscall.Stat_t
-			if err := syscall.Stat(proc.Path(m.pid, "fd", strconv.Itoa(fd)), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
+			if err := syscall.Stat(proc.Path(m.pid, "fd", fd.String()), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
 				continue
 			}
 			if pidfd == nil {
-				if pidfd, err = sys.PidfdOpen(sys.PID(m.pid), 0); err != nil {
+				if pidfd, err = sys.PidfdOpen(m.pid, 0); err != nil {
 					return fmt.Errorf("process %d: %w", m.pid, err)
 				}
 				defer pidfd.Close()
 			}
-			our, err := unix.PidfdGetfd(pidfd.Int(), fd, 0)
+			our, err := unix.PidfdGetfd(pidfd.Int(), int(fd), 0)
 			if err != nil {
 				return fmt.Errorf("process %d fd %d: pidfd_getfd: %w", m.pid, fd, err)
 			}
 			unix.CloseOnExec(our)
-			t.socks.fds[[2]int{m.pid, fd}] = our
+			t.socks.fds[heldFD{m.pid, fd}] = our
 			if dom, err := unix.GetsockoptInt(our, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX {
 				if t.socks.inos == nil {
 					t.socks.inos = map[uint32]bool{}
@@ -147,7 +152,7 @@ func (t *tree) takeSockets() error {
 // setNetns records the network namespace of a process that has sockets:
 // the lock goes there, and sock_diag is asked there. Every process of the
 // tree with sockets must be in the same one.
-func (s *sockState) setNetns(pid int) error {
+func (s *sockState) setNetns(pid sys.PID) error {
 	var mine, theirs syscall.Stat_t
 	if err := syscall.Stat("/proc/self/ns/net", &mine); err != nil {
 		return err

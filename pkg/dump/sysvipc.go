@@ -50,12 +50,12 @@ func sysvShm(id uint64) (*image.SysVShm, uint64, error) {
 // last, with their messages, and the semaphore sets it operated on last,
 // with their values, for the image.
 func checkSysV(members []*member) ([]image.SysVMsgQueue, []image.SysVSemSet, error) {
-	inTree := map[string]int{}
+	inTree := map[string]sys.PID{}
 	attached := map[uint64]int{}
 	where := map[uint64]string{}
 	nattch := map[uint64]uint64{}
 	for _, m := range members {
-		inTree[strconv.Itoa(m.pid)] = m.pid
+		inTree[m.pid.String()] = m.pid
 		if m.p == nil || m.p.Zombie {
 			continue
 		}
@@ -96,7 +96,7 @@ func checkSysV(members []*member) ([]image.SysVMsgQueue, []image.SysVSemSet, err
 			return nil, nil, fmt.Errorf("/proc/sysvipc/sem: semid %q nsems %q", r["semid"], r["nsems"])
 		}
 		set := image.SysVSemSet{ID: id, PIDs: make([]int32, n)}
-		used := 0
+		used := sys.PID(0)
 		for i := 0; i < n; i++ {
 			last, err := sys.SemGetPID(id, i)
 			if err != nil {
@@ -133,12 +133,12 @@ func checkSysV(members []*member) ([]image.SysVMsgQueue, []image.SysVSemSet, err
 // the list). kcmp KCMP_SYSVSEM compares its list with kthreadd's, which a
 // kernel thread never has; where kthreadd is not to be seen (in a PID
 // namespace) the answer is no.
-func noSemUndo(pid int) bool {
+func noSemUndo(pid sys.PID) bool {
 	st, err := proc.ReadStat(2, 0)
 	if err != nil || st.Comm != "kthreadd" || st.Flags&proc.PFKthread == 0 {
 		return false
 	}
-	same, err := sys.SameSemUndo(sys.PID(pid), 2)
+	same, err := sys.SameSemUndo(pid, 2)
 	return err == nil && same
 }
 
@@ -146,7 +146,7 @@ func noSemUndo(pid int) bool {
 // PID text -> PID) sent to or received from last: their state
 // (msgctl IPC_STAT) and their messages, copied with MSG_COPY, which leaves
 // them in the queue for the process or a --leave-running dump.
-func sysvMsgQueues(inTree map[string]int) ([]image.SysVMsgQueue, error) {
+func sysvMsgQueues(inTree map[string]sys.PID) ([]image.SysVMsgQueue, error) {
 	rows, err := proc.ReadSysVIPC("msg")
 	if err != nil {
 		return nil, nil // no SysV IPC here
@@ -181,7 +181,7 @@ func sysvMsgQueue(id int) (*image.SysVMsgQueue, error) {
 	q := &image.SysVMsgQueue{
 		Key: ds.Perm.Key, ID: id, Mode: ds.Perm.Mode & 0o777,
 		UID: ds.Perm.Uid, GID: ds.Perm.Gid, CUID: ds.Perm.Cuid, CGID: ds.Perm.Cgid,
-		QBytes: ds.QBytes, LSPID: int(ds.LSPID), LRPID: int(ds.LRPID),
+		QBytes: ds.QBytes, LSPID: sys.PID(ds.LSPID), LRPID: sys.PID(ds.LRPID),
 		STime: ds.STime, RTime: ds.RTime, CTime: ds.CTime,
 	}
 	var total uint64

@@ -3,8 +3,8 @@ package dump
 import (
 	"os"
 	"runtime"
-	"strconv"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/proc"
 )
 
@@ -16,7 +16,7 @@ func (t *task) readStatus() (*proc.Status, error) {
 	if t.status != nil {
 		return t.status, nil
 	}
-	st, err := proc.ReadStatus(t.tid)
+	st, err := proc.ReadThreadStatus(t.tid)
 	if err != nil {
 		return nil, err
 	}
@@ -26,7 +26,7 @@ func (t *task) readStatus() (*proc.Status, error) {
 
 // readStat returns the task's /proc/PID/task/TID/stat (pid is its
 // process), read once for the same reason (its state and flags).
-func (t *task) readStat(pid int) (*proc.Stat, error) {
+func (t *task) readStat(pid sys.PID) (*proc.Stat, error) {
 	t.waitPrefetch()
 	if t.stat != nil {
 		return t.stat, nil
@@ -41,7 +41,7 @@ func (t *task) readStat(pid int) (*proc.Stat, error) {
 
 // readFile returns the task's /proc file name (pid is its process): comm
 // and timerslack_ns as prefetch read them, any other read now.
-func (t *task) readFile(pid int, name string) ([]byte, error) {
+func (t *task) readFile(pid sys.PID, name string) ([]byte, error) {
 	t.waitPrefetch()
 	if b, ok := t.files[name]; ok {
 		return b, nil
@@ -52,11 +52,11 @@ func (t *task) readFile(pid int, name string) ([]byte, error) {
 // path is where the task's /proc file name is: timer slack only at
 // /proc/TID (the task directories lack it), the others in its task
 // directory.
-func (t *task) path(pid int, name string) string {
+func (t *task) path(pid sys.PID, name string) string {
 	if name == "timerslack_ns" {
-		return proc.Path(t.tid, name)
+		return proc.ThreadPath(t.tid, name)
 	}
-	return proc.Path(pid, "task", strconv.Itoa(t.tid), name)
+	return proc.Path(pid, "task", t.tid.String(), name)
 }
 
 // prefetched are the /proc files of a thread prefetch reads besides
@@ -82,7 +82,7 @@ func (fz *frozen) prefetch() {
 	for range min(runtime.NumCPU(), 4) {
 		go func() {
 			for t := range work {
-				t.status, _ = proc.ReadStatus(t.tid)
+				t.status, _ = proc.ReadThreadStatus(t.tid)
 				t.stat, _ = proc.ReadStat(fz.pid, t.tid)
 				t.files = map[string][]byte{}
 				for _, name := range prefetched {

@@ -41,7 +41,7 @@ func (d *dumper) collectThread(t *task) (*image.Thread, error) {
 	if err := d.fixRseq(th); err != nil {
 		return nil, err
 	}
-	head, hlen, err := sys.GetRobustList(sys.TID(t.tid))
+	head, hlen, err := sys.GetRobustList(t.tid)
 	if err != nil {
 		return nil, fmt.Errorf("thread %d: %w", t.tid, err)
 	}

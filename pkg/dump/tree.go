@@ -16,7 +16,7 @@ import (
 
 // member is one process of the dumped tree.
 type member struct {
-	pid  int
+	pid  sys.PID
 	comm string
 	fz   *frozen        // nil for a zombie
 	p    *image.Process // set for zombies when frozen, for the others by collect
@@ -36,7 +36,7 @@ type tree struct {
 	socks    sockState
 	// stopUnreported holds the stopped processes whose parent has not
 	// collected their stop yet (asked in the parent, see stopReports).
-	stopUnreported map[int]bool
+	stopUnreported map[sys.PID]bool
 }
 
 func (t *tree) addData(b []byte) int {
@@ -49,8 +49,8 @@ func (t *tree) addData(b []byte) int {
 // the children of each frozen process (a frozen process cannot fork any
 // more, so its list of children is final). Children that have exited and
 // wait to be reaped are kept as zombies.
-func (t *tree) freeze(root int) error {
-	queue := []int{root}
+func (t *tree) freeze(root sys.PID) error {
+	queue := []sys.PID{root}
 	for len(queue) > 0 {
 		pid := queue[0]
 		queue = queue[1:]
@@ -110,7 +110,7 @@ const vforkWait = 2 * time.Second
 // clone(CLONE_VM) child. Such a parent cannot even be stopped until then.
 // A vfork() child usually calls exec at once: the dump waits for that up
 // to vforkWait, then refuses, before anything of the process is seized.
-func sharedVM(pid int, st *proc.Stat, root bool) error {
+func sharedVM(pid sys.PID, st *proc.Stat, root bool) error {
 	deadline := time.Now().Add(vforkWait)
 	for {
 		kid, err := vmSharingChild(pid)
@@ -124,7 +124,7 @@ func sharedVM(pid int, st *proc.Stat, root bool) error {
 		time.Sleep(time.Millisecond)
 	}
 	if root && st.PPID > 0 {
-		if same, _ := sys.SameVM(sys.PID(pid), sys.PID(st.PPID)); same {
+		if same, _ := sys.SameVM(pid, st.PPID); same {
 			return fmt.Errorf("process %d (%s) shares the memory of its parent %d (a vfork() child before it calls exec or exits, or clone(CLONE_VM)): cannot be dumped: %w",
 				pid, st.Comm, st.PPID, ErrUnsupported)
 		}
@@ -133,13 +133,13 @@ func sharedVM(pid int, st *proc.Stat, root bool) error {
 }
 
 // vmSharingChild returns a child of pid sharing its memory, 0 if none.
-func vmSharingChild(pid int) (int, error) {
+func vmSharingChild(pid sys.PID) (sys.PID, error) {
 	kids, err := proc.Children(pid)
 	if err != nil {
 		return 0, err // gone meanwhile: freeze says so
 	}
 	for _, kid := range kids {
-		if same, _ := sys.SameVM(sys.PID(pid), sys.PID(kid)); same {
+		if same, _ := sys.SameVM(pid, kid); same {
 			return kid, nil
 		}
 	}
@@ -182,8 +182,8 @@ func (t *tree) kill() {
 // restore puts their members into ckpt-redo's own session and group. Each
 // process must be in its own session or its parent's: a session is only
 // inherited over fork.
-func (t *tree) checkIDs() (external []int, err error) {
-	ids := map[int]*proc.Stat{}
+func (t *tree) checkIDs() (external []sys.PID, err error) {
+	ids := map[sys.PID]*proc.Stat{}
 	for _, m := range t.members {
 		st, err := proc.ReadStat(m.pid, 0)
 		if err != nil {
@@ -191,16 +191,16 @@ func (t *tree) checkIDs() (external []int, err error) {
 		}
 		ids[m.pid] = st
 	}
-	ext := map[int]bool{}
+	ext := map[sys.PID]bool{}
 	for i, m := range t.members {
 		st := ids[m.pid]
 		for _, id := range []struct {
 			what string
-			id   int
-			of   func(*proc.Stat) int
+			id   sys.PID
+			of   func(*proc.Stat) sys.PID
 		}{
-			{"session", st.Session, func(s *proc.Stat) int { return s.Session }},
-			{"process group", st.PGRP, func(s *proc.Stat) int { return s.PGRP }},
+			{"session", st.Session, func(s *proc.Stat) sys.PID { return s.Session }},
+			{"process group", st.PGRP, func(s *proc.Stat) sys.PID { return s.PGRP }},
 		} {
 			if lst, in := ids[id.id]; in {
 				if id.of(lst) != id.id {
@@ -251,11 +251,11 @@ func (t *tree) checkIDs() (external []int, err error) {
 // helper standing in for a leader that is gone) again. Such members are
 // typically the children of a zombie session leader, which were given to
 // a subreaper outside the tree.
-func (t *tree) checkOutsideMembers(ids map[int]*proc.Stat, ext map[int]bool) error {
-	made := map[int]string{} // ID -> what the restore makes with that PID
+func (t *tree) checkOutsideMembers(ids map[sys.PID]*proc.Stat, ext map[sys.PID]bool) error {
+	made := map[sys.PID]string{} // ID -> what the restore makes with that PID
 	for pid, st := range ids {
 		made[pid] = "process"
-		for _, id := range [2]int{st.Session, st.PGRP} {
+		for _, id := range [2]sys.PID{st.Session, st.PGRP} {
 			if _, ok := made[id]; !ok && !ext[id] {
 				made[id] = "session or process group"
 			}
@@ -266,7 +266,8 @@ func (t *tree) checkOutsideMembers(ids map[int]*proc.Stat, ext map[int]bool) err
 		return err
 	}
 	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
+		n, err := strconv.Atoi(e.Name())
+		pid := sys.PID(n)
 		if err != nil || ids[pid] != nil {
 			continue
 		}
@@ -274,7 +275,7 @@ func (t *tree) checkOutsideMembers(ids map[int]*proc.Stat, ext map[int]bool) err
 		if err != nil {
 			continue // gone
 		}
-		for _, id := range [2]int{st.Session, st.PGRP} {
+		for _, id := range [2]sys.PID{st.Session, st.PGRP} {
 			if _, ok := made[id]; !ok || ext[id] {
 				continue
 			}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -140,7 +141,7 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 // and that still has its name: the restore reads their clean pages back
 // from them, and refuses one whose content is not the same
 // (fdkind.IdentifyContent).
-func identifyMapped(pid int, p *image.Process) error {
+func identifyMapped(pid sys.PID, p *image.Process) error {
 	ranges := map[int][]image.Extent{}
 	link := map[int]string{}
 	for _, v := range p.VMAs {
@@ -318,7 +319,7 @@ const (
 
 // readAIORing reads the ring of the AIO context mapped at start: its
 // size, head and tail, and the completions not yet reaped.
-func readAIORing(pid int, start, end uint64) (*image.AIORing, error) {
+func readAIORing(pid sys.PID, start, end uint64) (*image.AIORing, error) {
 	ring := make([]byte, end-start)
 	if err := ptrace.ReadMem(pid, start, ring); err != nil {
 		return nil, fmt.Errorf("read the ring: %w", err)

@@ -3,6 +3,7 @@ package fdkind
 import (
 	"fmt"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -12,7 +13,7 @@ import (
 // process: their paths and identities (a removed working directory is
 // made again at restore, like a deleted directory held open). A root
 // directory that was removed or moved is refused.
-func DescribeDirs(pid int, m *image.ProcMisc) error {
+func DescribeDirs(pid sys.PID, m *image.ProcMisc) error {
 	lf, err := proc.ReadLinkedFile(proc.Path(pid, "cwd"))
 	if err != nil {
 		return fmt.Errorf("working directory: %w", err)

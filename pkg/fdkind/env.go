@@ -3,6 +3,7 @@ package fdkind
 import (
 	"os"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/rewrite"
 	"github.com/ckpt/ckpt/pkg/sockets"
@@ -18,11 +19,11 @@ type DumpEnv interface {
 	Ghost(path string, st *unix.Stat_t, ref *image.FileRef) error
 	// Socket returns ckpt's copy of a socket fd of the tree, taken when
 	// the tree was frozen.
-	Socket(pid, fd int) (int, bool)
+	Socket(pid sys.PID, fd sys.TargetFD) (int, bool)
 	// Sockets is the tree's socket state the socket kinds use.
 	Sockets() SocketDumpEnv
 	// InDump tells whether pid is a live process of the dump.
-	InDump(pid int) bool
+	InDump(pid sys.PID) bool
 	// InFlight names a file in flight in a UNIX socket's queue (fd is
 	// ckpt's copy, which the caller closes): a UNIX socket by its inode
 	// (described once, if no process of the dump holds it), any other
@@ -52,7 +53,7 @@ type SocketDumpEnv interface {
 	ExternalUnix(ino uint32) bool
 	// Member tells whether pid is a live process (not a zombie) of the
 	// dumped tree.
-	Member(pid int) bool
+	Member(pid sys.PID) bool
 	// Peeked gives, once, the messages the dump already read from the
 	// queue of the UNIX socket ino (sockets.PeekUnix) while it looked for
 	// sockets in flight; ok is false if it read none.
@@ -71,7 +72,7 @@ type RestoreEnv interface {
 	// Keep hands f to the restore, which closes it at the end.
 	Keep(f *os.File)
 	// InDump tells whether pid is a process or a thread of the image.
-	InDump(pid int) bool
+	InDump(pid sys.PID) bool
 	// SameBoot tells whether the restore runs on the machine of the dump,
 	// not rebooted since: device and inode numbers and change times of
 	// files can be compared.
@@ -88,7 +89,7 @@ type RestoreEnv interface {
 	// (a UNIX socket pair made by the process that made it at the dump).
 	// Descriptions opened by fn reach the processes through
 	// Desc.InTarget.
-	BeforeBuild(fn func(target func(pid int) (Target, bool)) error)
+	BeforeBuild(fn func(target func(pid sys.PID) (Target, bool)) error)
 	// File returns ckpt-redo's copy of the description with File ID id,
 	// opened now if no fd uses it (a file in flight in a UNIX socket's
 	// queue). It is called in BeforeBuild steps, once every description
@@ -120,7 +121,7 @@ type SocketRestoreEnv interface {
 // system calls.
 type Target interface {
 	// PID of the process.
-	PID() int
+	PID() sys.PID
 	// Call runs a system call in the process; name is for errors.
 	Call(name string, nr uint64, args ...uint64) (uint64, error)
 	// Scratch copies data into scratch memory of the process and returns
@@ -128,13 +129,13 @@ type Target interface {
 	Scratch(data []byte) (uint64, error)
 	// Passed returns the fd under which the process holds ckpt-redo's
 	// copy of a description (File ID) until its fds are settled.
-	Passed(fileID int) (int, bool)
+	Passed(fileID int) (sys.TargetFD, bool)
 	// HoldPID runs fn while a short-lived child of the process holds PID
 	// pid (to open the /proc files of a process that had exited).
-	HoldPID(pid int, fn func() error) error
+	HoldPID(pid sys.PID, fn func() error) error
 	// HoldPIDIn runs fn with the short-lived child of the process that
 	// holds PID pid as its target (a copy of the process, still root):
 	// system calls made as the process pid (a UNIX listener that had
 	// called listen() in a process that has exited).
-	HoldPIDIn(pid int, fn func(held Target) error) error
+	HoldPIDIn(pid sys.PID, fn func(held Target) error) error
 }

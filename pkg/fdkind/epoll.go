@@ -42,7 +42,7 @@ func describeEpoll(env DumpEnv, s *Source, f *image.File) error {
 // watches among the fds of the set's process (kcmp KCMP_EPOLL_TFD): the
 // fd it was registered under may have been closed or reused since.
 func linkEpollItems(env DumpEnv, fds []Held) error {
-	byPID := map[int][]Held{}
+	byPID := map[sys.PID][]Held{}
 	for _, h := range fds {
 		byPID[h.PID] = append(byPID[h.PID], h)
 	}
@@ -54,13 +54,13 @@ func linkEpollItems(env DumpEnv, fds []Held) error {
 		}
 		done[f] = true
 		own := byPID[h.PID]
-		seen := map[int]int{} // tfd -> items with it so far (kcmp's toff)
+		seen := map[sys.TargetFD]int{} // tfd -> items with it so far (kcmp's toff)
 		for i := range f.Event.Items {
 			it := &f.Event.Items[i]
 			toff := seen[it.FD]
 			seen[it.FD]++
-			watches := func(fd int) bool {
-				ok, err := sys.EpollWatchesAt(sys.PID(h.PID), sys.TargetFD(h.FD), sys.TargetFD(it.FD), toff, sys.TargetFD(fd))
+			watches := func(fd sys.TargetFD) bool {
+				ok, err := sys.EpollWatchesAt(h.PID, h.FD, it.FD, toff, fd)
 				return err == nil && ok
 			}
 			found := false
@@ -102,8 +102,8 @@ func epollItems(t Target, p *image.Process, f *image.File) error {
 	if f.Event == nil {
 		return nil
 	}
-	owner := map[int]image.FD{} // fd number -> its entry
-	efd := -1
+	owner := map[sys.TargetFD]image.FD{} // fd number -> its entry
+	efd := sys.TargetFD(-1)
 	for _, e := range p.FDs {
 		owner[e.FD] = e
 		if e.File == f.ID && efd < 0 {
@@ -125,7 +125,7 @@ func epollItems(t Target, p *image.Process, f *image.File) error {
 // under (the number is part of the item's key). If that number is free
 // now, the file is put there just for the call; if it holds another file,
 // that file is set aside meanwhile and put back, with its FD_CLOEXEC.
-func epollAdd(t Target, efd int, it image.EpollItem, owner map[int]image.FD) error {
+func epollAdd(t Target, efd sys.TargetFD, it image.EpollItem, owner map[sys.TargetFD]image.FD) error {
 	cur, used := owner[it.FD]
 	if !used || cur.File != it.File {
 		src, ok := t.Passed(it.File)

@@ -22,23 +22,23 @@ type selfTarget struct {
 	calls   []string
 }
 
-func (s *selfTarget) PID() int { return os.Getpid() }
+func (s *selfTarget) PID() sys.PID { return sys.Getpid() }
 
 func (s *selfTarget) Scratch(data []byte) (uint64, error) {
 	s.scratch = append(s.scratch[:0], data...)
 	return 1, nil // an address only Call below reads
 }
 
-func (s *selfTarget) Passed(fileID int) (int, bool) {
+func (s *selfTarget) Passed(fileID int) (sys.TargetFD, bool) {
 	fd, ok := s.passed[fileID]
-	return fd, ok
+	return sys.TargetFD(fd), ok
 }
 
-func (s *selfTarget) HoldPIDIn(int, func(Target) error) error {
+func (s *selfTarget) HoldPIDIn(sys.PID, func(Target) error) error {
 	return fmt.Errorf("selfTarget: no HoldPIDIn")
 }
 
-func (s *selfTarget) HoldPID(int, func() error) error {
+func (s *selfTarget) HoldPID(sys.PID, func() error) error {
 	return fmt.Errorf("selfTarget: no HoldPID")
 }
 
@@ -126,7 +126,7 @@ func TestEpollRoundTrip(t *testing.T) {
 			d.ID = ids[other]
 		}
 		ids[fd] = d.ID
-		held = append(held, Held{PID: os.Getpid(), FD: fd, File: d})
+		held = append(held, Held{PID: sys.Getpid(), FD: sys.TargetFD(fd), File: d})
 		if fd == ep {
 			f = d
 		}
@@ -137,7 +137,7 @@ func TestEpollRoundTrip(t *testing.T) {
 	if err := linkEpollItems(env, held); err != nil {
 		t.Fatal(err)
 	}
-	wantFile := map[int]int{evfd: ids[evfd], rd: ids[rd], gone: ids[wr], taken: ids[rd]}
+	wantFile := map[sys.TargetFD]int{sys.TargetFD(evfd): ids[evfd], sys.TargetFD(rd): ids[rd], sys.TargetFD(gone): ids[wr], sys.TargetFD(taken): ids[rd]}
 	for _, it := range f.Event.Items {
 		if it.File != wantFile[it.FD] {
 			t.Errorf("item fd %d linked to file %d, want %d", it.FD, it.File, wantFile[it.FD])
@@ -148,9 +148,9 @@ func TestEpollRoundTrip(t *testing.T) {
 	}
 
 	nf := reopen(t, env, f)
-	p := &image.Process{PID: os.Getpid(), FDs: []image.FD{{FD: int(nf.Fd()), File: f.ID, CloExec: true}}}
+	p := &image.Process{PID: sys.Getpid(), FDs: []image.FD{{FD: sys.TargetFD(nf.Fd()), File: f.ID, CloExec: true}}}
 	for _, fd := range []int{evfd, rd, wr, other, taken} {
-		p.FDs = append(p.FDs, image.FD{FD: fd, File: ids[fd], CloExec: fd != taken})
+		p.FDs = append(p.FDs, image.FD{FD: sys.TargetFD(fd), File: ids[fd], CloExec: fd != taken})
 	}
 	tgt := &selfTarget{passed: map[int]int{ids[evfd]: evfd, ids[rd]: rd, ids[wr]: wr, ids[other]: other}}
 	k, err := Lookup(f.Kind)
@@ -198,7 +198,7 @@ func TestEpollRoundTrip(t *testing.T) {
 // describeOwnItems renders the items of one of our epoll sets as fdinfo
 // shows them (fd number, events, data), in the kernel's order.
 func describeOwnItems(fd int) (string, error) {
-	fi, err := proc.ReadFDInfo(os.Getpid(), fd)
+	fi, err := proc.ReadFDInfo(sys.Getpid(), sys.TargetFD(fd))
 	if err != nil {
 		return "", err
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -86,7 +87,7 @@ func describeFanotify(env DumpEnv, s *Source, f *image.File) error {
 		}
 		if mounts == nil {
 			var err error
-			if mounts, err = proc.ReadMountInfo(os.Getpid()); err != nil {
+			if mounts, err = proc.ReadMountInfo(sys.Getpid()); err != nil {
 				return fmt.Errorf("fanotify: %w", err)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -74,7 +75,7 @@ func TestFanotifyRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := newTestEnv(t)
-	src := &Source{PID: os.Getpid(), FD: fd, Link: "anon_inode:[fanotify]", Copy: fd}
+	src := &Source{PID: sys.Getpid(), FD: sys.TargetFD(fd), Link: "anon_inode:[fanotify]", Copy: fd}
 	k, _ := Lookup("fanotify")
 	err = k.Describe(env, src, &image.File{})
 	if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "bytes of events not read yet") {

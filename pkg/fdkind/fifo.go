@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -50,7 +51,7 @@ func describeFIFO(env DumpEnv, s *Source, f *image.File) error {
 // buffer through the dump: it is marked External, and the restore joins
 // it by its path without putting the bytes back a second time.
 func fifoData(env DumpEnv, fds []Held) error {
-	inDump := map[int]bool{}
+	inDump := map[sys.PID]bool{}
 	for _, h := range fds {
 		inDump[h.PID] = true
 	}
@@ -91,14 +92,15 @@ func fifoData(env DumpEnv, fds []Held) error {
 
 // openedElsewhere returns a process outside the dump that has the FIFO
 // (device, inode) open, or 0.
-func openedElsewhere(key [2]uint64, inDump map[int]bool) int {
+func openedElsewhere(key [2]uint64, inDump map[sys.PID]bool) sys.PID {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return 0
 	}
-	self := os.Getpid()
+	self := sys.Getpid()
 	for _, p := range procs {
-		pid, err := strconv.Atoi(p.Name())
+		n, err := strconv.Atoi(p.Name())
+		pid := sys.PID(n)
 		if err != nil || inDump[pid] || pid == self {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
 )
 
@@ -41,7 +42,7 @@ func TestFIFORoundTrip(t *testing.T) {
 	env := newTestEnv(t)
 	fr, fw, fg := describeOwn(t, env, rd), describeOwn(t, env, wr), describeOwn(t, env, rw)
 	fr.ID, fw.ID, fg.ID = 1, 2, 3
-	held := []Held{{PID: os.Getpid(), FD: rd, File: fr}, {PID: os.Getpid(), FD: wr, File: fw}, {PID: os.Getpid(), FD: rw, File: fg}}
+	held := []Held{{PID: sys.Getpid(), FD: sys.TargetFD(rd), File: fr}, {PID: sys.Getpid(), FD: sys.TargetFD(wr), File: fw}, {PID: sys.Getpid(), FD: sys.TargetFD(rw), File: fg}}
 	if err := fifoData(env, held); err != nil {
 		t.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -17,7 +18,7 @@ type testEnv struct {
 	once map[any]any
 	kept []*os.File
 	// steps are the BeforeBuild steps asked for (runSteps runs them).
-	steps []func(func(int) (Target, bool)) error
+	steps []func(func(sys.PID) (Target, bool)) error
 	// otherBoot makes the restore side act as on another machine.
 	otherBoot bool
 }
@@ -43,9 +44,9 @@ func (e *testEnv) Ghost(path string, st *unix.Stat_t, ref *image.FileRef) error 
 	return nil
 }
 
-func (e *testEnv) Socket(pid, fd int) (int, bool) { return 0, false }
-func (e *testEnv) Sockets() SocketDumpEnv         { return nil }
-func (e *testEnv) InDump(pid int) bool            { return false }
+func (e *testEnv) Socket(pid sys.PID, fd sys.TargetFD) (int, bool) { return 0, false }
+func (e *testEnv) Sockets() SocketDumpEnv                          { return nil }
+func (e *testEnv) InDump(pid sys.PID) bool                         { return false }
 func (e *testEnv) InFlight(int) (image.InFlight, error) {
 	return image.InFlight{}, fmt.Errorf("in flight: %w", ErrUnsupported)
 }
@@ -79,7 +80,7 @@ type restoreEnv struct{ *testEnv }
 func (r restoreEnv) Sockets() SocketRestoreEnv { return nil }
 
 // BeforeBuild keeps the step for runSteps: no process is built here.
-func (r restoreEnv) BeforeBuild(fn func(func(int) (Target, bool)) error) {
+func (r restoreEnv) BeforeBuild(fn func(func(sys.PID) (Target, bool)) error) {
 	r.steps = append(r.steps, fn)
 }
 
@@ -87,7 +88,7 @@ func (r restoreEnv) BeforeBuild(fn func(func(int) (Target, bool)) error) {
 // process to target.
 func (e *testEnv) runSteps(t *testing.T) {
 	t.Helper()
-	none := func(int) (Target, bool) { return nil, false }
+	none := func(sys.PID) (Target, bool) { return nil, false }
 	for i := 0; i < len(e.steps); i++ {
 		if err := e.steps[i](none); err != nil {
 			t.Fatal(err)
@@ -102,7 +103,7 @@ func (r restoreEnv) File(id int) (*os.File, error) {
 // describeOwn describes fd of the test process as the dump would.
 func describeOwn(t *testing.T, env *testEnv, fd int) *image.File {
 	t.Helper()
-	src := &Source{PID: os.Getpid(), FD: fd}
+	src := &Source{PID: sys.Getpid(), FD: sys.TargetFD(fd)}
 	var err error
 	if src.Link, err = os.Readlink(src.Path()); err != nil {
 		t.Fatal(err)
@@ -110,7 +111,7 @@ func describeOwn(t *testing.T, env *testEnv, fd int) *image.File {
 	if err := unix.Stat(src.Path(), &src.Stat); err != nil {
 		t.Fatal(err)
 	}
-	if src.Info, err = proc.ReadFDInfo(os.Getpid(), fd); err != nil {
+	if src.Info, err = proc.ReadFDInfo(sys.Getpid(), sys.TargetFD(fd)); err != nil {
 		t.Fatal(err)
 	}
 	f, err := Describe(env, src, fd)
@@ -128,7 +129,7 @@ func reopen(t *testing.T, env *testEnv, f *image.File) *os.File {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := k.Open(restoreEnv{env}, f, Where{PID: os.Getpid(), FD: 100})
+	d, err := k.Open(restoreEnv{env}, f, Where{PID: sys.Getpid(), FD: 100})
 	if err != nil {
 		t.Fatalf("open %s: %v", f.Kind, err)
 	}
@@ -158,7 +159,7 @@ func getfl(t *testing.T, fd uintptr) int {
 // fdinfo returns one field of the fdinfo of one of our fds.
 func fdinfo(t *testing.T, fd uintptr, key string) string {
 	t.Helper()
-	fi, err := proc.ReadFDInfo(os.Getpid(), int(fd))
+	fi, err := proc.ReadFDInfo(sys.Getpid(), sys.TargetFD(int(fd)))
 	if err != nil {
 		t.Fatal(err)
 	}

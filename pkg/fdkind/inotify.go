@@ -69,7 +69,7 @@ func describeInotify(env DumpEnv, s *Source, f *image.File) error {
 			return err
 		}
 		if mounts == nil {
-			if mounts, err = proc.ReadMountInfo(os.Getpid()); err != nil {
+			if mounts, err = proc.ReadMountInfo(sys.Getpid()); err != nil {
 				return fmt.Errorf("inotify: %w", err)
 			}
 		}
@@ -260,10 +260,10 @@ func lastBeforeBuild(env RestoreEnv, fn func() error) {
 // fanotify marks added (lastBeforeBuild).
 func afterSteps(env RestoreEnv, depth int, fn func() error) {
 	if depth <= 1 {
-		env.BeforeBuild(func(func(int) (Target, bool)) error { return fn() })
+		env.BeforeBuild(func(func(sys.PID) (Target, bool)) error { return fn() })
 		return
 	}
-	env.BeforeBuild(func(func(int) (Target, bool)) error {
+	env.BeforeBuild(func(func(sys.PID) (Target, bool)) error {
 		afterSteps(env, depth-1, fn)
 		return nil
 	})

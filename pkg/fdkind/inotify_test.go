@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
 )
@@ -49,11 +50,11 @@ func TestInotifyRoundTrip(t *testing.T) {
 	}
 	nf := reopen(t, env, f)
 	env.runSteps(t) // the watches are added once every file is open
-	old, err := proc.ReadFDInfo(os.Getpid(), fd)
+	old, err := proc.ReadFDInfo(sys.Getpid(), sys.TargetFD(fd))
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := proc.ReadFDInfo(os.Getpid(), int(nf.Fd()))
+	got, err := proc.ReadFDInfo(sys.Getpid(), sys.TargetFD(int(nf.Fd())))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -94,10 +95,10 @@ func TestInotifyPendingRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := newTestEnv(t)
-	src := &Source{PID: os.Getpid(), FD: fd, Copy: fd}
+	src := &Source{PID: sys.Getpid(), FD: sys.TargetFD(fd), Copy: fd}
 	src.Link, _ = os.Readlink(src.Path())
 	unix.Stat(src.Path(), &src.Stat)
-	src.Info, _ = proc.ReadFDInfo(os.Getpid(), fd)
+	src.Info, _ = proc.ReadFDInfo(sys.Getpid(), sys.TargetFD(fd))
 	if _, err := Describe(env, src, fd); err == nil {
 		t.Fatal("an inotify instance with a queued event was described")
 	}

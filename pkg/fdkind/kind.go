@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -26,8 +27,8 @@ var (
 
 // Source is one fd of a frozen process, as the dump sees it.
 type Source struct {
-	PID  int
-	FD   int
+	PID  sys.PID
+	FD   sys.TargetFD
 	Link string      // the fd's link in /proc/PID/fd
 	Stat unix.Stat_t // stat of the file behind it
 	Info *proc.FDInfo
@@ -38,7 +39,7 @@ type Source struct {
 }
 
 // Path is the fd's path in /proc, which opens the same file.
-func (s *Source) Path() string { return proc.Path(s.PID, "fd", fmt.Sprint(s.FD)) }
+func (s *Source) Path() string { return proc.Path(s.PID, "fd", s.FD.String()) }
 
 // Anon is the name of an anonymous-inode file ("[eventfd]"), or "".
 func (s *Source) Anon() string {
@@ -54,16 +55,16 @@ func (s *Source) Type() uint32 { return s.Stat.Mode & unix.S_IFMT }
 
 // Held is one fd of the dump and the description it refers to.
 type Held struct {
-	PID  int
-	FD   int
+	PID  sys.PID
+	FD   sys.TargetFD
 	File *image.File
 }
 
 // Where names the first fd that uses a description being restored, for
 // messages and for choices that depend on the fd number (--stdio).
 type Where struct {
-	PID int
-	FD  int
+	PID sys.PID
+	FD  sys.TargetFD
 }
 
 // String names the fd and its process, for messages.
@@ -75,7 +76,7 @@ func (w Where) String() string { return fmt.Sprintf("process %d fd %d", w.PID, w
 // the process does, such as its own /proc directory).
 type Desc struct {
 	File     *os.File
-	InTarget func(t Target, fd int, cloexec bool) error
+	InTarget func(t Target, fd sys.TargetFD, cloexec bool) error
 	// Foreign marks a description that is not the dumped one but one
 	// the user gave instead (a terminal with --shell-job, --stdio): its
 	// flags, position and owner are left as they are.

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -28,7 +29,7 @@ var ErrLockTaken = errors.New("file lock held by someone else")
 // lockLine is one parsed "lock:" line.
 type lockLine struct {
 	lock image.Lock
-	pid  int
+	pid  sys.PID
 	dev  string // "maj:min:ino" as the kernel prints it
 }
 
@@ -70,7 +71,9 @@ func parseLockLine(v string) (l lockLine, ok bool, err error) {
 	default:
 		return l, false, fmt.Errorf("lock line %q: mode %s", v, f[3])
 	}
-	if l.pid, err = strconv.Atoi(f[4]); err != nil {
+	pid, err := strconv.Atoi(f[4])
+	l.pid = sys.PID(pid)
+	if err != nil {
 		return l, false, fmt.Errorf("lock line %q: pid: %w", v, err)
 	}
 	l.dev = f[5]
@@ -166,7 +169,7 @@ func showLock(l image.Lock) string {
 // the restore, naming the holder. A flock lock taken by a process of the
 // dump (byOwner) is left to that process (TakeFlocks): /proc/locks shows
 // who took it.
-func TakeLocks(f *image.File, of *os.File, byOwner func(pid int) bool) error {
+func TakeLocks(f *image.File, of *os.File, byOwner func(pid sys.PID) bool) error {
 	for _, l := range f.Locks {
 		var err error
 		switch l.Kind {
@@ -302,7 +305,7 @@ func lockHolders(ino uint64) []string {
 		}
 		who := "an open file description"
 		if l.pid > 0 {
-			who = "process " + strconv.Itoa(l.pid)
+			who = "process " + l.pid.String()
 			if c, err := os.ReadFile(fmt.Sprintf("/proc/%d/comm", l.pid)); err == nil {
 				who += " (" + strings.TrimSpace(string(c)) + ")"
 			}

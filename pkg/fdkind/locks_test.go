@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -14,7 +15,7 @@ func TestParseLockLine(t *testing.T) {
 	for _, tc := range []struct {
 		line string
 		want image.Lock
-		pid  int
+		pid  sys.PID
 		ok   bool
 		err  error
 	}{
@@ -60,7 +61,7 @@ func TestLocksRoundTrip(t *testing.T) {
 	}
 	env := newTestEnv(t)
 	f := describeOwn(t, env, fd)
-	want := map[image.Lock]bool{{Kind: image.LockOFD, Write: true, Start: 10, End: 14}: true, {Kind: image.LockFlock, End: -1, PID: os.Getpid()}: true}
+	want := map[image.Lock]bool{{Kind: image.LockOFD, Write: true, Start: 10, End: 14}: true, {Kind: image.LockFlock, End: -1, PID: sys.Getpid()}: true}
 	if len(f.Locks) != 2 || !want[f.Locks[0]] || !want[f.Locks[1]] || f.Locks[0] == f.Locks[1] {
 		t.Fatalf("locks %+v, want %+v", f.Locks, want)
 	}
@@ -72,7 +73,7 @@ func TestLocksRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer d.File.Close()
-	noOwner := func(int) bool { return false }
+	noOwner := func(sys.PID) bool { return false }
 	if err := TakeLocks(f, d.File, noOwner); !errors.Is(err, ErrLockTaken) {
 		t.Fatalf("locks taken while held elsewhere: %v", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -74,7 +75,7 @@ func TestNSFileRoundTrip(t *testing.T) {
 		}
 		defer unix.Close(fd)
 		env := newTestEnv(t)
-		src := &Source{PID: os.Getpid(), FD: fd}
+		src := &Source{PID: sys.Getpid(), FD: sys.TargetFD(fd)}
 		var err error
 		if src.Link, err = os.Readlink(src.Path()); err != nil {
 			t.Fatal(err)

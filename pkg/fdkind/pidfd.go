@@ -54,15 +54,15 @@ func openPidfd(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		of, err := exitedPidfd()
 		return Desc{File: of}, err
 	case env.InDump(pid):
-		return Desc{InTarget: func(t Target, fd int, cloexec bool) error {
+		return Desc{InTarget: func(t Target, fd sys.TargetFD, cloexec bool) error {
 			r, err := t.Call(fmt.Sprintf("pidfd_open(%d)", pid), unix.SYS_PIDFD_OPEN, uint64(pid), uint64(flags))
 			if err != nil {
 				return err
 			}
-			return moveFD(t, int(r), fd, cloexec)
+			return moveFD(t, sys.TargetFD(r), fd, cloexec)
 		}}, nil
 	}
-	fd, err := unix.PidfdOpen(pid, flags)
+	fd, err := unix.PidfdOpen(int(pid), flags)
 	if err != nil {
 		return Desc{}, fmt.Errorf("pidfd of process %d: %w", pid, err)
 	}
@@ -90,7 +90,7 @@ func exitedPidfd() (*os.File, error) {
 }
 
 // moveFD puts the process's fd r at number fd, with FD_CLOEXEC as asked.
-func moveFD(t Target, r, fd int, cloexec bool) error {
+func moveFD(t Target, r, fd sys.TargetFD, cloexec bool) error {
 	cl := uint64(0)
 	if cloexec {
 		cl = unix.O_CLOEXEC

@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
 )
 
@@ -14,7 +15,7 @@ func TestPidfdRoundTrip(t *testing.T) {
 	}
 	defer unix.Close(fd)
 	f, nf := roundTrip(t, fd)
-	if f.Event.PID != os.Getpid() {
+	if f.Event.PID != sys.Getpid() {
 		t.Errorf("pid %d, want %d", f.Event.PID, os.Getpid())
 	}
 	if got := fdinfo(t, nf.Fd(), "Pid"); got != fdinfo(t, uintptr(fd), "Pid") {

@@ -1,9 +1,9 @@
 package fdkind
 
 import (
-	"os"
 	"testing"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -27,7 +27,7 @@ func TestPipeRoundTrip(t *testing.T) {
 	env := newTestEnv(t)
 	r, w := describeOwn(t, env, p[0]), describeOwn(t, env, p[1])
 	r.ID, w.ID = 1, 2
-	held := []Held{{PID: os.Getpid(), FD: p[0], File: r}, {PID: os.Getpid(), FD: p[1], File: w}}
+	held := []Held{{PID: sys.Getpid(), FD: sys.TargetFD(p[0]), File: r}, {PID: sys.Getpid(), FD: sys.TargetFD(p[1]), File: w}}
 	if err := linkPipes(env, held); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +65,7 @@ func TestPipeOtherEndOutside(t *testing.T) {
 	defer unix.Close(p[1])
 	env := newTestEnv(t)
 	w := describeOwn(t, env, p[1])
-	if err := linkPipes(env, []Held{{PID: os.Getpid(), FD: p[1], File: w}}); err != nil {
+	if err := linkPipes(env, []Held{{PID: sys.Getpid(), FD: sys.TargetFD(p[1]), File: w}}); err != nil {
 		t.Fatal(err)
 	}
 	if !w.Pipe.External {

@@ -101,9 +101,9 @@ func describePtmx(env DumpEnv, s *Source, f *image.File) error {
 	}
 	p.SlaveClosed = pfd[0].Revents&unix.POLLHUP != 0
 	if sid, err := unix.IoctlGetInt(fd, unix.TIOCGSID); err == nil && sid > 0 {
-		p.Session = sid
+		p.Session = sys.PID(sid)
 		if pg, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP); err == nil && pg > 0 {
-			p.Foreground = pg
+			p.Foreground = sys.PID(pg)
 		}
 	}
 	f.Pty = p
@@ -169,7 +169,7 @@ func linkPtys(env DumpEnv, fds []Held) error {
 			pp.slaves = append(pp.slaves, h)
 		}
 	}
-	inDump := map[int]bool{}
+	inDump := map[sys.PID]bool{}
 	for _, h := range fds {
 		inDump[h.PID] = true
 	}
@@ -190,7 +190,7 @@ func linkPtys(env DumpEnv, fds []Held) error {
 			return fmt.Errorf("%s: it is the controlling terminal of session %d, whose leader is outside the dump: cannot be restored: %w",
 				name, p.Session, ErrUnsupported)
 		}
-		if p.Foreground != 0 && unix.Kill(-p.Foreground, 0) == unix.ESRCH {
+		if p.Foreground != 0 && unix.Kill(-int(p.Foreground), 0) == unix.ESRCH {
 			return fmt.Errorf("%s: its foreground process group %d has no process left: cannot be restored: %w", name, p.Foreground, ErrUnsupported)
 		}
 		if err := checkCtty(p, fds); err != nil {
@@ -241,7 +241,7 @@ func checkCtty(p *image.Pty, fds []Held) error {
 	if p.Session == 0 {
 		return nil
 	}
-	seen := map[int]bool{}
+	seen := map[sys.PID]bool{}
 	for _, h := range fds {
 		if seen[h.PID] {
 			continue
@@ -261,21 +261,22 @@ func checkCtty(p *image.Pty, fds []Held) error {
 
 // ptsOpenElsewhere names a process outside the dump (not ckpt itself)
 // that has /dev/pts/idx open, or "".
-func ptsOpenElsewhere(idx int, inDump map[int]bool) string {
+func ptsOpenElsewhere(idx int, inDump map[sys.PID]bool) string {
 	return ptyHolder(idx, inDump, false)
 }
 
 // ptyHolder names a process outside inDump (not ckpt itself) holding
 // the slave /dev/pts/idx, or, if masters is set, its master; or "".
-func ptyHolder(idx int, inDump map[int]bool, masters bool) string {
+func ptyHolder(idx int, inDump map[sys.PID]bool, masters bool) string {
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
 		return ""
 	}
 	want := fmt.Sprintf("/dev/pts/%d", idx)
-	self := os.Getpid()
+	self := sys.Getpid()
 	for _, e := range procs {
-		pid, err := strconv.Atoi(e.Name())
+		n, err := strconv.Atoi(e.Name())
+		pid := sys.PID(n)
 		if err != nil || inDump[pid] || pid == self {
 			continue
 		}
@@ -308,12 +309,12 @@ func ptyHolder(idx int, inDump map[int]bool, masters bool) string {
 }
 
 // fdInfoField returns one field of /proc/PID/fdinfo/FD, or "".
-func fdInfoField(pid int, fd, key string) string {
+func fdInfoField(pid sys.PID, fd, key string) string {
 	n, err := strconv.Atoi(fd)
 	if err != nil {
 		return ""
 	}
-	fi, err := proc.ReadFDInfo(pid, n)
+	fi, err := proc.ReadFDInfo(pid, sys.TargetFD(n))
 	if err != nil {
 		return ""
 	}
@@ -585,11 +586,11 @@ func lockPtmx(t Target, p *image.Process, f *image.File) error {
 }
 
 // pidfdCopy returns ckpt's own fd of fd of process pid.
-func pidfdCopy(pid, fd int) (*sys.FD, error) {
-	pidfd, err := sys.PidfdOpen(sys.PID(pid), 0)
+func pidfdCopy(pid sys.PID, fd sys.TargetFD) (*sys.FD, error) {
+	pidfd, err := sys.PidfdOpen(pid, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer pidfd.Close()
-	return sys.PidfdGetfd(pidfd, sys.TargetFD(fd))
+	return sys.PidfdGetfd(pidfd, fd)
 }

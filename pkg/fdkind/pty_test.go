@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/internal/testenv"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
@@ -89,7 +90,7 @@ func TestPtyRoundTrip(t *testing.T) {
 		t.Fatalf("kinds %s %s", fm.Kind, fs.Kind)
 	}
 	self := os.Getpid()
-	if err := linkPtys(env, []Held{{PID: self, FD: mfd, File: fm}, {PID: self, FD: sfd, File: fs}}); err != nil {
+	if err := linkPtys(env, []Held{{PID: sys.PID(self), FD: sys.TargetFD(mfd), File: fm}, {PID: sys.PID(self), FD: sys.TargetFD(sfd), File: fs}}); err != nil {
 		t.Fatal(err)
 	}
 	p := fm.Pty

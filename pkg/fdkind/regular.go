@@ -134,7 +134,7 @@ func openByPath(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		return openProcGone(f), nil
 	}
 	if ownProc(env, f.Ref.Path) {
-		return Desc{InTarget: func(t Target, fd int, cloexec bool) error { return openInTarget(t, f, fd, cloexec) }}, nil
+		return Desc{InTarget: func(t Target, fd sys.TargetFD, cloexec bool) error { return openInTarget(t, f, fd, cloexec) }}, nil
 	}
 	of, err := OpenRef(env, &f.Ref, f.Flags, false)
 	if err != nil {
@@ -151,11 +151,11 @@ func ownProc(env RestoreEnv, path string) bool {
 	}
 	pid, _, _ := strings.Cut(rest, "/")
 	n, err := strconv.Atoi(pid)
-	return err == nil && env.InDump(n)
+	return err == nil && env.InDump(sys.PID(n))
 }
 
 // openInTarget makes the process open a file itself and puts it at fd.
-func openInTarget(t Target, f *image.File, fd int, cloexec bool) error {
+func openInTarget(t Target, f *image.File, fd sys.TargetFD, cloexec bool) error {
 	addr, err := t.Scratch(append([]byte(f.Ref.Path), 0))
 	if err != nil {
 		return err
@@ -170,7 +170,7 @@ func openInTarget(t Target, f *image.File, fd int, cloexec bool) error {
 	if cloexec {
 		cl = unix.O_CLOEXEC
 	}
-	if int(r) == fd {
+	if sys.TargetFD(r) == fd {
 		if !cloexec {
 			_, err = t.Call("fcntl F_SETFD", unix.SYS_FCNTL, r, unix.F_SETFD, 0)
 		}
@@ -233,7 +233,7 @@ func OpenRef(env RestoreEnv, ref *image.FileRef, flags int, mapped bool) (*os.Fi
 
 // procGone tells whether path is in the /proc directory of a process
 // that has exited, and which.
-func procGone(path string) (int, bool) {
+func procGone(path string) (sys.PID, bool) {
 	rest, ok := strings.CutPrefix(path, "/proc/")
 	if !ok {
 		return 0, false
@@ -246,7 +246,7 @@ func procGone(path string) (int, bool) {
 	if _, err := os.Stat("/proc/" + pid); err == nil {
 		return 0, false
 	}
-	return n, true
+	return sys.PID(n), true
 }
 
 // openProcGone opens a file of the /proc directory of the process ref
@@ -254,7 +254,7 @@ func procGone(path string) (int, bool) {
 // while a short-lived child holds that PID; once the child is gone the
 // file tells ESRCH, as it did.
 func openProcGone(f *image.File) Desc {
-	return Desc{InTarget: func(t Target, fd int, cloexec bool) error {
+	return Desc{InTarget: func(t Target, fd sys.TargetFD, cloexec bool) error {
 		return t.HoldPID(f.Ref.ProcGone, func() error { return openInTarget(t, f, fd, cloexec) })
 	}}
 }

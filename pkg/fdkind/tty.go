@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -76,7 +77,7 @@ func openTTY(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		if _, err := restorePair(env, f); err != nil {
 			return Desc{}, err
 		}
-		return Desc{InTarget: func(t Target, fd int, cloexec bool) error { return openInTarget(t, f, fd, cloexec) }}, nil
+		return Desc{InTarget: func(t Target, fd sys.TargetFD, cloexec bool) error { return openInTarget(t, f, fd, cloexec) }}, nil
 	}
 	if f.Pty != nil && f.Pty.HungUp {
 		return openHungUp(env, f)

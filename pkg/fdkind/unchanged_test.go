@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -93,7 +94,7 @@ func TestChangedFileRefused(t *testing.T) {
 			tc.change(t, path)
 			env.otherBoot = tc.otherBoot
 			k, _ := Lookup(f.Kind)
-			d, err := k.Open(restoreEnv{env}, f, Where{PID: os.Getpid(), FD: fd})
+			d, err := k.Open(restoreEnv{env}, f, Where{PID: sys.Getpid(), FD: sys.TargetFD(fd)})
 			if d.File != nil {
 				d.File.Close()
 			}
@@ -259,7 +260,7 @@ func TestDirReplacedRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	k, _ := Lookup(f.Kind)
-	d, err := k.Open(restoreEnv{env}, f, Where{PID: os.Getpid(), FD: fd})
+	d, err := k.Open(restoreEnv{env}, f, Where{PID: sys.Getpid(), FD: sys.TargetFD(fd)})
 	if d.File != nil {
 		d.File.Close()
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/sockets"
@@ -63,7 +64,7 @@ func namedCredCheck(env DumpEnv, our int, s *image.Socket) error {
 // the process pid, that process and its effective ids and groups as the
 // one that connected: the kernel keeps the connector only in the socket
 // at the other end, which the dump does not reach.
-func connectorOf(env DumpEnv, pid int, s *image.Socket) error {
+func connectorOf(env DumpEnv, pid sys.PID, s *image.Socket) error {
 	if s.AcceptOf == 0 && !(s.External && s.Type != unix.SOCK_DGRAM) || !env.Sockets().Member(pid) {
 		return nil
 	}
@@ -85,7 +86,7 @@ func readPeerCred(our int) (*image.PeerCred, error) {
 	if err != nil {
 		return nil, fmt.Errorf("SO_PEERCRED: %w", err)
 	}
-	c := &image.PeerCred{PID: int(uc.Pid), UID: uc.Uid, GID: uc.Gid}
+	c := &image.PeerCred{PID: sys.PID(uc.Pid), UID: uc.Uid, GID: uc.Gid}
 	if c.PID == 0 {
 		return c, nil
 	}
@@ -99,7 +100,7 @@ func readPeerCred(our int) (*image.PeerCred, error) {
 // made again: in the processes of the tree, or, for a process that had
 // exited at the dump, in a short-lived child of the process near that
 // holds its PID meanwhile.
-func connecting(target func(int) (Target, bool), near int, listenCred, connectCred *image.PeerCred, backlog int) sockets.Connecting {
+func connecting(target func(sys.PID) (Target, bool), near sys.PID, listenCred, connectCred *image.PeerCred, backlog int) sockets.Connecting {
 	in := func(cred *image.PeerCred, fn func(Target) error) error {
 		if t, ok := target(cred.PID); ok {
 			return fn(t)
@@ -224,7 +225,7 @@ func openClosedIn(env RestoreEnv, s *image.Socket, at Where, q []sockets.UnixMsg
 		return Desc{}, err
 	}
 	ends := v.(map[uint32]*os.File)
-	env.BeforeBuild(func(target func(int) (Target, bool)) error {
+	env.BeforeBuild(func(target func(sys.PID) (Target, bool)) error {
 		build := func(t Target) error {
 			a, b, err := socketpairIn(t, s.Type, s.Creds)
 			if err != nil {
@@ -285,7 +286,7 @@ func settleEnds(env RestoreEnv, ends map[uint32]*os.File) error {
 // endIn is the Desc of an end made in a BeforeBuild step: its holders
 // take it from ckpt-redo.
 func endIn(ends map[uint32]*os.File, ino uint32) Desc {
-	return Desc{InTarget: func(t Target, fd int, cloexec bool) error {
+	return Desc{InTarget: func(t Target, fd sys.TargetFD, cloexec bool) error {
 		end := ends[ino]
 		if end == nil {
 			return fmt.Errorf("UNIX socket %d was not made", ino)

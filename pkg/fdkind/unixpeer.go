@@ -7,7 +7,6 @@ import (
 	"unsafe"
 
 	"github.com/ckpt/ckpt/internal/sys"
-
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/sockets"
@@ -39,12 +38,12 @@ func peerCredCheck(env DumpEnv, our int, s *image.Socket, peerName string) error
 	if uc.Pid <= 0 {
 		return fmt.Errorf("UNIX socket %d: a socket pair without SO_PEERCRED: %w", s.Ino, ErrUnsupported)
 	}
-	if _, err := os.Stat(proc.Path(int(uc.Pid))); err == nil && !env.Sockets().Member(int(uc.Pid)) {
+	if _, err := os.Stat(proc.Path(sys.PID(uc.Pid))); err == nil && !env.Sockets().Member(sys.PID(uc.Pid)) {
 		// One that has exited is held by a helper at restore.
 		return fmt.Errorf("UNIX socket %d: a socket pair made by process %d, which is outside the dump or a zombie: its SO_PEERCRED (pid, uid, gid) "+
 			"could not be made again: %w", s.Ino, uc.Pid, ErrUnsupported)
 	}
-	s.PeerCred = &image.PeerCred{PID: int(uc.Pid), UID: uc.Uid, GID: uc.Gid}
+	s.PeerCred = &image.PeerCred{PID: sys.PID(uc.Pid), UID: uc.Uid, GID: uc.Gid}
 	if s.PeerCred.Groups, err = peerGroups(our); err != nil {
 		return fmt.Errorf("UNIX socket %d: %w", s.Ino, err)
 	}
@@ -89,7 +88,7 @@ func openCredPair(env RestoreEnv, f *image.File, at Where, msgs func(*image.Sock
 			return nil, err
 		}
 		ends := map[uint32]*os.File{}
-		env.BeforeBuild(func(target func(int) (Target, bool)) error {
+		env.BeforeBuild(func(target func(sys.PID) (Target, bool)) error {
 			cred := s.PeerCred
 			var a, b int
 			pair := func(t Target) (err error) {
@@ -139,7 +138,7 @@ func openCredPair(env RestoreEnv, f *image.File, at Where, msgs func(*image.Sock
 		return Desc{}, err
 	}
 	ends := v.(map[uint32]*os.File)
-	return Desc{InTarget: func(t Target, fd int, cloexec bool) error {
+	return Desc{InTarget: func(t Target, fd sys.TargetFD, cloexec bool) error {
 		end := ends[s.Ino]
 		if end == nil {
 			return fmt.Errorf("UNIX socket %d: its pair was not made", s.Ino)
@@ -186,7 +185,7 @@ func socketpairIn(t Target, typ int, cred *image.PeerCred) (int, int, error) {
 		return -1, -1, err
 	}
 	buf := make([]byte, 8)
-	if n, err := unix.ProcessVMReadv(t.PID(), []unix.Iovec{{Base: &buf[0], Len: 8}}, []unix.RemoteIovec{{Base: uintptr(addr), Len: 8}}, 0); err != nil || n != 8 {
+	if n, err := unix.ProcessVMReadv(int(t.PID()), []unix.Iovec{{Base: &buf[0], Len: 8}}, []unix.RemoteIovec{{Base: uintptr(addr), Len: 8}}, 0); err != nil || n != 8 {
 		return -1, -1, fmt.Errorf("read the pair's fds: %d bytes, %v", n, err)
 	}
 	theirs := [2]int{int(binary.LittleEndian.Uint32(buf)), int(binary.LittleEndian.Uint32(buf[4:]))}
@@ -195,7 +194,7 @@ func socketpairIn(t Target, typ int, cred *image.PeerCred) (int, int, error) {
 			t.Call("close", unix.SYS_CLOSE, uint64(fd))
 		}
 	}()
-	pidfd, err := unix.PidfdOpen(t.PID(), 0)
+	pidfd, err := unix.PidfdOpen(int(t.PID()), 0)
 	if err != nil {
 		return -1, -1, fmt.Errorf("pidfd_open: %w", err)
 	}
@@ -214,7 +213,7 @@ func socketpairIn(t Target, typ int, cred *image.PeerCred) (int, int, error) {
 
 // installFrom has the process t take ckpt-redo's file f at fd
 // (pidfd_getfd from ckpt-redo, then dup3).
-func installFrom(t Target, f *os.File, fd int, cloexec bool) error {
+func installFrom(t Target, f *os.File, fd sys.TargetFD, cloexec bool) error {
 	pidfd, err := t.Call("pidfd_open ckpt-redo", unix.SYS_PIDFD_OPEN, uint64(os.Getpid()), 0)
 	if err != nil {
 		return err
@@ -224,7 +223,7 @@ func installFrom(t Target, f *os.File, fd int, cloexec bool) error {
 	if err != nil {
 		return err
 	}
-	if int(got) == fd {
+	if sys.TargetFD(got) == fd {
 		if !cloexec {
 			_, err = t.Call("fcntl F_SETFD", unix.SYS_FCNTL, got, unix.F_SETFD, 0)
 		}
@@ -253,7 +252,7 @@ func setGroupsIn(t Target, groups []uint32) (undo func(), err error) {
 	}
 	own := make([]byte, 4*n)
 	if n > 0 {
-		if got, err := unix.ProcessVMReadv(t.PID(), []unix.Iovec{{Base: &own[0], Len: uint64(len(own))}}, []unix.RemoteIovec{{Base: uintptr(addr), Len: len(own)}}, 0); err != nil || got != len(own) {
+		if got, err := unix.ProcessVMReadv(int(t.PID()), []unix.Iovec{{Base: &own[0], Len: uint64(len(own))}}, []unix.RemoteIovec{{Base: uintptr(addr), Len: len(own)}}, 0); err != nil || got != len(own) {
 			return nil, fmt.Errorf("read the process's groups: %d bytes, %v", got, err)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/sockets"
 	"golang.org/x/sys/unix"
@@ -38,7 +39,7 @@ func saveQueue(env DumpEnv, s *image.Socket, msgs []sockets.UnixMsg) error {
 		if creds {
 			var c image.PeerCred
 			if m.Cred != nil {
-				c = image.PeerCred{PID: int(m.Cred.Pid), UID: m.Cred.Uid, GID: m.Cred.Gid}
+				c = image.PeerCred{PID: sys.PID(m.Cred.Pid), UID: m.Cred.Uid, GID: m.Cred.Gid}
 			}
 			s.RecvCreds = append(s.RecvCreds, c)
 		}
@@ -102,11 +103,11 @@ func fillLater(env RestoreEnv, at Where, fill sockets.Fill, qs ...queue) error {
 	}
 	v, err := env.Once(unixFillsKey{}, func() (any, error) {
 		l := &unixFills{}
-		env.BeforeBuild(func(func(int) (Target, bool)) error {
+		env.BeforeBuild(func(func(sys.PID) (Target, bool)) error {
 			// Steps asked for now run after every step asked for
 			// while the descriptions were opened (socket pairs made
 			// in their processes).
-			env.BeforeBuild(func(target func(int) (Target, bool)) error { return l.run(env, target) })
+			env.BeforeBuild(func(target func(sys.PID) (Target, bool)) error { return l.run(env, target) })
 			return nil
 		})
 		return l, nil
@@ -131,7 +132,7 @@ type pendingFill struct {
 	qs   []queue
 }
 
-func (l *unixFills) run(env RestoreEnv, target func(int) (Target, bool)) error {
+func (l *unixFills) run(env RestoreEnv, target func(sys.PID) (Target, bool)) error {
 	// Opening a file in flight may add fills: they run too.
 	for k := 0; k < len(l.fills); k++ {
 		p := l.fills[k]
@@ -155,7 +156,7 @@ func (l *unixFills) run(env RestoreEnv, target func(int) (Target, bool)) error {
 			if !ok {
 				return fmt.Errorf("no process to hold PID %d", pid)
 			}
-			return t.HoldPID(pid, fn)
+			return t.HoldPID(sys.PID(pid), fn)
 		}
 		if err := p.fill(hold); err != nil {
 			return fmt.Errorf("%v: UNIX socket queue: %w", p.at, err)

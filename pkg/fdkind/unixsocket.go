@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/sockets"
 )
@@ -16,7 +17,7 @@ import (
 // listening, unconnected, one end of a pair of the dump or of a connection
 // whose peer was closed, with its queued messages and their senders.
 // pid holds it (ckpt itself for a socket in flight).
-func describeUnix(env DumpEnv, pid, our int, ino uint64, f *image.File) error {
+func describeUnix(env DumpEnv, pid sys.PID, our int, ino uint64, f *image.File) error {
 	se := env.Sockets()
 	all, err := se.UnixSockets()
 	if err != nil {
@@ -168,7 +169,7 @@ func openUnixSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		}
 		if s.State == sockets.StateListen && s.Creds != nil {
 			// The listener shows the process that called listen().
-			env.BeforeBuild(func(target func(int) (Target, bool)) error {
+			env.BeforeBuild(func(target func(sys.PID) (Target, bool)) error {
 				if err := connecting(target, at.PID, s.Creds, nil, s.Backlog).Listen(int(f.Fd())); err != nil {
 					return fmt.Errorf("UNIX listener %s: %w", s.Local, err)
 				}
@@ -281,7 +282,7 @@ type unixListenerKey uint32
 //
 // target, if not nil, gives the processes in which the listener listens
 // and the clients connect, for their peer credentials.
-func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Socket) ([]sockets.UnixMsg, error), target func(int) (Target, bool)) (map[uint32]*os.File, error) {
+func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Socket) ([]sockets.UnixMsg, error), target func(sys.PID) (Target, bool)) (map[uint32]*os.File, error) {
 	se := env.Sockets()
 	lf := se.Peer(lino)
 	if lf == nil || lf.Socket == nil {
@@ -377,7 +378,7 @@ func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Soc
 func openListenerIn(env RestoreEnv, s *image.Socket, at Where, lino uint32, msgs func(*image.Socket) ([]sockets.UnixMsg, error)) (Desc, error) {
 	v, err := env.Once(unixListenerKey(lino), func() (any, error) {
 		ends := map[uint32]*os.File{}
-		env.BeforeBuild(func(target func(int) (Target, bool)) error {
+		env.BeforeBuild(func(target func(sys.PID) (Target, bool)) error {
 			made, err := openAcceptQueue(env, at, lino, msgs, target)
 			if err != nil {
 				return err
@@ -417,7 +418,7 @@ func openNamedPairIn(env RestoreEnv, s *image.Socket, at Where, msgs func(*image
 			return nil, err
 		}
 		ends := map[uint32]*os.File{}
-		env.BeforeBuild(func(target func(int) (Target, bool)) error {
+		env.BeforeBuild(func(target func(sys.PID) (Target, bool)) error {
 			srv, cli := s, p // the accepted end bears the listener's name
 			if s.Local == "" {
 				srv, cli = p, s
@@ -503,7 +504,7 @@ func openExternal(env RestoreEnv, s *image.Socket, at Where) (Desc, error) {
 	}
 	if s.Connector != nil {
 		ends := map[uint32]*os.File{}
-		env.BeforeBuild(func(target func(int) (Target, bool)) error {
+		env.BeforeBuild(func(target func(sys.PID) (Target, bool)) error {
 			fd, err := sockets.OpenExternal(s, connecting(target, at.PID, nil, s.Connector, 0))
 			if err != nil {
 				return fmt.Errorf("UNIX socket %d: %w", s.Ino, err)

@@ -2,7 +2,9 @@ package image
 
 import (
 	"fmt"
-	"sort"
+	"slices"
+
+	"github.com/ckpt/ckpt/internal/sys"
 )
 
 // checker follows an image record by record and refuses what the format
@@ -14,7 +16,7 @@ import (
 type checker struct {
 	stage  Type // type of the last record accepted, 0 before the first
 	hdr    Header
-	procs  map[int]*Process // by PID
+	procs  map[sys.PID]*Process // by PID
 	nprocs int
 	files  map[int]bool // File.IDs of every process
 	data   map[int]bool // FileData IDs
@@ -24,20 +26,20 @@ type checker struct {
 	// run: the pages of a process come together, in address order, and
 	// the processes' in image order (a restore forks a child from its
 	// parent once the parent's pages are in).
-	order    map[int]int
+	order    map[sys.PID]int
 	pagesAt  int
 	pagesEnd uint64
 }
 
 // dataRef is a FileData ID named by a process's metadata.
 type dataRef struct {
-	pid  int
+	pid  sys.PID
 	what string
 	id   int
 }
 
 func newChecker() *checker {
-	return &checker{procs: map[int]*Process{}, files: map[int]bool{}, data: map[int]bool{}, order: map[int]int{}, pagesAt: -1}
+	return &checker{procs: map[sys.PID]*Process{}, files: map[int]bool{}, data: map[int]bool{}, order: map[sys.PID]int{}, pagesAt: -1}
 }
 
 // rank is a record type's place in the order.
@@ -94,11 +96,11 @@ func (c *checker) endProcesses(next Type) error {
 	if c.nprocs != c.hdr.Processes {
 		return fmt.Errorf("the header announces %d processes, the image holds %d: %w", c.hdr.Processes, c.nprocs, ErrInvalid)
 	}
-	pids := make([]int, 0, len(c.procs))
+	pids := make([]sys.PID, 0, len(c.procs))
 	for pid := range c.procs {
 		pids = append(pids, pid)
 	}
-	sort.Ints(pids)
+	slices.Sort(pids)
 	for _, pid := range pids {
 		for _, fd := range c.procs[pid].FDs {
 			if !c.files[fd.File] {

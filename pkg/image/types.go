@@ -1,6 +1,10 @@
 package image
 
-import "time"
+import (
+	"time"
+
+	"github.com/ckpt/ckpt/internal/sys"
+)
 
 // Header is the metadata of the first record: what wrote the image, from
 // what, and on which machine. Restore checks it before creating anything.
@@ -10,7 +14,7 @@ type Header struct {
 	Kernel       string    `json:"kernel"`  // uname release
 	Machine      string    `json:"machine"` // uname machine, e.g. x86_64
 	Hostname     string    `json:"hostname"`
-	Root         int       `json:"root"` // PID of the dumped root process
+	Root         sys.PID   `json:"root"` // PID of the dumped root process
 	Processes    int       `json:"processes"`
 	LeaveRunning bool      `json:"leave_running,omitempty"`
 	// NetLock names the network lock (an nftables table) that keeps the
@@ -23,7 +27,7 @@ type Header struct {
 	// members are restored into ckpt-redo's own session and group. Any
 	// other session or group whose leader is not in the image had no
 	// leader left: a helper process takes its PID at restore.
-	ExternalIDs []int `json:"external_ids,omitempty"`
+	ExternalIDs []sys.PID `json:"external_ids,omitempty"`
 	// BootID is the kernel's boot_id at the dump: a restore under the
 	// same one is on the same machine, where device and inode numbers
 	// and change times of files still mean the same.
@@ -62,8 +66,8 @@ type SysVMsgQueue struct {
 	// LSPID and LRPID are the processes that sent and received last (0:
 	// none); STime, RTime and CTime the times of the last send, receive
 	// and change, in seconds.
-	LSPID    int       `json:"lspid,omitempty"`
-	LRPID    int       `json:"lrpid,omitempty"`
+	LSPID    sys.PID   `json:"lspid,omitempty"`
+	LRPID    sys.PID   `json:"lrpid,omitempty"`
 	STime    int64     `json:"stime,omitempty"`
 	RTime    int64     `json:"rtime,omitempty"`
 	CTime    int64     `json:"ctime,omitempty"`
@@ -94,13 +98,13 @@ type VDSO struct {
 
 // Process is everything about one process except its memory pages.
 type Process struct {
-	PID     int    `json:"pid"`
-	PPID    int    `json:"ppid"`
-	PGID    int    `json:"pgid"`
-	SID     int    `json:"sid"`
-	Comm    string `json:"comm"`
-	Exe     string `json:"exe"`
-	Cmdline string `json:"cmdline"` // for people; the real one is in memory
+	PID     sys.PID `json:"pid"`
+	PPID    sys.PID `json:"ppid"`
+	PGID    sys.PID `json:"pgid"`
+	SID     sys.PID `json:"sid"`
+	Comm    string  `json:"comm"`
+	Exe     string  `json:"exe"`
+	Cmdline string  `json:"cmdline"` // for people; the real one is in memory
 	// LockFuture holds the mlockall(2) flags in effect for future
 	// mappings (MCL_FUTURE, MCL_ONFAULT), 0 if none.
 	LockFuture int `json:"lock_future,omitempty"`
@@ -109,7 +113,7 @@ type Process struct {
 	// process shares (clone CLONE_FILES without CLONE_THREAD), 0 if its
 	// table is its own: it is made again with CLONE_FILES from that
 	// parent, and its FDs are the parent's.
-	FilesOf int `json:"files_of,omitempty"`
+	FilesOf sys.PID `json:"files_of,omitempty"`
 
 	// Zombie marks a child that had exited and was not reaped yet: only
 	// the IDs above and ExitStatus (a wait status) are set.
@@ -276,7 +280,7 @@ type FileRef struct {
 	// in, when that process had exited at the dump (the file then tells
 	// only ESRCH): it is opened again through a short-lived process
 	// holding that PID.
-	ProcGone int      `json:"proc_gone,omitempty"`
+	ProcGone sys.PID  `json:"proc_gone,omitempty"`
 	DataID   int      `json:"data_id,omitempty"`
 	Extents  []Extent `json:"extents,omitempty"`
 	// Seals are a deleted memfd's F_GET_SEALS.
@@ -481,9 +485,9 @@ type PacketMember struct {
 // PeerCred is a UNIX socket's SO_PEERCRED and SO_PEERGROUPS: process,
 // effective user and group, supplementary groups.
 type PeerCred struct {
-	PID int    `json:"pid"`
-	UID uint32 `json:"uid"`
-	GID uint32 `json:"gid"`
+	PID sys.PID `json:"pid"`
+	UID uint32  `json:"uid"`
+	GID uint32  `json:"gid"`
 	// Groups are its supplementary groups (SO_PEERGROUPS).
 	Groups []uint32 `json:"groups,omitempty"`
 }
@@ -537,7 +541,7 @@ type EventFile struct {
 	// epoll
 	Items []EpollItem `json:"items,omitempty"`
 	// pidfd
-	PID int `json:"pid,omitempty"`
+	PID sys.PID `json:"pid,omitempty"`
 	// inotify
 	Watches []InotifyWatch `json:"watches,omitempty"`
 	// fanotify
@@ -583,10 +587,10 @@ type InotifyWatch struct {
 
 // EpollItem is one file registered in an epoll set.
 type EpollItem struct {
-	FD     int    `json:"fd"`   // the fd number it was registered under
-	File   int    `json:"file"` // File.ID of the registered file
-	Events uint32 `json:"events"`
-	Data   uint64 `json:"data"`
+	FD     sys.TargetFD `json:"fd"`   // the fd number it was registered under
+	File   int          `json:"file"` // File.ID of the registered file
+	Events uint32       `json:"events"`
+	Data   uint64       `json:"data"`
 }
 
 // File is one open file description. Several fds (and later several
@@ -654,8 +658,8 @@ type Pty struct {
 	OutputID int `json:"output_id,omitempty"`
 	// Session is the session whose controlling terminal it is (its leader
 	// is in the dump), 0 if none; Foreground its foreground process group.
-	Session    int `json:"session,omitempty"`
-	Foreground int `json:"foreground,omitempty"`
+	Session    sys.PID `json:"session,omitempty"`
+	Foreground sys.PID `json:"foreground,omitempty"`
 }
 
 // Termios is struct termios2: a terminal's modes, control characters
@@ -702,9 +706,9 @@ type Pipe struct {
 
 // FD is one entry of a file descriptor table.
 type FD struct {
-	FD      int  `json:"fd"`
-	File    int  `json:"file"` // File.ID
-	CloExec bool `json:"cloexec,omitempty"`
+	FD      sys.TargetFD `json:"fd"`
+	File    int          `json:"file"` // File.ID
+	CloExec bool         `json:"cloexec,omitempty"`
 	// Locks are the POSIX (fcntl) locks this process holds on the file,
 	// taken through this fd: they belong to the process, not to the
 	// open file description.
@@ -732,7 +736,7 @@ type Lock struct {
 	End   int64    `json:"end"` // inclusive, -1 for EOF
 	// PID is, for a flock lock or a lease, the process that took it
 	// (/proc/locks shows it); 0 if unknown.
-	PID int `json:"pid,omitempty"`
+	PID sys.PID `json:"pid,omitempty"`
 }
 
 // FileData is the metadata of a TypeFileData record: the content of a
@@ -745,10 +749,10 @@ type FileData struct {
 
 // Thread is the state of one thread (task).
 type Thread struct {
-	TID   int    `json:"tid"`
-	Comm  string `json:"comm"`
-	State string `json:"state"` // from /proc: R, S, D, T, ...
-	Regs  Regs   `json:"regs"`
+	TID   sys.TID `json:"tid"`
+	Comm  string  `json:"comm"`
+	State string  `json:"state"` // from /proc: R, S, D, T, ...
+	Regs  Regs    `json:"regs"`
 	// XState is the NT_X86_XSTATE register set: x87, SSE, AVX, AVX-512,
 	// MXCSR and the rest, in the kernel's XSAVE layout.
 	XState   []byte    `json:"xstate"`
@@ -865,15 +869,15 @@ type ITimer struct {
 
 // PosixTimer is a timer_create timer.
 type PosixTimer struct {
-	ID         int    `json:"id"`
-	Clock      int    `json:"clock"`
-	Signal     int    `json:"signal"`
-	Notify     int    `json:"notify"` // SIGEV_*
-	NotifyTID  int    `json:"notify_tid,omitempty"`
-	SigValue   uint64 `json:"sigval"`
-	IntervalNs int64  `json:"interval_ns"`
-	ValueNs    int64  `json:"value_ns"`
-	Overrun    int    `json:"overrun"`
+	ID         int     `json:"id"`
+	Clock      int     `json:"clock"`
+	Signal     int     `json:"signal"`
+	Notify     int     `json:"notify"` // SIGEV_*
+	NotifyTID  sys.TID `json:"notify_tid,omitempty"`
+	SigValue   uint64  `json:"sigval"`
+	IntervalNs int64   `json:"interval_ns"`
+	ValueNs    int64   `json:"value_ns"`
+	Overrun    int     `json:"overrun"`
 }
 
 // Rlimit is one resource limit; Cur and Max use ^uint64(0) for unlimited.
@@ -955,7 +959,7 @@ type ProcMisc struct {
 // The record data holds the contents of the runs that are not Zero, in
 // order, each run's pages back to back.
 type Pages struct {
-	PID  int       `json:"pid"`
+	PID  sys.PID   `json:"pid"`
 	Runs []PageRun `json:"runs"`
 }
 

@@ -3,6 +3,8 @@ package image
 import (
 	"fmt"
 	"sort"
+
+	"github.com/ckpt/ckpt/internal/sys"
 )
 
 // The checks of one record's content on its own; order.go checks what
@@ -67,10 +69,10 @@ func checkProcess(p *Process) error {
 		}
 		return nil
 	}
-	if len(p.Threads) == 0 || p.Threads[0].TID != p.PID {
+	if len(p.Threads) == 0 || p.Threads[0].TID != p.PID.Leader() {
 		return bad("no leader thread")
 	}
-	tids := map[int]bool{}
+	tids := map[sys.TID]bool{}
 	for _, t := range p.Threads {
 		if t.TID <= 0 || t.TID > maxPID || tids[t.TID] {
 			return bad("thread id %d malformed or repeated", t.TID)
@@ -110,7 +112,7 @@ func checkProcess(p *Process) error {
 			return bad("file %d: no kind or negative ID", f.ID)
 		}
 	}
-	fds := map[int]bool{}
+	fds := map[sys.TargetFD]bool{}
 	for _, fd := range p.FDs {
 		if fd.FD < 0 || fd.FD > maxFD || fds[fd.FD] {
 			return bad("fd %d malformed or repeated", fd.FD)

@@ -62,7 +62,7 @@ func Kcmp() error {
 		}
 		defer r.Close()
 		defer w.Close()
-		me := sys.PID(os.Getpid())
+		me := sys.Getpid()
 		same, err := sys.SameFile(me, sys.TargetFD(r.Int()), me, sys.TargetFD(r.Int()))
 		if err != nil {
 			return err
@@ -160,7 +160,7 @@ func Userfaultfd() error {
 // PidfdGetfd probes pidfd_open and pidfd_getfd on ckpt itself.
 func PidfdGetfd() error {
 	return notSupported(FeaturePidfdGetfd, func() error {
-		pidfd, err := sys.PidfdOpen(sys.PID(os.Getpid()), 0)
+		pidfd, err := sys.PidfdOpen(sys.Getpid(), 0)
 		if err != nil {
 			return err
 		}

@@ -16,6 +16,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
@@ -63,14 +64,14 @@ func HashVDSO(b []byte) string {
 
 // OwnVDSO describes this process's vDSO, which is the running kernel's.
 func OwnVDSO() (image.VDSO, error) {
-	maps, err := proc.ReadSmaps(os.Getpid())
+	maps, err := proc.ReadSmaps(sys.Getpid())
 	if err != nil {
 		return image.VDSO{}, fmt.Errorf("own vdso: %w", err)
 	}
 	for _, m := range maps {
 		if m.Path == "[vdso]" {
 			b := make([]byte, m.End-m.Start)
-			if err := ptrace.ReadMem(os.Getpid(), m.Start, b); err != nil {
+			if err := ptrace.ReadMem(sys.Getpid(), m.Start, b); err != nil {
 				return image.VDSO{}, fmt.Errorf("read own vdso: %w", err)
 			}
 			return image.VDSO{Size: m.End - m.Start, SHA256: HashVDSO(b)}, nil

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+
+	"github.com/ckpt/ckpt/internal/sys"
 )
 
 // The fdinfo fields of the anonymous-inode files, which procfs does not
@@ -105,7 +107,7 @@ func (fi *FDInfo) Signalfd() (uint64, error) {
 // EpollItem is one "tfd:" line of an epoll fd: the fd number the item was
 // registered under, its event mask and its data.
 type EpollItem struct {
-	FD     int
+	FD     sys.TargetFD
 	Events uint32
 	Data   uint64
 	Pos    int64
@@ -147,7 +149,9 @@ func parseEpollItem(line string) (EpollItem, error) {
 		var n uint64
 		switch k {
 		case "tfd":
-			it.FD, err = strconv.Atoi(v)
+			var fd int
+			fd, err = strconv.Atoi(v)
+			it.FD = sys.TargetFD(fd)
 			seen |= 1
 		case "events":
 			n, err = strconv.ParseUint(v, 16, 32)
@@ -175,7 +179,7 @@ func parseEpollItem(line string) (EpollItem, error) {
 
 // PidfdPID is the PID of the process a pidfd refers to ("Pid"), -1 once
 // it has been reaped.
-func (fi *FDInfo) PidfdPID() (int, error) {
+func (fi *FDInfo) PidfdPID() (sys.PID, error) {
 	p, ok := fi.Extra["Pid"]
 	if !ok {
 		return 0, fmt.Errorf("no Pid")
@@ -184,5 +188,5 @@ func (fi *FDInfo) PidfdPID() (int, error) {
 	if err != nil {
 		return 0, fmt.Errorf("Pid %q: %w", p, err)
 	}
-	return v, nil
+	return sys.PID(v), nil
 }

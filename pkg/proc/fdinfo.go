@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/ckpt/ckpt/internal/sys"
 )
 
 // FDInfo holds the fields of /proc/PID/fdinfo/FD.
@@ -34,14 +36,14 @@ type InotifyWatch struct {
 }
 
 // ReadFDInfo parses /proc/PID/fdinfo/FD.
-func ReadFDInfo(pid, fd int) (*FDInfo, error) { return readFDInfo(root, pid, fd) }
+func ReadFDInfo(pid sys.PID, fd sys.TargetFD) (*FDInfo, error) { return readFDInfo(root, pid, fd) }
 
-func readFDInfo(root string, pid, fd int) (*FDInfo, error) {
-	p, err := procOf(root, pid)
+func readFDInfo(root string, pid sys.PID, fd sys.TargetFD) (*FDInfo, error) {
+	p, err := procOf(root, int(pid))
 	if err != nil {
 		return nil, err
 	}
-	pi, err := p.FDInfo(strconv.Itoa(fd))
+	pi, err := p.FDInfo(fd.String())
 	if err != nil {
 		return nil, err
 	}
@@ -70,7 +72,7 @@ func readFDInfo(root string, pid, fd int) (*FDInfo, error) {
 		}
 		fi.Inotify = append(fi.Inotify, iw)
 	}
-	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "fdinfo", strconv.Itoa(fd)))
+	b, err := os.ReadFile(filepath.Join(root, pid.String(), "fdinfo", fd.String()))
 	if err != nil {
 		return nil, err
 	}

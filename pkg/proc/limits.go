@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/ckpt/ckpt/internal/sys"
 )
 
 // Limit is one line of /proc/PID/limits; ^uint64(0) means unlimited.
@@ -17,10 +19,10 @@ type Limit struct {
 
 // ReadLimits parses /proc/PID/limits. (prlimit on another user's process
 // needs CAP_SYS_RESOURCE, which root lacks on these machines.)
-func ReadLimits(pid int) ([]Limit, error) { return readLimits(root, pid) }
+func ReadLimits(pid sys.PID) ([]Limit, error) { return readLimits(root, pid) }
 
-func readLimits(root string, pid int) ([]Limit, error) {
-	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "limits"))
+func readLimits(root string, pid sys.PID) ([]Limit, error) {
+	b, err := os.ReadFile(filepath.Join(root, pid.String(), "limits"))
 	if err != nil {
 		return nil, err
 	}

@@ -9,28 +9,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
 )
 
 // These read this test process's own /proc files.
 
 func TestReadSelf(t *testing.T) {
-	pid := os.Getpid()
+	pid := sys.Getpid()
 	st, err := ReadStat(pid, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if st.PID != pid || st.PPID != os.Getppid() || (st.State != 'R' && st.State != 'S') || st.Threads < 1 || st.StartBrk == 0 || st.ArgEnd <= st.ArgStart {
+	if st.PID != pid || st.PPID != sys.PID(os.Getppid()) || (st.State != 'R' && st.State != 'S') || st.Threads < 1 || st.StartBrk == 0 || st.ArgEnd <= st.ArgStart {
 		t.Errorf("stat = %+v", st)
 	}
 	tids, err := Tasks(pid)
-	if err != nil || len(tids) < 1 || tids[0] != pid {
+	if err != nil || len(tids) < 1 || tids[0] != pid.Leader() {
 		t.Fatalf("Tasks = %v, %v", tids, err)
 	}
 	if !slices.IsSorted(tids[1:]) {
 		t.Errorf("Tasks not sorted: %v", tids)
 	}
-	if ts, err := ReadStat(pid, tids[len(tids)-1]); err != nil || ts.PID != tids[len(tids)-1] {
+	if ts, err := ReadStat(pid, tids[len(tids)-1]); err != nil || ts.PID != sys.PID(tids[len(tids)-1]) {
 		t.Errorf("thread stat = %+v, %v", ts, err)
 	}
 	status, err := ReadStatus(pid)
@@ -104,11 +105,11 @@ func TestFDsAndFDInfo(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer unix.Close(efd)
-	fds, err := FDs(os.Getpid())
-	if err != nil || !slices.Contains(fds, efd) || !slices.IsSorted(fds) {
+	fds, err := FDs(sys.Getpid())
+	if err != nil || !slices.Contains(fds, sys.TargetFD(efd)) || !slices.IsSorted(fds) {
 		t.Fatalf("FDs = %v, %v (eventfd %d)", fds, err, efd)
 	}
-	fi, err := ReadFDInfo(os.Getpid(), efd)
+	fi, err := ReadFDInfo(sys.Getpid(), sys.TargetFD(efd))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,13 +127,13 @@ func TestChildren(t *testing.T) {
 		t.Skip(err)
 	}
 	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	kids, err := Children(os.Getpid())
-	if err != nil || !slices.Contains(kids, cmd.Process.Pid) {
+	kids, err := Children(sys.Getpid())
+	if err != nil || !slices.Contains(kids, sys.PID(cmd.Process.Pid)) {
 		t.Fatalf("Children = %v, %v; want %d among them", kids, err, cmd.Process.Pid)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		st, err := ReadStat(cmd.Process.Pid, 0)
+		st, err := ReadStat(sys.PID(cmd.Process.Pid), 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,7 +187,7 @@ func TestReadLinkedFile(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			lf, err := ReadLinkedFile(Path(os.Getpid(), "fd", strconv.Itoa(tt.fd)))
+			lf, err := ReadLinkedFile(Path(sys.Getpid(), "fd", strconv.Itoa(tt.fd)))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -199,7 +200,7 @@ func TestReadLinkedFile(t *testing.T) {
 			}
 		})
 	}
-	if _, err := ReadLinkedFile(Path(os.Getpid(), "fd", "999999")); err == nil {
+	if _, err := ReadLinkedFile(Path(sys.Getpid(), "fd", "999999")); err == nil {
 		t.Error("a closed fd read without error")
 	}
 }

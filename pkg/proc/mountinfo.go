@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/prometheus/procfs"
 )
 
@@ -9,10 +10,10 @@ import (
 type MountInfo = procfs.MountInfo
 
 // ReadMountInfo parses /proc/PID/mountinfo.
-func ReadMountInfo(pid int) ([]*MountInfo, error) { return readMountInfo(root, pid) }
+func ReadMountInfo(pid sys.PID) ([]*MountInfo, error) { return readMountInfo(root, pid) }
 
-func readMountInfo(root string, pid int) ([]*MountInfo, error) {
-	p, err := procOf(root, pid)
+func readMountInfo(root string, pid sys.PID) ([]*MountInfo, error) {
+	p, err := procOf(root, int(pid))
 	if err != nil {
 		return nil, err
 	}

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/ckpt/ckpt/internal/sys"
 )
 
 // NUMAPolicy is the memory policy of one mapping, from its line of
@@ -21,10 +23,10 @@ type NUMAPolicy struct {
 // ReadNUMAPolicies parses /proc/PID/numa_maps, which procfs does not
 // read. A kernel without NUMA has no such file (an error for which
 // os.IsNotExist is true).
-func ReadNUMAPolicies(pid int) ([]NUMAPolicy, error) { return readNUMAPolicies(root, pid) }
+func ReadNUMAPolicies(pid sys.PID) ([]NUMAPolicy, error) { return readNUMAPolicies(root, pid) }
 
-func readNUMAPolicies(root string, pid int) ([]NUMAPolicy, error) {
-	path := filepath.Join(root, strconv.Itoa(pid), "numa_maps")
+func readNUMAPolicies(root string, pid sys.PID) ([]NUMAPolicy, error) {
+	path := filepath.Join(root, pid.String(), "numa_maps")
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err

@@ -11,10 +11,12 @@ package proc
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/prometheus/procfs"
 )
 
@@ -23,8 +25,15 @@ import (
 const root = "/proc"
 
 // Path returns /proc/PID/name... .
-func Path(pid int, name ...string) string {
-	return filepath.Join(append([]string{root, strconv.Itoa(pid)}, name...)...)
+func Path(pid sys.PID, name ...string) string {
+	return filepath.Join(append([]string{root, pid.String()}, name...)...)
+}
+
+// ThreadPath returns /proc/TID/name... : the directory of a thread by its
+// TID alone (hidden from a listing of /proc, but there), whose per-thread
+// files (status, stat, syscall, wchan...) are the thread's own.
+func ThreadPath(tid sys.TID, name ...string) string {
+	return filepath.Join(append([]string{root, tid.String()}, name...)...)
 }
 
 // procOf opens process id under dir (a proc root, or a task directory)
@@ -38,20 +47,21 @@ func procOf(dir string, id int) (procfs.Proc, error) {
 }
 
 // Tasks lists the thread IDs of a process, sorted, the leader first.
-func Tasks(pid int) ([]int, error) {
+func Tasks(pid sys.PID) ([]sys.TID, error) {
 	ents, err := os.ReadDir(Path(pid, "task"))
 	if err != nil {
 		return nil, err
 	}
-	var tids []int
+	var tids []sys.TID
 	for _, e := range ents {
 		if t, err := strconv.Atoi(e.Name()); err == nil {
-			tids = append(tids, t)
+			tids = append(tids, sys.TID(t))
 		}
 	}
+	leader := pid.Leader()
 	sort.Slice(tids, func(i, j int) bool {
-		if tids[i] == pid || tids[j] == pid {
-			return tids[i] == pid
+		if tids[i] == leader || tids[j] == leader {
+			return tids[i] == leader
 		}
 		return tids[i] < tids[j]
 	})
@@ -59,39 +69,39 @@ func Tasks(pid int) ([]int, error) {
 }
 
 // Children lists the children of every thread of a process.
-func Children(pid int) ([]int, error) {
+func Children(pid sys.PID) ([]sys.PID, error) {
 	tids, err := Tasks(pid)
 	if err != nil {
 		return nil, err
 	}
-	var out []int
+	var out []sys.PID
 	for _, t := range tids {
-		b, err := os.ReadFile(Path(pid, "task", strconv.Itoa(t), "children"))
+		b, err := os.ReadFile(Path(pid, "task", t.String(), "children"))
 		if err != nil {
 			continue
 		}
 		for _, f := range strings.Fields(string(b)) {
 			if c, err := strconv.Atoi(f); err == nil {
-				out = append(out, c)
+				out = append(out, sys.PID(c))
 			}
 		}
 	}
-	sort.Ints(out)
+	slices.Sort(out)
 	return out, nil
 }
 
 // FDs lists the open file descriptors of a process, sorted.
-func FDs(pid int) ([]int, error) {
+func FDs(pid sys.PID) ([]sys.TargetFD, error) {
 	ents, err := os.ReadDir(Path(pid, "fd"))
 	if err != nil {
 		return nil, err
 	}
-	out := make([]int, 0, len(ents))
+	out := make([]sys.TargetFD, 0, len(ents))
 	for _, e := range ents {
 		if n, err := strconv.Atoi(e.Name()); err == nil {
-			out = append(out, n)
+			out = append(out, sys.TargetFD(n))
 		}
 	}
-	sort.Ints(out)
+	slices.Sort(out)
 	return out, nil
 }

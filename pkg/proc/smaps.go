@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/ckpt/ckpt/internal/sys"
 )
 
 // Mapping is one mapping of /proc/PID/smaps with its VmFlags.
@@ -33,10 +35,10 @@ type Mapping struct {
 }
 
 // ReadSmaps parses /proc/PID/smaps.
-func ReadSmaps(pid int) ([]Mapping, error) { return readSmaps(root, pid) }
+func ReadSmaps(pid sys.PID) ([]Mapping, error) { return readSmaps(root, pid) }
 
-func readSmaps(root string, pid int) ([]Mapping, error) {
-	f, err := os.Open(filepath.Join(root, strconv.Itoa(pid), "smaps"))
+func readSmaps(root string, pid sys.PID) ([]Mapping, error) {
+	f, err := os.Open(filepath.Join(root, pid.String(), "smaps"))
 	if err != nil {
 		return nil, err
 	}

@@ -7,16 +7,18 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/ckpt/ckpt/internal/sys"
 )
 
 // Stat is the part of /proc/PID/stat ckpt uses.
 type Stat struct {
-	PID     int
+	PID     sys.PID // the first field: the TID when read for a thread
 	Comm    string
 	State   byte
-	PPID    int
-	PGRP    int
-	Session int
+	PPID    sys.PID
+	PGRP    sys.PID
+	Session sys.PID
 	TTY     int // tty_nr: the controlling terminal's device number, 0 if none
 	Flags   uint64
 	Threads int
@@ -31,12 +33,12 @@ type Stat struct {
 const PFKthread = 0x00200000
 
 // ReadStat parses /proc/PID/stat, or /proc/PID/task/TID/stat when tid > 0.
-func ReadStat(pid, tid int) (*Stat, error) { return readStat(root, pid, tid) }
+func ReadStat(pid sys.PID, tid sys.TID) (*Stat, error) { return readStat(root, pid, tid) }
 
-func readStat(root string, pid, tid int) (*Stat, error) {
-	dir, id := root, pid
+func readStat(root string, pid sys.PID, tid sys.TID) (*Stat, error) {
+	dir, id := root, int(pid)
 	if tid > 0 {
-		dir, id = filepath.Join(root, strconv.Itoa(pid), "task"), tid
+		dir, id = filepath.Join(root, pid.String(), "task"), int(tid)
 	}
 	p, err := procOf(dir, id)
 	if err != nil {
@@ -50,8 +52,8 @@ func readStat(root string, pid, tid int) (*Stat, error) {
 		return nil, fmt.Errorf("%s/%d/stat: no state", dir, id)
 	}
 	s := &Stat{
-		PID: ps.PID, Comm: ps.Comm, State: ps.State[0],
-		PPID: ps.PPID, PGRP: ps.PGRP, Session: ps.Session, TTY: ps.TTY,
+		PID: sys.PID(ps.PID), Comm: ps.Comm, State: ps.State[0],
+		PPID: sys.PID(ps.PPID), PGRP: sys.PID(ps.PGRP), Session: sys.PID(ps.Session), TTY: ps.TTY,
 		Flags: uint64(ps.Flags), Threads: ps.NumThreads,
 		StartCode: ps.StartCode, EndCode: ps.EndCode, StartStack: ps.StartStack,
 	}

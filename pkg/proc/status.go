@@ -8,12 +8,14 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/ckpt/ckpt/internal/sys"
 )
 
 // Status is the part of /proc/PID/status ckpt uses.
 type Status struct {
 	// From procfs.ProcStatus.
-	TGID                                   int
+	TGID                                   sys.PID
 	UID, GID                               [4]int // real, effective, saved, fs
 	CapInh, CapPrm, CapEff, CapBnd, CapAmb uint64
 	VmLck                                  uint64 // locked memory, bytes
@@ -21,7 +23,7 @@ type Status struct {
 	// Parsed here (see parseStatus).
 	State                          byte
 	Umask                          int
-	TracerPID                      int
+	TracerPID                      sys.PID
 	Groups                         []int
 	SigPnd, ShdPnd, SigBlk, SigIgn uint64
 	SigCgt                         uint64
@@ -35,10 +37,16 @@ type Status struct {
 	X86ThreadFeatures string
 }
 
-// ReadStatus parses /proc/PID/status (pid may be a TID).
-func ReadStatus(pid int) (*Status, error) { return readStatus(root, pid) }
+// ReadStatus parses /proc/PID/status: the process's, as its leader
+// thread has it (the signal mask and pending set are the leader's).
+func ReadStatus(pid sys.PID) (*Status, error) { return readStatus(root, int(pid)) }
 
-func readStatus(root string, pid int) (*Status, error) {
+// ReadThreadStatus parses /proc/TID/status: a thread's own.
+func ReadThreadStatus(tid sys.TID) (*Status, error) { return readStatus(root, int(tid)) }
+
+// readStatus reads the status of id (a PID or a TID) under root.
+func readStatus(root string, id int) (*Status, error) {
+	pid := id
 	p, err := procOf(root, pid)
 	if err != nil {
 		return nil, err
@@ -55,7 +63,7 @@ func readStatus(root string, pid int) (*Status, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s/%d/status: %w", root, pid, err)
 	}
-	s.TGID = ps.TGID
+	s.TGID = sys.PID(ps.TGID)
 	for i := range 4 {
 		s.UID[i], s.GID[i] = int(ps.UIDs[i]), int(ps.GIDs[i])
 	}
@@ -92,7 +100,9 @@ func parseStatus(b []byte) (*Status, error) {
 			u, err = strconv.ParseUint(v, 8, 32)
 			s.Umask = int(u)
 		case "TracerPid":
-			s.TracerPID, err = strconv.Atoi(v)
+			var pid int
+			pid, err = strconv.Atoi(v)
+			s.TracerPID = sys.PID(pid)
 		case "Groups":
 			for _, f := range strings.Fields(v) {
 				g, e := strconv.Atoi(f)

@@ -4,6 +4,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -25,7 +26,7 @@ func TestReadStatTestdata(t *testing.T) {
 		StartData: 5869568, EndData: 5913600, StartBrk: 566763520,
 		ArgStart: 140724015286877, ArgEnd: 140724015286934, EnvStart: 140724015286934, EnvEnd: 140724015288272,
 	}
-	for _, tid := range []int{0, testPID} {
+	for _, tid := range []sys.TID{0, testPID} {
 		got, err := readStat(testRoot, testPID, tid)
 		if err != nil {
 			t.Fatalf("tid %d: %v", tid, err)
@@ -160,7 +161,7 @@ func TestParseLimits(t *testing.T) {
 
 func TestReadFDInfoTestdata(t *testing.T) {
 	tests := []struct {
-		fd    int
+		fd    sys.TargetFD
 		want  FDInfo // Extra and Lines not compared
 		check func(t *testing.T, fi *FDInfo)
 	}{

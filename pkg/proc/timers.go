@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/ckpt/ckpt/internal/sys"
 )
 
 // Timer is one POSIX timer of /proc/PID/timers.
@@ -16,16 +18,16 @@ type Timer struct {
 	// Notify is the sigev_notify: SIGEV_SIGNAL (0), SIGEV_NONE (1),
 	// SIGEV_THREAD (2), or SIGEV_THREAD_ID (4) with NotifyTID.
 	Notify    int
-	NotifyTID int
+	NotifyTID sys.TID
 	Clock     int
 }
 
 // ReadTimers parses /proc/PID/timers; a kernel without it (no
 // CONFIG_CHECKPOINT_RESTORE) gives none.
-func ReadTimers(pid int) ([]Timer, error) { return readTimers(root, pid) }
+func ReadTimers(pid sys.PID) ([]Timer, error) { return readTimers(root, pid) }
 
-func readTimers(root string, pid int) ([]Timer, error) {
-	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "timers"))
+func readTimers(root string, pid sys.PID) ([]Timer, error) {
+	b, err := os.ReadFile(filepath.Join(root, pid.String(), "timers"))
 	if os.IsNotExist(err) {
 		return nil, nil
 	}
@@ -93,7 +95,9 @@ func parseTimers(b []byte) ([]Timer, error) {
 				err = fmt.Errorf("no pid or tid")
 			case kind == "tid":
 				t.Notify = 4 // SIGEV_THREAD_ID
-				t.NotifyTID, err = strconv.Atoi(n)
+				var tid int
+				tid, err = strconv.Atoi(n)
+				t.NotifyTID = sys.TID(tid)
 			}
 		case "ClockID":
 			t.Clock, err = strconv.Atoi(v)

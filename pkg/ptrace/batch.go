@@ -114,7 +114,7 @@ var ErrBatchTimeout = errors.New("batch did not finish")
 // the tracee. The task ends in an interrupt stop with its registers as
 // they were. Signals that stop the task meanwhile are taken off the queue
 // and added to in.Signals, as Syscall does.
-func (in *Injector) RunBatch(pid int, b *Batch, code, out uint64) ([]uint64, error) {
+func (in *Injector) RunBatch(pid sys.PID, b *Batch, code, out uint64) ([]uint64, error) {
 	rb, err := in.StartBatch(pid, b, code, out)
 	if err != nil {
 		return nil, err
@@ -127,7 +127,7 @@ func (in *Injector) RunBatch(pid int, b *Batch, code, out uint64) ([]uint64, err
 // code and out memory.
 type RunningBatch struct {
 	in    *Injector
-	pid   int
+	pid   sys.PID
 	n     int
 	out   uint64
 	mark  uint64
@@ -136,7 +136,7 @@ type RunningBatch struct {
 
 // StartBatch starts a batch as RunBatch does, and returns without
 // waiting for it. Finish must be called next for this tracee.
-func (in *Injector) StartBatch(pid int, b *Batch, code, out uint64) (*RunningBatch, error) {
+func (in *Injector) StartBatch(pid sys.PID, b *Batch, code, out uint64) (*RunningBatch, error) {
 	if len(b.calls) == 0 {
 		return nil, nil
 	}
@@ -183,7 +183,7 @@ func (rb *RunningBatch) Finish() ([]uint64, error) {
 
 // runUntilMark waits until the mark at out+8n is set, then puts the
 // running task back in an interrupt stop and returns the results.
-func (in *Injector) runUntilMark(pid int, out uint64, n int, mark uint64, saved *unix.PtraceRegs) ([]uint64, error) {
+func (in *Injector) runUntilMark(pid sys.PID, out uint64, n int, mark uint64, saved *unix.PtraceRegs) ([]uint64, error) {
 	buf := make([]byte, 8*(n+1))
 	deadline := time.Now().Add(batchTimeout)
 	sleep := time.Duration(0)
@@ -252,8 +252,8 @@ func Backoff(i int, sleep time.Duration) time.Duration {
 // whether the task stopped (and must be resumed).
 func (in *Injector) pollStop(saved *unix.PtraceRegs) (bool, error) {
 	var ws unix.WaitStatus
-	got, err := unix.Wait4(in.TID, &ws, unix.WALL|unix.WNOHANG, nil)
-	if err == unix.EINTR || (err == nil && got != in.TID) {
+	got, err := unix.Wait4(int(in.TID), &ws, unix.WALL|unix.WNOHANG, nil)
+	if err == unix.EINTR || (err == nil && sys.TID(got) != in.TID) {
 		return false, nil
 	}
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
 )
 
@@ -18,22 +19,23 @@ func TestBatch(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	tr := startTracee(t)
 	pid := tr.pid
+	tid := pid.Leader()
 	tr.waitCounting(t)
-	if err := Seize(pid, OptExitKill); err != nil {
+	if err := Seize(tid, OptExitKill); err != nil {
 		t.Fatal(err)
 	}
-	stop(t, pid)
-	in := &Injector{TID: pid, Gadget: vdsoGadget(t, pid)}
+	stop(t, tid)
+	in := &Injector{TID: tid, Gadget: vdsoGadget(t, pid)}
 	const size = 64 << 10
 	area, err := in.Call("mmap", unix.SYS_MMAP, 0, size, unix.PROT_READ|unix.PROT_WRITE|unix.PROT_EXEC, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uint64(0), 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	before, err := GetRegs(pid)
+	before, err := GetRegs(tid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	mask, _ := GetSigMask(pid)
+	mask, _ := GetSigMask(tid)
 	code, out := area, area+size/2
 	cases := []struct {
 		name  string
@@ -45,7 +47,7 @@ func TestBatch(t *testing.T) {
 			b.Add(unix.SYS_CLOSE, ^uint64(0))
 			b.Add(unix.SYS_GETPPID)
 		}, func(t *testing.T, res []uint64) {
-			if len(res) != 3 || int(res[0]) != pid || Errno(res[1]) != unix.EBADF || int(res[2]) != os.Getpid() {
+			if len(res) != 3 || sys.PID(res[0]) != pid || Errno(res[1]) != unix.EBADF || int(res[2]) != os.Getpid() {
 				t.Errorf("results %#x, want [%d EBADF %d]", res, pid, os.Getpid())
 			}
 		}},
@@ -66,7 +68,7 @@ func TestBatch(t *testing.T) {
 			}
 		}, func(t *testing.T, res []uint64) {
 			for i, r := range res {
-				if int(r) != pid {
+				if sys.PID(r) != pid {
 					t.Fatalf("call %d: %d", i, r)
 				}
 			}
@@ -80,21 +82,21 @@ func TestBatch(t *testing.T) {
 		c.calls(&b)
 		if c.name == "many calls" {
 			// A signal that arrives while the batch runs is kept.
-			unix.Tgkill(pid, pid, unix.SIGUSR2)
+			unix.Tgkill(int(pid), int(tid), unix.SIGUSR2)
 		}
 		res, err := in.RunBatch(pid, &b, code, out)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		c.want(t, res)
-		after, err := GetRegs(pid)
+		after, err := GetRegs(tid)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if after != before {
 			t.Errorf("%s: registers changed:\n%+v\n%+v", c.name, before, after)
 		}
-		if m, _ := GetSigMask(pid); m != mask {
+		if m, _ := GetSigMask(tid); m != mask {
 			t.Errorf("%s: mask %#x, was %#x", c.name, m, mask)
 		}
 	}
@@ -105,7 +107,7 @@ func TestBatch(t *testing.T) {
 	if err := in.Park(); err != nil {
 		t.Fatal(err)
 	}
-	if err := Detach(pid, 0); err != nil {
+	if err := Detach(tid, 0); err != nil {
 		t.Fatal(err)
 	}
 	tr.waitCounting(t)
@@ -117,11 +119,11 @@ func BenchmarkBatch(b *testing.B) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	tr := startTracee(b)
-	if err := Seize(tr.pid, 0); err != nil {
+	if err := Seize(tr.pid.Leader(), 0); err != nil {
 		b.Fatal(err)
 	}
-	stop(b, tr.pid)
-	in := Injector{TID: tr.pid, Gadget: vdsoGadget(b, tr.pid)}
+	stop(b, tr.pid.Leader())
+	in := Injector{TID: tr.pid.Leader(), Gadget: vdsoGadget(b, tr.pid)}
 	area, err := in.Call("mmap", unix.SYS_MMAP, 0, 1<<16, unix.PROT_READ|unix.PROT_WRITE|unix.PROT_EXEC, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS, ^uint64(0), 0)
 	if err != nil {
 		b.Fatal(err)
@@ -137,5 +139,5 @@ func BenchmarkBatch(b *testing.B) {
 		}
 	}
 	b.StopTimer()
-	Detach(tr.pid, 0)
+	Detach(tr.pid.Leader(), 0)
 }

@@ -3,6 +3,8 @@ package ptrace
 import (
 	"bytes"
 	"fmt"
+
+	"github.com/ckpt/ckpt/internal/sys"
 )
 
 // Area is a range of a tracee's address space.
@@ -12,7 +14,7 @@ type Area struct{ Start, End uint64 }
 // (0f 05) in the areas of process pid, tried in order; run there with
 // Injector.Step. It reads in chunks and stops at the first match. ok is
 // false if no area holds one.
-func FindSyscall(pid int, areas []Area) (addr uint64, ok bool, err error) {
+func FindSyscall(pid sys.PID, areas []Area) (addr uint64, ok bool, err error) {
 	const chunk = 64 << 10
 	buf := make([]byte, chunk+1)
 	for _, a := range areas {

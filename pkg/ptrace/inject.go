@@ -6,6 +6,7 @@ import (
 	"os"
 	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
 )
 
@@ -22,7 +23,7 @@ import (
 // syscall-restart logic would rewrite rip and rax when the tracee was
 // stopped inside a system call.
 type Injector struct {
-	TID int
+	TID sys.TID
 	// Gadget is the address of a `syscall` instruction in the tracee.
 	Gadget uint64
 
@@ -30,7 +31,7 @@ type Injector struct {
 	// taken off the queue: the caller re-delivers or saves them.
 	Signals []Signal
 	// Children lists tasks reported by fork and clone events.
-	Children []int
+	Children []sys.TID
 }
 
 // Signal is a signal that stopped a tracee, and its siginfo.
@@ -77,7 +78,7 @@ func (in *Injector) Syscall(nr uint64, args ...uint64) (uint64, error) {
 			if err != nil {
 				return 0, err
 			}
-			in.Children = append(in.Children, int(msg))
+			in.Children = append(in.Children, sys.TID(msg))
 			continue
 		case st.Event != 0:
 			continue
@@ -155,14 +156,14 @@ func (in *Injector) Call(name string, nr uint64, args ...uint64) (uint64, error)
 }
 
 // ReadMem reads len(buf) bytes at addr of process pid.
-func ReadMem(pid int, addr uint64, buf []byte) error {
+func ReadMem(pid sys.PID, addr uint64, buf []byte) error {
 	if len(buf) == 0 {
 		return nil
 	}
 	l := []unix.Iovec{{Base: &buf[0]}}
 	l[0].SetLen(len(buf))
 	r := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(buf)}}
-	n, err := unix.ProcessVMReadv(pid, l, r, 0)
+	n, err := unix.ProcessVMReadv(int(pid), l, r, 0)
 	if err == nil && n == len(buf) {
 		return nil
 	}
@@ -172,21 +173,21 @@ func ReadMem(pid int, addr uint64, buf []byte) error {
 
 // WriteMem writes buf at addr of process pid. Read-only mappings are
 // written through /proc/PID/mem.
-func WriteMem(pid int, addr uint64, buf []byte) error {
+func WriteMem(pid sys.PID, addr uint64, buf []byte) error {
 	if len(buf) == 0 {
 		return nil
 	}
 	l := []unix.Iovec{{Base: &buf[0]}}
 	l[0].SetLen(len(buf))
 	r := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(buf)}}
-	n, err := unix.ProcessVMWritev(pid, l, r, 0)
+	n, err := unix.ProcessVMWritev(int(pid), l, r, 0)
 	if err == nil && n == len(buf) {
 		return nil
 	}
 	return memAccess(pid, addr, buf, true)
 }
 
-func memAccess(pid int, addr uint64, buf []byte, write bool) error {
+func memAccess(pid sys.PID, addr uint64, buf []byte, write bool) error {
 	flag := os.O_RDONLY
 	if write {
 		flag = os.O_RDWR

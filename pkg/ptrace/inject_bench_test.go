@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"testing"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
 )
 
@@ -14,15 +15,15 @@ func BenchmarkInject(b *testing.B) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	tr := startTracee(b)
-	if err := Seize(tr.pid, 0); err != nil {
+	if err := Seize(tr.pid.Leader(), 0); err != nil {
 		b.Fatal(err)
 	}
-	stop(b, tr.pid)
-	in := Injector{TID: tr.pid, Gadget: vdsoGadget(b, tr.pid)}
+	stop(b, tr.pid.Leader())
+	in := Injector{TID: tr.pid.Leader(), Gadget: vdsoGadget(b, tr.pid)}
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
 		ret, err := in.Syscall(unix.SYS_GETPID)
-		if err != nil || int(ret) != tr.pid {
+		if err != nil || sys.PID(ret) != tr.pid {
 			b.Fatalf("getpid: %d, %v", ret, err)
 		}
 	}
@@ -30,5 +31,5 @@ func BenchmarkInject(b *testing.B) {
 	if err := in.Park(); err != nil {
 		b.Fatal(err)
 	}
-	Detach(tr.pid, 0)
+	Detach(tr.pid.Leader(), 0)
 }

@@ -15,14 +15,15 @@ import (
 	"syscall"
 	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
 )
 
 // ErrExited means a task exited (or was killed) while being traced.
 var ErrExited = errors.New("task exited")
 
-func ptrace(req int, pid int, addr, data uintptr) error {
-	_, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(pid), addr, data, 0, 0)
+func ptrace(req int, tid sys.TID, addr, data uintptr) error {
+	_, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(tid), addr, data, 0, 0)
 	if e != 0 {
 		return e
 	}
@@ -34,8 +35,8 @@ func ptrace(req int, pid int, addr, data uintptr) error {
 // uintptr made by the caller would not keep its object alive, nor follow a
 // stack that moves meanwhile (the kernel then read a stale iovec, and an
 // xstate came back 65536 bytes long).
-func ptracePtr(req int, pid int, addr uintptr, data unsafe.Pointer) (uintptr, error) {
-	r, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(pid), addr, uintptr(data), 0, 0)
+func ptracePtr(req int, tid sys.TID, addr uintptr, data unsafe.Pointer) (uintptr, error) {
+	r, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(tid), addr, uintptr(data), 0, 0)
 	if e != 0 {
 		return 0, e
 	}
@@ -43,8 +44,8 @@ func ptracePtr(req int, pid int, addr uintptr, data unsafe.Pointer) (uintptr, er
 }
 
 // ptracePtrs is ptrace with pointers as addr and data.
-func ptracePtrs(req int, pid int, addr, data unsafe.Pointer) (uintptr, error) {
-	r, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(pid), uintptr(addr), uintptr(data), 0, 0)
+func ptracePtrs(req int, tid sys.TID, addr, data unsafe.Pointer) (uintptr, error) {
+	r, _, e := unix.Syscall6(unix.SYS_PTRACE, uintptr(req), uintptr(tid), uintptr(addr), uintptr(data), 0, 0)
 	if e != 0 {
 		return 0, e
 	}
@@ -63,7 +64,7 @@ const (
 
 // Seize attaches to tid without stopping it. PTRACE_O_TRACESYSGOOD is
 // always added: the Injector tells its syscall stops by it.
-func Seize(tid int, opts int) error {
+func Seize(tid sys.TID, opts int) error {
 	if err := ptrace(unix.PTRACE_SEIZE, tid, 0, uintptr(opts|unix.PTRACE_O_TRACESYSGOOD)); err != nil {
 		return fmt.Errorf("ptrace seize %d: %w", tid, err)
 	}
@@ -71,7 +72,7 @@ func Seize(tid int, opts int) error {
 }
 
 // Interrupt asks a seized task to stop.
-func Interrupt(tid int) error {
+func Interrupt(tid sys.TID) error {
 	if err := ptrace(unix.PTRACE_INTERRUPT, tid, 0, 0); err != nil {
 		return fmt.Errorf("ptrace interrupt %d: %w", tid, err)
 	}
@@ -79,7 +80,7 @@ func Interrupt(tid int) error {
 }
 
 // Detach lets a task go, delivering sig if it is not zero.
-func Detach(tid int, sig unix.Signal) error {
+func Detach(tid sys.TID, sig unix.Signal) error {
 	if err := ptrace(unix.PTRACE_DETACH, tid, 0, uintptr(sig)); err != nil {
 		return fmt.Errorf("ptrace detach %d: %w", tid, err)
 	}
@@ -87,7 +88,7 @@ func Detach(tid int, sig unix.Signal) error {
 }
 
 // Cont resumes a stopped task, delivering sig if it is not zero.
-func Cont(tid int, sig unix.Signal) error {
+func Cont(tid sys.TID, sig unix.Signal) error {
 	if err := ptrace(unix.PTRACE_CONT, tid, 0, uintptr(sig)); err != nil {
 		return fmt.Errorf("ptrace cont %d: %w", tid, err)
 	}
@@ -135,10 +136,10 @@ func (s Stop) String() string {
 }
 
 // Wait waits for a state change of tid (any child or tracee, threads too).
-func Wait(tid int) (Stop, error) {
+func Wait(tid sys.TID) (Stop, error) {
 	var ws unix.WaitStatus
 	for {
-		_, err := unix.Wait4(tid, &ws, unix.WALL, nil)
+		_, err := unix.Wait4(int(tid), &ws, unix.WALL, nil)
 		if err == unix.EINTR {
 			continue
 		}
@@ -154,17 +155,17 @@ func Wait(tid int) (Stop, error) {
 }
 
 // GetRegs reads the general-purpose registers.
-func GetRegs(tid int) (unix.PtraceRegs, error) {
+func GetRegs(tid sys.TID) (unix.PtraceRegs, error) {
 	var r unix.PtraceRegs
-	if err := unix.PtraceGetRegs(tid, &r); err != nil {
+	if err := unix.PtraceGetRegs(int(tid), &r); err != nil {
 		return r, fmt.Errorf("ptrace getregs %d: %w", tid, err)
 	}
 	return r, nil
 }
 
 // SetRegs writes the general-purpose registers.
-func SetRegs(tid int, r *unix.PtraceRegs) error {
-	if err := unix.PtraceSetRegs(tid, r); err != nil {
+func SetRegs(tid sys.TID, r *unix.PtraceRegs) error {
+	if err := unix.PtraceSetRegs(int(tid), r); err != nil {
 		return fmt.Errorf("ptrace setregs %d: %w", tid, err)
 	}
 	return nil
@@ -174,7 +175,7 @@ func SetRegs(tid int, r *unix.PtraceRegs) error {
 const XStateMax = 64 << 10
 
 // GetXState reads the full extended state (x87, SSE, AVX, AVX-512, ...).
-func GetXState(tid int) ([]byte, error) {
+func GetXState(tid sys.TID) ([]byte, error) {
 	buf := make([]byte, XStateMax)
 	iov := unix.Iovec{Base: &buf[0]}
 	iov.SetLen(len(buf))
@@ -185,7 +186,7 @@ func GetXState(tid int) ([]byte, error) {
 }
 
 // SetXState writes the full extended state.
-func SetXState(tid int, xs []byte) error {
+func SetXState(tid sys.TID, xs []byte) error {
 	if len(xs) == 0 {
 		return nil
 	}
@@ -207,7 +208,7 @@ func XCR0(xs []byte) uint64 {
 }
 
 // GetSigMask reads the blocked signal mask.
-func GetSigMask(tid int) (uint64, error) {
+func GetSigMask(tid sys.TID) (uint64, error) {
 	var m uint64
 	if _, err := ptracePtr(unix.PTRACE_GETSIGMASK, tid, 8, unsafe.Pointer(&m)); err != nil {
 		return 0, fmt.Errorf("ptrace getsigmask %d: %w", tid, err)
@@ -216,7 +217,7 @@ func GetSigMask(tid int) (uint64, error) {
 }
 
 // SetSigMask writes the blocked signal mask.
-func SetSigMask(tid int, m uint64) error {
+func SetSigMask(tid sys.TID, m uint64) error {
 	if _, err := ptracePtr(unix.PTRACE_SETSIGMASK, tid, 8, unsafe.Pointer(&m)); err != nil {
 		return fmt.Errorf("ptrace setsigmask %d: %w", tid, err)
 	}
@@ -228,7 +229,7 @@ const SigInfoSize = 128
 
 // PeekSigInfo reads the queued signals of tid without dequeuing them:
 // the thread's own queue, or with shared the process-wide one.
-func PeekSigInfo(tid int, shared bool) ([][]byte, error) {
+func PeekSigInfo(tid sys.TID, shared bool) ([][]byte, error) {
 	var out [][]byte
 	buf := make([]byte, 32*SigInfoSize)
 	for off := uint64(0); ; {
@@ -255,7 +256,7 @@ func PeekSigInfo(tid int, shared bool) ([][]byte, error) {
 }
 
 // GetSigInfo reads the siginfo of the signal a task is stopped by.
-func GetSigInfo(tid int) ([]byte, error) {
+func GetSigInfo(tid sys.TID) ([]byte, error) {
 	buf := make([]byte, SigInfoSize)
 	if _, err := ptracePtr(unix.PTRACE_GETSIGINFO, tid, 0, unsafe.Pointer(&buf[0])); err != nil {
 		return nil, fmt.Errorf("ptrace getsiginfo %d: %w", tid, err)
@@ -273,7 +274,7 @@ type RseqConfig struct {
 }
 
 // GetRseq reads a thread's rseq registration.
-func GetRseq(tid int) (RseqConfig, error) {
+func GetRseq(tid sys.TID) (RseqConfig, error) {
 	var c RseqConfig
 	if _, err := ptracePtr(unix.PTRACE_GET_RSEQ_CONFIGURATION, tid, unsafe.Sizeof(c), unsafe.Pointer(&c)); err != nil {
 		return c, fmt.Errorf("ptrace get rseq %d: %w", tid, err)
@@ -284,7 +285,7 @@ func GetRseq(tid int) (RseqConfig, error) {
 // GetSeccompFilters reads the task's seccomp filters, oldest first (index 0,
 // PTRACE_SECCOMP_GET_FILTER's filter_off, is the first one installed), as
 // raw sock_filter arrays.
-func GetSeccompFilters(tid int) ([][]byte, error) {
+func GetSeccompFilters(tid sys.TID) ([][]byte, error) {
 	var out [][]byte
 	for i := 0; ; i++ {
 		n, err := ptracePtr(unix.PTRACE_SECCOMP_GET_FILTER, tid, uintptr(i), nil)
@@ -308,7 +309,7 @@ func GetSeccompFilters(tid int) ([][]byte, error) {
 // GetSeccompFilterFlags returns the SECCOMP_FILTER_FLAG_* that filter i
 // of the task (index 0 the first installed) was installed with
 // (PTRACE_SECCOMP_GET_METADATA).
-func GetSeccompFilterFlags(tid, i int) (uint64, error) {
+func GetSeccompFilterFlags(tid sys.TID, i int) (uint64, error) {
 	md := struct{ FilterOff, Flags uint64 }{FilterOff: uint64(i)}
 	if _, err := ptracePtr(ptraceSeccompGetMetadata, tid, unsafe.Sizeof(md), unsafe.Pointer(&md)); err != nil {
 		return 0, fmt.Errorf("ptrace seccomp get metadata %d of %d: %w", i, tid, err)
@@ -319,7 +320,7 @@ func GetSeccompFilterFlags(tid, i int) (uint64, error) {
 // GetSyscallUserDispatchMode returns the task's syscall user dispatch mode
 // (PR_SET_SYSCALL_USER_DISPATCH; 0 is off), read with
 // PTRACE_GET_SYSCALL_USER_DISPATCH_CONFIG.
-func GetSyscallUserDispatchMode(tid int) (uint64, error) {
+func GetSyscallUserDispatchMode(tid sys.TID) (uint64, error) {
 	sud := struct{ Mode, Selector, Offset, Len uint64 }{}
 	if _, err := ptracePtr(ptraceGetSyscallUserDispatchConfig, tid, unsafe.Sizeof(sud), unsafe.Pointer(&sud)); err != nil {
 		return 0, fmt.Errorf("ptrace get syscall user dispatch config %d: %w", tid, err)
@@ -335,7 +336,7 @@ const (
 
 // GetEventMsg returns the message of the last ptrace event (e.g. the PID
 // of a new child).
-func GetEventMsg(tid int) (uint64, error) {
+func GetEventMsg(tid sys.TID) (uint64, error) {
 	var m uint64
 	if _, err := ptracePtr(unix.PTRACE_GETEVENTMSG, tid, 0, unsafe.Pointer(&m)); err != nil {
 		return 0, fmt.Errorf("ptrace geteventmsg %d: %w", tid, err)

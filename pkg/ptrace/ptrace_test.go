@@ -14,6 +14,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
 )
@@ -21,7 +22,7 @@ import (
 // tracee is a running testdata/tracee.c.
 type tracee struct {
 	cmd           *exec.Cmd
-	pid           int
+	pid           sys.PID
 	counter, text uint64 // addresses
 }
 
@@ -48,7 +49,7 @@ func startTracee(t testing.TB) *tracee {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	tr := &tracee{cmd: cmd, pid: cmd.Process.Pid}
+	tr := &tracee{cmd: cmd, pid: sys.PID(cmd.Process.Pid)}
 	t.Cleanup(func() {
 		cmd.Process.Kill()
 		cmd.Wait()
@@ -86,7 +87,7 @@ func (tr *tracee) waitCounting(t testing.TB) {
 }
 
 // vdsoGadget finds a syscall instruction in the tracee's vDSO.
-func vdsoGadget(t testing.TB, pid int) uint64 {
+func vdsoGadget(t testing.TB, pid sys.PID) uint64 {
 	t.Helper()
 	maps, err := proc.ReadSmaps(pid)
 	if err != nil {
@@ -109,13 +110,13 @@ func vdsoGadget(t testing.TB, pid int) uint64 {
 }
 
 // stop interrupts a seized tracee and waits for the interrupt stop.
-func stop(t testing.TB, pid int) {
+func stop(t testing.TB, tid sys.TID) {
 	t.Helper()
-	if err := Interrupt(pid); err != nil {
+	if err := Interrupt(tid); err != nil {
 		t.Fatal(err)
 	}
 	for {
-		st, err := Wait(pid)
+		st, err := Wait(tid)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +127,7 @@ func stop(t testing.TB, pid int) {
 			return
 		}
 		// A signal (SIGCHLD of an injected fork): suppress and go on.
-		if err := Cont(pid, 0); err != nil {
+		if err := Cont(tid, 0); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -140,40 +141,41 @@ func TestTraceeLifecycle(t *testing.T) {
 	defer runtime.UnlockOSThread()
 	tr := startTracee(t)
 	pid := tr.pid
+	tid := pid.Leader()
 	tr.waitCounting(t)
 
-	if err := Seize(pid, OptExitKill|OptTraceFork); err != nil {
+	if err := Seize(tid, OptExitKill|OptTraceFork); err != nil {
 		t.Fatal(err)
 	}
-	stop(t, pid)
+	stop(t, tid)
 
 	// Registers and extended state, written back unchanged.
-	regs, err := GetRegs(pid)
+	regs, err := GetRegs(tid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if regs.Rip == 0 || regs.Rsp == 0 {
 		t.Errorf("registers %+v", regs)
 	}
-	if err := SetRegs(pid, &regs); err != nil {
+	if err := SetRegs(tid, &regs); err != nil {
 		t.Fatal(err)
 	}
-	xs, err := GetXState(pid)
+	xs, err := GetXState(tid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(xs) < 576 || XCR0(xs)&3 != 3 {
 		t.Errorf("xstate of %d bytes, XCR0 %#x: want x87 and SSE at least", len(xs), XCR0(xs))
 	}
-	if err := SetXState(pid, xs); err != nil {
+	if err := SetXState(tid, xs); err != nil {
 		t.Fatal(err)
 	}
-	if err := SetXState(pid, nil); err != nil {
+	if err := SetXState(tid, nil); err != nil {
 		t.Errorf("empty xstate: %v", err)
 	}
 
 	// Signal mask and queued signals.
-	mask, err := GetSigMask(pid)
+	mask, err := GetSigMask(tid)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -181,23 +183,23 @@ func TestTraceeLifecycle(t *testing.T) {
 	if mask&usr2 == 0 {
 		t.Errorf("mask %#x lacks SIGUSR2", mask)
 	}
-	if err := SetSigMask(pid, mask|1<<(unix.SIGHUP-1)); err != nil {
+	if err := SetSigMask(tid, mask|1<<(unix.SIGHUP-1)); err != nil {
 		t.Fatal(err)
 	}
-	if m, err := GetSigMask(pid); err != nil || m != mask|1<<(unix.SIGHUP-1) {
+	if m, err := GetSigMask(tid); err != nil || m != mask|1<<(unix.SIGHUP-1) {
 		t.Errorf("mask after set: %#x, %v", m, err)
 	}
-	if err := SetSigMask(pid, mask); err != nil {
+	if err := SetSigMask(tid, mask); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Tgkill(pid, pid, unix.SIGUSR2); err != nil {
+	if err := unix.Tgkill(int(pid), int(tid), unix.SIGUSR2); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Kill(pid, unix.SIGUSR2); err != nil {
+	if err := unix.Kill(int(pid), unix.SIGUSR2); err != nil {
 		t.Fatal(err)
 	}
 	for _, shared := range []bool{false, true} {
-		infos, err := PeekSigInfo(pid, shared)
+		infos, err := PeekSigInfo(tid, shared)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -205,28 +207,28 @@ func TestTraceeLifecycle(t *testing.T) {
 			t.Errorf("queued (shared %v): %d signals, want one SIGUSR2", shared, len(infos))
 		}
 	}
-	if info, err := GetSigInfo(pid); err != nil || len(info) != SigInfoSize {
+	if info, err := GetSigInfo(tid); err != nil || len(info) != SigInfoSize {
 		t.Errorf("siginfo of the stop: %d bytes, %v", len(info), err)
 	}
 
 	// rseq and seccomp.
-	if rs, err := GetRseq(pid); err != nil || (rs.Ptr != 0 && rs.Size < 32) {
+	if rs, err := GetRseq(tid); err != nil || (rs.Ptr != 0 && rs.Size < 32) {
 		t.Errorf("rseq %+v, %v", rs, err)
 	}
-	filters, err := GetSeccompFilters(pid)
+	filters, err := GetSeccompFilters(tid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(filters) != 1 || len(filters[0]) != 8 {
 		t.Errorf("seccomp filters %v, want the one allow-all instruction", filters)
 	}
-	if fl, err := GetSeccompFilterFlags(pid, 0); err != nil || fl != 0 {
+	if fl, err := GetSeccompFilterFlags(tid, 0); err != nil || fl != 0 {
 		t.Errorf("seccomp filter 0 flags %#x, %v; want none", fl, err)
 	}
-	if _, err := GetSeccompFilterFlags(pid, 1); err == nil {
+	if _, err := GetSeccompFilterFlags(tid, 1); err == nil {
 		t.Error("seccomp filter 1 has metadata; the tracee has one filter")
 	}
-	if mode, err := GetSyscallUserDispatchMode(pid); err != nil || mode != 0 {
+	if mode, err := GetSyscallUserDispatchMode(tid); err != nil || mode != 0 {
 		t.Errorf("syscall user dispatch mode %d, %v; want off", mode, err)
 	}
 
@@ -249,9 +251,9 @@ func TestTraceeLifecycle(t *testing.T) {
 	}
 
 	// Injection through the vDSO gadget, single-stepping.
-	in := &Injector{TID: pid, Gadget: vdsoGadget(t, pid)}
-	before, _ := GetRegs(pid)
-	if got, err := in.Syscall(unix.SYS_GETPID); err != nil || int(got) != pid {
+	in := &Injector{TID: tid, Gadget: vdsoGadget(t, pid)}
+	before, _ := GetRegs(tid)
+	if got, err := in.Syscall(unix.SYS_GETPID); err != nil || sys.PID(got) != pid {
 		t.Fatalf("injected getpid = %d, %v; want %d", int64(got), err, pid)
 	}
 	if got, err := in.Call("getppid", unix.SYS_GETPPID); err != nil || int(got) != os.Getpid() {
@@ -260,14 +262,14 @@ func TestTraceeLifecycle(t *testing.T) {
 	if _, err := in.Call("close", unix.SYS_CLOSE, 4242); !errors.Is(err, unix.EBADF) || !strings.Contains(err.Error(), "close") {
 		t.Errorf("injected close of a bad fd: %v", err)
 	}
-	if after, _ := GetRegs(pid); after != before {
+	if after, _ := GetRegs(tid); after != before {
 		t.Errorf("registers changed by injection:\n%+v\n%+v", before, after)
 	}
 	// A signal that arrives during a call is taken off and reported.
-	if err := unix.Tgkill(pid, pid, unix.SIGWINCH); err != nil {
+	if err := unix.Tgkill(int(pid), int(tid), unix.SIGWINCH); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := in.Syscall(unix.SYS_GETTID); err != nil || int(got) != pid {
+	if got, err := in.Syscall(unix.SYS_GETTID); err != nil || sys.PID(got) != pid {
 		t.Errorf("injected gettid = %d, %v", int64(got), err)
 	}
 	if len(in.Signals) != 1 || in.Signals[0].Sig != unix.SIGWINCH {
@@ -278,12 +280,12 @@ func TestTraceeLifecycle(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(in.Children) != 1 || in.Children[0] != int(child) {
+	if len(in.Children) != 1 || in.Children[0] != sys.TID(child) {
 		t.Errorf("children %v, fork returned %d", in.Children, child)
 	}
 	unix.Kill(int(child), unix.SIGKILL)
 	for {
-		st, err := Wait(int(child))
+		st, err := Wait(sys.TID(child))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -302,8 +304,8 @@ func TestTraceeLifecycle(t *testing.T) {
 	if err := WriteMem(pid, page, []byte{0x0f, 0x05, 0xcc}); err != nil {
 		t.Fatal(err)
 	}
-	trap := &Injector{TID: pid, Gadget: page}
-	if got, err := trap.Syscall(unix.SYS_GETPID); err != nil || int(got) != pid {
+	trap := &Injector{TID: tid, Gadget: page}
+	if got, err := trap.Syscall(unix.SYS_GETPID); err != nil || sys.PID(got) != pid {
 		t.Errorf("getpid through syscall;int3 = %d, %v", int64(got), err)
 	}
 	// A gadget that is not one: the task stops elsewhere.
@@ -313,7 +315,7 @@ func TestTraceeLifecycle(t *testing.T) {
 	if _, err := trap.Syscall(unix.SYS_GETPID); err == nil || !strings.Contains(err.Error(), "not after the gadget") {
 		t.Errorf("bad gadget: %v", err)
 	}
-	if err := SetRegs(pid, &before); err != nil {
+	if err := SetRegs(tid, &before); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := in.Call("munmap", unix.SYS_MUNMAP, page, 4096); err != nil {
@@ -324,11 +326,11 @@ func TestTraceeLifecycle(t *testing.T) {
 	}
 
 	// Let it go: it counts again, untraced.
-	if err := Detach(pid, 0); err != nil {
+	if err := Detach(tid, 0); err != nil {
 		t.Fatal(err)
 	}
 	tr.waitCounting(t)
-	if err := Interrupt(pid); err == nil {
+	if err := Interrupt(tid); err == nil {
 		t.Error("interrupting a detached task succeeded")
 	}
 }
@@ -338,15 +340,15 @@ func TestExitDuringTrace(t *testing.T) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	tr := startTracee(t)
-	if err := Seize(tr.pid, 0); err != nil {
+	if err := Seize(tr.pid.Leader(), 0); err != nil {
 		t.Fatal(err)
 	}
-	stop(t, tr.pid)
-	in := &Injector{TID: tr.pid, Gadget: vdsoGadget(t, tr.pid)}
+	stop(t, tr.pid.Leader())
+	in := &Injector{TID: tr.pid.Leader(), Gadget: vdsoGadget(t, tr.pid)}
 	if _, err := in.Syscall(unix.SYS_KILL, uint64(tr.pid), uint64(unix.SIGKILL)); !errors.Is(err, ErrExited) {
 		t.Errorf("self-kill: %v, want ErrExited", err)
 	}
-	if _, err := GetRegs(tr.pid); err == nil {
+	if _, err := GetRegs(tr.pid.Leader()); err == nil {
 		t.Error("registers of a dead task")
 	}
 }
@@ -479,12 +481,12 @@ func TestFindSyscall(t *testing.T) {
 	}
 	for _, tt := range tests {
 		tt.setup()
-		addr, ok, err := FindSyscall(os.Getpid(), tt.areas)
+		addr, ok, err := FindSyscall(sys.PID(os.Getpid()), tt.areas)
 		if err != nil || ok != tt.ok || addr != tt.want {
 			t.Errorf("%s: %#x, %v, %v; want %#x, %v", tt.name, addr, ok, err, tt.want, tt.ok)
 		}
 	}
-	if _, _, err := FindSyscall(os.Getpid(), []Area{{0, 4096}}); err == nil {
+	if _, _, err := FindSyscall(sys.PID(os.Getpid()), []Area{{0, 4096}}); err == nil {
 		t.Error("unmapped area read without error")
 	}
 	runtime.KeepAlive(mem)

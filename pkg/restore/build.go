@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/ptrace"
 	"golang.org/x/sys/unix"
@@ -41,12 +42,12 @@ type builder struct {
 	p    *image.Process
 	opts *Options
 
-	mapFD map[int]int // index of Process.Mapped -> fd
-	exeFD int
-	cwdFD int // the deleted working directory made again (Misc.CwdRef)
+	mapFD map[int]sys.TargetFD // index of Process.Mapped -> fd
+	exeFD sys.TargetFD
+	cwdFD sys.TargetFD // the deleted working directory made again (Misc.CwdRef)
 
-	target int // pid of the process being built, 0 once handed over
-	tasks  []int
+	target sys.PID // pid of the process being built, 0 once handed over
+	tasks  []sys.TID
 	in     ptrace.Injector
 	// scratch is memory for the arguments of injected calls: the
 	// helper's scratch page in a skeleton, in the gadget area once laid
@@ -96,7 +97,8 @@ func (b *builder) clone(c *builder) error {
 	le.PutUint64(args[64:], b.scratch+cloneArgsSize) // set_tid
 	le.PutUint64(args[72:], 1)                       // set_tid_size
 	le.PutUint32(args[cloneArgsSize:], uint32(c.p.PID))
-	if err := ptrace.WriteMem(b.in.TID, b.scratch, args[:]); err != nil {
+	// b.in runs in b's leader (the restore helper's too, whose target is 0).
+	if err := ptrace.WriteMem(sys.PID(b.in.TID), b.scratch, args[:]); err != nil {
 		return fmt.Errorf("write clone args: %w", err)
 	}
 	ret, err := b.in.Syscall(unix.SYS_CLONE3, b.scratch, cloneArgsSize)
@@ -112,16 +114,16 @@ func (b *builder) clone(c *builder) error {
 		}
 		return fmt.Errorf("clone3 with pid %d: %w", c.p.PID, e)
 	}
-	if int(ret) != c.p.PID {
+	if sys.PID(ret) != c.p.PID {
 		unix.Kill(int(ret), unix.SIGKILL)
 		return fmt.Errorf("clone3 gave pid %d, not %d", ret, c.p.PID)
 	}
 	c.target = c.p.PID
-	c.tasks = []int{c.p.PID}
-	if err := waitNewTask(c.target); err != nil {
+	c.tasks = []sys.TID{c.p.PID.Leader()}
+	if err := waitNewTask(c.target.Leader()); err != nil {
 		return err
 	}
-	c.in = ptrace.Injector{TID: c.target, Gadget: b.in.Gadget}
+	c.in = ptrace.Injector{TID: c.target.Leader(), Gadget: b.in.Gadget}
 	c.scratch = b.scratch
 	if b.gadget != 0 {
 		c.from = b

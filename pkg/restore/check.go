@@ -1,6 +1,7 @@
 package restore
 
 import (
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/machine"
 	"github.com/ckpt/ckpt/pkg/ptrace"
@@ -8,7 +9,7 @@ import (
 
 // checkXState compares the image's xsave features with the kernel's, read
 // from a live task of ours.
-func checkXState(h *image.Header, tid int) error {
+func checkXState(h *image.Header, tid sys.TID) error {
 	xs, err := ptrace.GetXState(tid)
 	if err != nil {
 		return err

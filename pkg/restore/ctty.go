@@ -5,6 +5,7 @@ import (
 	"os"
 	"sort"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
@@ -23,9 +24,9 @@ import (
 
 // ctty is the controlling terminal of a session being restored.
 type ctty struct {
-	index      int // /dev/pts/N
-	fd         int // a slave fd in the new processes (passed)
-	foreground int
+	index      int          // /dev/pts/N
+	fd         sys.TargetFD // a slave fd in the new processes (passed)
+	foreground sys.PID
 }
 
 // prepareCtty finds or opens, for each session of the image with a
@@ -64,7 +65,7 @@ func (t *tree) prepareCtty() error {
 			c.fd = t.pass(os.NewFile(uintptr(fd), path), true)
 		}
 		if t.ctty == nil {
-			t.ctty = map[int]ctty{}
+			t.ctty = map[sys.PID]ctty{}
 		}
 		t.ctty[p.Session] = c
 	}

@@ -7,6 +7,7 @@ package restore
 import (
 	"fmt"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
@@ -48,7 +49,7 @@ func (b *builder) fds() error {
 // Process.FilesOf, is filled by the first and closed to the passed files
 // by the last).
 func (t *tree) lastOfFDTable(b *builder) bool {
-	root := func(x *builder) int {
+	root := func(x *builder) sys.PID {
 		for x.p.FilesOf != 0 {
 			up, ok := t.byPID[x.p.FilesOf]
 			if !ok {
@@ -107,7 +108,7 @@ func (b *builder) fillFDs(tg target) error {
 // target is a process being built, as the fd kinds see it.
 type target struct{ b *builder }
 
-func (t target) PID() int { return t.b.p.PID }
+func (t target) PID() sys.PID { return t.b.p.PID }
 
 func (t target) Call(name string, nr uint64, args ...uint64) (uint64, error) {
 	return t.b.call(name, nr, args...)
@@ -120,12 +121,12 @@ func (t target) Scratch(data []byte) (uint64, error) {
 	return t.b.gadget + scratchPathOff, nil
 }
 
-func (t target) Passed(fileID int) (int, bool) {
+func (t target) Passed(fileID int) (sys.TargetFD, bool) {
 	fd, ok := t.b.t.fileFD[fileID]
 	return fd, ok
 }
 
-func (t target) HoldPID(pid int, fn func() error) error {
+func (t target) HoldPID(pid sys.PID, fn func() error) error {
 	h, err := t.b.t.spawnIDHelper(t.b, pid)
 	if err != nil {
 		return fmt.Errorf("a process to hold the PID %d of the exited process whose /proc file it held: %w", pid, err)
@@ -137,7 +138,7 @@ func (t target) HoldPID(pid int, fn func() error) error {
 	return ferr
 }
 
-func (t target) HoldPIDIn(pid int, fn func(held fdkind.Target) error) error {
+func (t target) HoldPIDIn(pid sys.PID, fn func(held fdkind.Target) error) error {
 	h, err := t.b.t.spawnIDHelper(t.b, pid)
 	if err != nil {
 		return fmt.Errorf("a process to hold the PID %d of an exited process: %w", pid, err)

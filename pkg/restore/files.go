@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/machine"
@@ -18,12 +19,12 @@ import (
 )
 
 // pass adds a file to the helper's fd table and returns its fd number there.
-func (t *tree) pass(f *os.File, owned bool) int {
+func (t *tree) pass(f *os.File, owned bool) sys.TargetFD {
 	if owned {
 		t.owned = append(t.owned, f)
 	}
 	t.passed = append(t.passed, f)
-	return t.passBase + len(t.passed) - 1
+	return t.passBase + sys.TargetFD(len(t.passed)-1)
 }
 
 // prepareFiles opens, in ckpt-redo, every file the processes will have:
@@ -38,7 +39,7 @@ func (t *tree) prepareFiles() error {
 	// fds, and the numbers its epoll items were registered under (an
 	// item whose fd was closed since gets its file back there for a
 	// moment, which must not be a passed file).
-	maxFD := 2
+	maxFD := sys.TargetFD(2)
 	for _, b := range t.procs {
 		for _, e := range b.p.FDs {
 			maxFD = max(maxFD, e.FD)
@@ -52,8 +53,8 @@ func (t *tree) prepareFiles() error {
 		}
 	}
 	t.passBase = maxFD + 1
-	t.fileFD = map[int]int{}
-	t.inTarget = map[int]func(fdkind.Target, int, bool) error{}
+	t.fileFD = map[int]sys.TargetFD{}
+	t.inTarget = map[int]func(fdkind.Target, sys.TargetFD, bool) error{}
 	used := map[int]fdkind.Where{} // file ID -> the first fd using it, for messages
 	for _, b := range t.procs {
 		for _, e := range b.p.FDs {
@@ -135,7 +136,7 @@ func (t *tree) openFile(env fileEnv, f *image.File, at fdkind.Where) error {
 // takesFlocks tells whether pid is a process of the dump that gets its fd
 // table back (not a zombie): it takes its flock locks itself
 // (fdkind.TakeFlocks).
-func (t *tree) takesFlocks(pid int) bool {
+func (t *tree) takesFlocks(pid sys.PID) bool {
 	b, ok := t.byPID[pid]
 	return ok && !b.p.Zombie
 }
@@ -148,7 +149,7 @@ func (t *tree) setOwners() error {
 		if f == nil || f.Owner == nil || t.foreign[id] {
 			continue
 		}
-		if err := fdkind.SetOwner(f, t.passed[fd-t.passBase]); err != nil {
+		if err := fdkind.SetOwner(f, t.passed[int(fd-t.passBase)]); err != nil {
 			return fmt.Errorf("file %d (%s): %w", id, fdkind.Show(f), err)
 		}
 	}
@@ -159,7 +160,7 @@ func (t *tree) setOwners() error {
 // executable.
 func (b *builder) prepareMapped() error {
 	p, t := b.p, b.t
-	b.mapFD = map[int]int{}
+	b.mapFD = map[int]sys.TargetFD{}
 	for i, ref := range p.Mapped {
 		write := false
 		for _, v := range p.VMAs {
@@ -353,13 +354,13 @@ func (e fileEnv) Once(key any, build func() (any, error)) (any, error) {
 func (e fileEnv) Keep(f *os.File) { e.t.owned = append(e.t.owned, f) }
 
 // InDump implements fdkind.RestoreEnv.
-func (e fileEnv) InDump(pid int) bool {
+func (e fileEnv) InDump(pid sys.PID) bool {
 	if _, ok := e.t.byPID[pid]; ok {
 		return true
 	}
 	for _, b := range e.t.procs {
 		for _, th := range b.p.Threads {
-			if th.TID == pid {
+			if th.TID == sys.TID(pid) {
 				return true
 			}
 		}
@@ -419,14 +420,14 @@ func (e fileEnv) Finally(fn func() error) { e.t.finally = append(e.t.finally, fn
 
 // BeforeBuild implements fdkind.RestoreEnv: fn runs in build, once every
 // process exists and before any is built.
-func (e fileEnv) BeforeBuild(fn func(target func(pid int) (fdkind.Target, bool)) error) {
+func (e fileEnv) BeforeBuild(fn func(target func(pid sys.PID) (fdkind.Target, bool)) error) {
 	e.t.beforeBuild = append(e.t.beforeBuild, fn)
 }
 
 // runBeforeBuild runs the kinds' BeforeBuild steps, with the live
 // processes of the tree as targets.
 func (t *tree) runBeforeBuild() error {
-	target := func(pid int) (fdkind.Target, bool) {
+	target := func(pid sys.PID) (fdkind.Target, bool) {
 		b, ok := t.byPID[pid]
 		if !ok || b.p.Zombie {
 			return nil, false
@@ -461,5 +462,5 @@ func (e fileEnv) File(id int) (*os.File, error) {
 			return nil, fmt.Errorf("file %d (%s) in flight is opened by its process only", id, fdkind.Show(f))
 		}
 	}
-	return t.passed[t.fileFD[id]-t.passBase], nil
+	return t.passed[int(t.fileFD[id]-t.passBase)], nil
 }

@@ -56,7 +56,7 @@ func helperELF() []byte {
 
 // helper is a running, seized restore helper.
 type helper struct {
-	pid int
+	pid sys.PID
 	in  ptrace.Injector
 }
 
@@ -86,21 +86,23 @@ func startHelper(files []*os.File) (*helper, error) {
 		}
 	}
 	path := fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), mfd)
-	pid, err := syscall.ForkExec(path, []string{"ckpt-restore-helper"}, attr)
+	raw, err := syscall.ForkExec(path, []string{"ckpt-restore-helper"}, attr)
 	if err != nil {
 		return nil, fmt.Errorf("start restore helper: %w", err)
 	}
-	h := &helper{pid: pid, in: ptrace.Injector{TID: pid, Gadget: helperGadget}}
-	if err := ptrace.Seize(pid, ptrace.OptTraceFork|ptrace.OptTraceClone|ptrace.OptExitKill|ptrace.OptSuspendSeccomp); err != nil {
+	pid := sys.PID(raw)
+	tid := pid.Leader()
+	h := &helper{pid: pid, in: ptrace.Injector{TID: tid, Gadget: helperGadget}}
+	if err := ptrace.Seize(tid, ptrace.OptTraceFork|ptrace.OptTraceClone|ptrace.OptExitKill|ptrace.OptSuspendSeccomp); err != nil {
 		h.kill()
 		return nil, err
 	}
-	if err := ptrace.Interrupt(pid); err != nil {
+	if err := ptrace.Interrupt(tid); err != nil {
 		h.kill()
 		return nil, err
 	}
 	for {
-		st, err := ptrace.Wait(pid)
+		st, err := ptrace.Wait(tid)
 		if err != nil {
 			h.kill()
 			return nil, err
@@ -111,16 +113,16 @@ func startHelper(files []*os.File) (*helper, error) {
 		if st.IsEventStop() {
 			return h, nil
 		}
-		ptrace.Cont(pid, 0)
+		ptrace.Cont(tid, 0)
 	}
 }
 
 // kill kills and reaps the helper.
 func (h *helper) kill() {
-	unix.Kill(h.pid, unix.SIGKILL)
+	unix.Kill(int(h.pid), unix.SIGKILL)
 	var ws unix.WaitStatus
 	for {
-		_, err := unix.Wait4(h.pid, &ws, unix.WALL, nil)
+		_, err := unix.Wait4(int(h.pid), &ws, unix.WALL, nil)
 		if err == unix.EINTR {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
@@ -39,7 +40,7 @@ type idHelper struct {
 }
 
 // spawnIDHelper forks, from parent, a helper process with the given PID.
-func (t *tree) spawnIDHelper(parent *builder, pid int) (*idHelper, error) {
+func (t *tree) spawnIDHelper(parent *builder, pid sys.PID) (*idHelper, error) {
 	h := &builder{t: t, opts: t.opts, p: &image.Process{PID: pid, Comm: "ckpt-id-helper"}}
 	if err := parent.clone(h); err != nil {
 		return nil, fmt.Errorf("helper for the gone leader %d: %w", pid, err)
@@ -59,7 +60,7 @@ func (h *idHelper) exit() error {
 	if err != nil {
 		return fmt.Errorf("reap helper %d: %w", pid, err)
 	}
-	if int(ret) != pid {
+	if sys.PID(ret) != pid {
 		return fmt.Errorf("reap helper %d: wait4 returned %d", pid, ret)
 	}
 	// The parent's SIGCHLD for the helper is ours, not the process's.
@@ -68,7 +69,7 @@ func (h *idHelper) exit() error {
 }
 
 // dropChildSignal forgets the SIGCHLD the injector caught for child pid.
-func (b *builder) dropChildSignal(pid int) {
+func (b *builder) dropChildSignal(pid sys.PID) {
 	b.in.Signals = slices.DeleteFunc(b.in.Signals, func(s ptrace.Signal) bool {
 		return s.Sig == unix.SIGCHLD && childOf(s) == int32(pid)
 	})
@@ -84,15 +85,15 @@ func childOf(s ptrace.Signal) int32 {
 
 // external tells whether the session or group id was led from outside
 // the dump.
-func (t *tree) external(id int) bool { return slices.Contains(t.img.hdr.ExternalIDs, id) }
+func (t *tree) external(id sys.PID) bool { return slices.Contains(t.img.hdr.ExternalIDs, id) }
 
 // goneLeaders lists the sessions and process groups of the tree whose
 // leader had gone at the dump: a helper takes each of their PIDs, which
 // must be free as the tree's own are.
-func (t *tree) goneLeaders() []int {
-	var ids []int
+func (t *tree) goneLeaders() []sys.PID {
+	var ids []sys.PID
 	for _, b := range t.procs {
-		for _, id := range []int{b.p.SID, b.p.PGID} {
+		for _, id := range []sys.PID{b.p.SID, b.p.PGID} {
 			if _, in := t.byPID[id]; !in && !t.external(id) && !slices.Contains(ids, id) {
 				ids = append(ids, id)
 			}
@@ -123,7 +124,7 @@ func (t *tree) rootParent(hb *builder) (*builder, *idHelper, error) {
 // helpers made so far (the root's session's, which leads its own group).
 // It returns them with the group helpers it made.
 func (t *tree) groups(helpers []*idHelper) ([]*idHelper, error) {
-	helperOf := func(id int) *idHelper {
+	helperOf := func(id sys.PID) *idHelper {
 		for _, h := range helpers {
 			if h.b.p.PID == id {
 				return h
@@ -157,11 +158,11 @@ func (t *tree) groups(helpers []*idHelper) ([]*idHelper, error) {
 			return helpers, fmt.Errorf("process %d: group helper: %w", b.p.PID, err)
 		}
 	}
-	ownSID, err := unix.Getsid(0)
+	sid, err := unix.Getsid(0)
 	if err != nil {
 		return helpers, err
 	}
-	ownPGID := unix.Getpgrp()
+	ownSID, ownPGID := sys.PID(sid), sys.PID(unix.Getpgrp())
 	for _, b := range t.procs {
 		st, err := proc.ReadStat(b.target, 0)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -20,7 +21,7 @@ func checkLimits(p *image.Process) error {
 	if err := checkNoReserve(p); err != nil {
 		return err
 	}
-	st, err := proc.ReadStatus(os.Getpid())
+	st, err := proc.ReadStatus(sys.Getpid())
 	if err != nil {
 		return err
 	}
@@ -45,7 +46,7 @@ func checkLimits(p *image.Process) error {
 				p.PID, p.Misc.OOMScoreAdj, own, ErrIncompatible)
 		}
 	}
-	own, err := proc.ReadLimits(os.Getpid())
+	own, err := proc.ReadLimits(sys.Getpid())
 	if err != nil {
 		return err
 	}

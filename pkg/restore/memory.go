@@ -189,7 +189,7 @@ func (b *builder) writeChunk(c *pagesChunk, zero []byte) (int64, error) {
 		if len(local) == 0 {
 			return nil
 		}
-		got, err := unix.ProcessVMWritev(b.target, local, remote, 0)
+		got, err := unix.ProcessVMWritev(int(b.target), local, remote, 0)
 		if err != nil {
 			return fmt.Errorf("process_vm_writev: %w", err)
 		}

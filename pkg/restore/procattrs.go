@@ -132,7 +132,7 @@ func (b *builder) threadSched(i int, cur threadControls) error {
 		return nil // an image without thread attributes
 	}
 	slack := strconv.FormatUint(th.TimerSlack, 10)
-	if err := os.WriteFile(proc.Path(th.TID, "timerslack_ns"), []byte(slack), 0); err != nil {
+	if err := os.WriteFile(proc.ThreadPath(th.TID, "timerslack_ns"), []byte(slack), 0); err != nil {
 		return fmt.Errorf("timer slack: %w", err)
 	}
 	flags := s.Flags &^ (schedFlagUclamp | schedFlagKeep)
@@ -154,11 +154,11 @@ func (b *builder) threadSched(i int, cur threadControls) error {
 				}
 			}
 		}
-		if err := unix.SchedSetaffinity(th.TID, &set); err != nil {
+		if err := unix.SchedSetaffinity(int(th.TID), &set); err != nil {
 			return fmt.Errorf("sched_setaffinity: %w", err)
 		}
 		var got unix.CPUSet
-		if err := unix.SchedGetaffinity(th.TID, &got); err != nil {
+		if err := unix.SchedGetaffinity(int(th.TID), &got); err != nil {
 			return fmt.Errorf("sched_getaffinity: %w", err)
 		}
 		for k := range got {
@@ -171,10 +171,10 @@ func (b *builder) threadSched(i int, cur threadControls) error {
 			}
 		}
 	}
-	if err := unix.SchedSetAttr(th.TID, &attr, 0); err != nil {
+	if err := unix.SchedSetAttr(int(th.TID), &attr, 0); err != nil {
 		return fmt.Errorf("sched_setattr(policy %d): %w", s.Policy, err)
 	}
-	if err := sys.IoprioSet(sys.TID(th.TID), th.IOPrio); err != nil {
+	if err := sys.IoprioSet(th.TID, th.IOPrio); err != nil {
 		return err
 	}
 	return b.threadCtl(i, cur)
@@ -241,7 +241,7 @@ func (b *builder) askCreds(i int, tb *threadBatch, curBits int) bool {
 	if !tb.fits(size) {
 		return false
 	}
-	st, err := proc.ReadStatus(in.TID)
+	st, err := proc.ReadThreadStatus(in.TID)
 	if err != nil {
 		tb.err = err
 		return true

@@ -49,6 +49,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/kernelcheck"
@@ -81,7 +82,7 @@ type Options struct {
 	ShellJob bool
 	// Inherit gives target fd N one of ckpt-redo's files, replacing what
 	// the image says.
-	Inherit map[int]*os.File
+	Inherit map[sys.TargetFD]*os.File
 	// Stdio replaces fds 0-2 that cannot be restored otherwise (a pipe
 	// or terminal outside the dump) with this file, e.g. /dev/null.
 	Stdio string
@@ -124,7 +125,7 @@ const (
 
 // Result tells what a restore did.
 type Result struct {
-	PID        int           `json:"pid"`
+	PID        sys.PID       `json:"pid"`
 	Processes  int           `json:"processes"`
 	Threads    int           `json:"threads"`
 	Pages      int64         `json:"pages"`
@@ -137,7 +138,7 @@ type Result struct {
 // Restored is a process tree rebuilt from an image and held stopped.
 type Restored struct {
 	Result
-	tasks   []int
+	tasks   []sys.TID
 	lock    string // network lock table to lift once released
 	ownLock bool   // taken by this restore (not the dump's)
 	// conns are ckpt-redo's copies of the restored connections: a copy
@@ -205,7 +206,7 @@ func (r *Restored) Kill() {
 		sockets.EnterRepair(int(f.Fd()))
 	}
 	for _, t := range r.tasks {
-		unix.Kill(t, unix.SIGKILL)
+		unix.Kill(int(t), unix.SIGKILL)
 	}
 	for _, t := range r.tasks {
 		ptrace.Detach(t, 0)
@@ -264,7 +265,7 @@ func Build(rd io.Reader, opts Options) (r *Restored, err error) {
 			return nil, err
 		}
 		for _, th := range b.p.Threads[min(1, len(b.p.Threads)):] {
-			if err := checkPID(th.TID, th.Comm); err != nil {
+			if err := checkPID(sys.PID(th.TID), th.Comm); err != nil { // a TID is taken from the PIDs
 				return nil, fmt.Errorf("thread %d of %d: %w", th.TID, b.p.PID, err)
 			}
 		}
@@ -343,7 +344,7 @@ func readMeta(rd io.Reader) (*imageMeta, error) {
 }
 
 // checkPID makes sure the PID is free, and says what holds it if not.
-func checkPID(pid int, comm string) error {
+func checkPID(pid sys.PID, comm string) error {
 	st, err := proc.ReadStat(pid, 0)
 	if err != nil {
 		return nil

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/internal/testenv"
 	"github.com/ckpt/ckpt/pkg/dump"
 	"github.com/ckpt/ckpt/pkg/image"
@@ -39,7 +40,7 @@ func dumpKill(t *testing.T, r *testenv.Reaper, v *testenv.Victim) string {
 		t.Fatal(err)
 	}
 	runtime.LockOSThread()
-	_, err = dump.Run(v.PID, sink, dump.Options{})
+	_, err = dump.Run(sys.PID(v.PID), sink, dump.Options{})
 	runtime.UnlockOSThread()
 	if err != nil {
 		t.Fatalf("dump %d: %v", v.PID, err)
@@ -64,9 +65,9 @@ func waitFree(t *testing.T, dir string) {
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, p := range m.Processes {
-		ids := []int{p.PID}
+		ids := []int{int(p.PID)}
 		for _, th := range p.Threads {
-			ids = append(ids, th.TID)
+			ids = append(ids, int(th.TID))
 		}
 		for _, id := range ids {
 			for {
@@ -147,7 +148,7 @@ func TestRestore(t *testing.T) {
 			if err != nil {
 				t.Fatalf("restore: %v", err)
 			}
-			if rs.PID != v.PID || rs.Processes == 0 || rs.Threads == 0 {
+			if rs.PID != sys.PID(v.PID) || rs.Processes == 0 || rs.Threads == 0 {
 				t.Errorf("result %+v: want pid %d", rs.Result, v.PID)
 			}
 			if err := rs.Release(); err != nil {
@@ -219,7 +220,7 @@ func TestRestoreErrors(t *testing.T) {
 	}
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
-	if _, err := dump.Run(v.PID, sink, dump.Options{LeaveRunning: true}); err != nil {
+	if _, err := dump.Run(sys.PID(v.PID), sink, dump.Options{LeaveRunning: true}); err != nil {
 		t.Fatal(err)
 	}
 	// The victim still runs: its PID is taken.

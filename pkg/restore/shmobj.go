@@ -3,6 +3,7 @@ package restore
 import (
 	"fmt"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -13,7 +14,7 @@ import (
 // temporary one (an object no single mapping covers whole) is unmapped
 // once every process is laid out.
 type shmSource struct {
-	pid        int
+	pid        sys.PID
 	start, end uint64
 	temp       bool
 }

@@ -110,9 +110,9 @@ func (b *builder) queueStops() error {
 	for _, ps := range b.pendingStops {
 		var err error
 		if ps.thread < 0 {
-			err = unix.Kill(b.p.PID, ps.sig)
+			err = unix.Kill(int(b.p.PID), ps.sig)
 		} else {
-			err = unix.Tgkill(b.p.PID, b.p.Threads[ps.thread].TID, ps.sig)
+			err = unix.Tgkill(int(b.p.PID), int(b.p.Threads[ps.thread].TID), ps.sig)
 		}
 		if err != nil {
 			return fmt.Errorf("pending %v: %w", ps.sig, err)

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"github.com/ckpt/ckpt/pkg/ptrace"
@@ -77,7 +78,7 @@ func (b *builder) stop() error {
 			return err
 		}
 		if k == 0 {
-			if err := unix.Tgkill(b.p.PID, tid, sig); err != nil {
+			if err := unix.Tgkill(int(b.p.PID), int(tid), sig); err != nil {
 				return fmt.Errorf("thread %d: tgkill %v: %w", tid, sig, err)
 			}
 		}
@@ -95,7 +96,7 @@ func (b *builder) stop() error {
 // group-stop of sig. The first thread gets sig in a signal-delivery stop
 // and is let take it; an interrupt bounds the wait, should the signal not
 // stop it.
-func groupStop(tid int, sig unix.Signal, first bool) error {
+func groupStop(tid sys.TID, sig unix.Signal, first bool) error {
 	if err := ptrace.Cont(tid, 0); err != nil {
 		return err
 	}
@@ -150,7 +151,7 @@ func (b *builder) settleStop(c *builder) error {
 		if err != nil {
 			return err
 		}
-		if int(ret) != c.p.PID {
+		if sys.PID(ret) != c.p.PID {
 			return fmt.Errorf("wait4 for the stopped child %d returned %d", c.p.PID, int64(ret))
 		}
 	}
@@ -180,7 +181,7 @@ func hasPending(sis []image.SigInfo, sig unix.Signal) bool {
 // rt_sigtimedwait, its arguments on the stack below the red zone (put back
 // after). The caller blocks every signal in the leader.
 func (b *builder) dequeue(sig unix.Signal) error {
-	regs, err := ptrace.GetRegs(b.p.PID)
+	regs, err := ptrace.GetRegs(b.p.PID.Leader())
 	if err != nil {
 		return err
 	}

@@ -53,7 +53,7 @@ func sameQueue(q *image.SysVMsgQueue, ds *sys.MsqidDS) error {
 	switch {
 	case ds.Perm.Key != q.Key:
 		return fmt.Errorf("the id now names another queue (key %#x)", uint32(ds.Perm.Key))
-	case ds.QNum != uint64(len(q.Messages)) || int(ds.LSPID) != q.LSPID || int(ds.LRPID) != q.LRPID ||
+	case ds.QNum != uint64(len(q.Messages)) || sys.PID(ds.LSPID) != q.LSPID || sys.PID(ds.LRPID) != q.LRPID ||
 		ds.STime != q.STime || ds.RTime != q.RTime:
 		return fmt.Errorf("used since the dump (%d messages, last sent by %d, received by %d; it held %d, %d, %d)",
 			ds.QNum, ds.LSPID, ds.LRPID, len(q.Messages), q.LSPID, q.LRPID)
@@ -135,7 +135,7 @@ func (t *tree) makeQueue(q *image.SysVMsgQueue) error {
 	if ds, err = sys.MsgStat(id); err != nil {
 		return err
 	}
-	if int(ds.LSPID) != q.LSPID || int(ds.LRPID) != q.LRPID || ds.QNum != uint64(len(q.Messages)) {
+	if sys.PID(ds.LSPID) != q.LSPID || sys.PID(ds.LRPID) != q.LRPID || ds.QNum != uint64(len(q.Messages)) {
 		return fmt.Errorf("made again: %d messages, last sent by %d, received by %d; want %d, %d, %d",
 			ds.QNum, ds.LSPID, ds.LRPID, len(q.Messages), q.LSPID, q.LRPID)
 	}

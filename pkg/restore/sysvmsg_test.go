@@ -44,7 +44,7 @@ func TestSameQueue(t *testing.T) {
 				t.Fatal(err)
 			}
 			q := &image.SysVMsgQueue{Key: ds.Perm.Key, ID: id, Mode: ds.Perm.Mode & 0o777, UID: ds.Perm.Uid, GID: ds.Perm.Gid,
-				QBytes: ds.QBytes, LSPID: int(ds.LSPID), LRPID: int(ds.LRPID), STime: ds.STime, RTime: ds.RTime, CTime: ds.CTime,
+				QBytes: ds.QBytes, LSPID: sys.PID(ds.LSPID), LRPID: sys.PID(ds.LRPID), STime: ds.STime, RTime: ds.RTime, CTime: ds.CTime,
 				Messages: []image.SysVMsg{{Type: 1, Text: []byte("one")}, {Type: 2}}}
 			tt.change(t, id)
 			if ds, err = sys.MsgStat(id); err != nil {

@@ -8,6 +8,7 @@ import (
 	"encoding/binary"
 	"fmt"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/ptrace"
 	"golang.org/x/sys/unix"
@@ -122,7 +123,7 @@ func (b *builder) createThreads() error {
 			}
 			return fmt.Errorf("clone3 thread with tid %d: %w", th.TID, e)
 		}
-		if int(ret) != th.TID {
+		if sys.TID(ret) != th.TID {
 			return fmt.Errorf("clone3 gave tid %d, not %d", ret, th.TID)
 		}
 		b.tasks = append(b.tasks, th.TID)
@@ -138,7 +139,7 @@ func (b *builder) createThreads() error {
 }
 
 // waitNewTask waits for the first stop of a task made by an injected clone.
-func waitNewTask(tid int) error {
+func waitNewTask(tid sys.TID) error {
 	for {
 		st, err := ptrace.Wait(tid)
 		if err != nil {

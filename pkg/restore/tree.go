@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/netlock"
@@ -22,14 +23,14 @@ type tree struct {
 	img   *imageMeta
 	opts  *Options
 	procs []*builder // image order: parents before children
-	byPID map[int]*builder
-	index map[int]int // PID -> place in procs
+	byPID map[sys.PID]*builder
+	index map[sys.PID]int // PID -> place in procs
 	files map[int]*image.File
 
-	passBase int
+	passBase sys.TargetFD
 	passed   []*os.File
 	owned    []*os.File
-	fileFD   map[int]int          // File.ID -> fd in the new processes before dup3
+	fileFD   map[int]sys.TargetFD // File.ID -> fd in the new processes before dup3
 	shmSrc   map[uint64]shmSource // shared memory object -> where it was created
 	sysv     map[int]bool         // SysV segment id -> created by this restore
 	sysvMem  map[int][]byte       // SysV segment id -> ckpt-redo's attachment while pages are written
@@ -38,14 +39,14 @@ type tree struct {
 	// inTarget opens, inside a process, the descriptions only it can
 	// open (File ID -> how); foreign marks descriptions the user gave
 	// (--inherit-fd, --shell-job, --stdio), left as they are.
-	inTarget map[int]func(fdkind.Target, int, bool) error
+	inTarget map[int]func(fdkind.Target, sys.TargetFD, bool) error
 	foreign  map[int]bool
 	// once holds what the fd kinds build once for several descriptions
 	// (fdkind.RestoreEnv.Once).
 	once   map[any]any
 	gadget uint64
 	// ctty are the controlling terminals to restore, by session (ctty.go).
-	ctty map[int]ctty
+	ctty map[sys.PID]ctty
 
 	repairs []repairing // restored connections still in repair mode
 	// finally are the socket kinds' last steps (fdkind.SocketRestoreEnv.Finally).
@@ -61,11 +62,11 @@ type tree struct {
 	warnings []string
 	// beforeBuild are the kinds' steps run once every process exists
 	// (fdkind.RestoreEnv.BeforeBuild).
-	beforeBuild []func(target func(pid int) (fdkind.Target, bool)) error
+	beforeBuild []func(target func(pid sys.PID) (fdkind.Target, bool)) error
 }
 
 func newTree(img *imageMeta, opts *Options) (*tree, error) {
-	t := &tree{img: img, opts: opts, byPID: map[int]*builder{}, index: map[int]int{}, files: map[int]*image.File{}, foreign: map[int]bool{}}
+	t := &tree{img: img, opts: opts, byPID: map[sys.PID]*builder{}, index: map[sys.PID]int{}, files: map[int]*image.File{}, foreign: map[int]bool{}}
 	for _, p := range img.procs {
 		b := &builder{t: t, p: p, opts: opts}
 		if _, dup := t.byPID[p.PID]; dup {
@@ -139,7 +140,7 @@ func (t *tree) kill() {
 	defer t.removeSysV()
 	for _, b := range t.procs {
 		if b.target != 0 {
-			unix.Kill(b.target, unix.SIGKILL)
+			unix.Kill(int(b.target), unix.SIGKILL)
 		}
 	}
 	for _, b := range t.procs {
@@ -159,14 +160,14 @@ func (t *tree) kill() {
 // dies at the end: the root's parent becomes init or the nearest child
 // subreaper.
 func (t *tree) create(pr *image.PagesReader) error {
-	files := make([]*os.File, t.passBase, t.passBase+len(t.passed))
+	files := make([]*os.File, int(t.passBase), int(t.passBase)+len(t.passed))
 	files = append(files, t.passed...)
 	h, err := startHelper(files)
 	if err != nil {
 		return err
 	}
 	defer h.kill()
-	if err := checkXState(&t.img.hdr, h.pid); err != nil {
+	if err := checkXState(&t.img.hdr, h.pid.Leader()); err != nil {
 		return err
 	}
 	if t.gadget, err = t.chooseGadget(h.pid); err != nil {
@@ -184,7 +185,7 @@ func (t *tree) create(pr *image.PagesReader) error {
 	defer func() {
 		for _, h := range helpers {
 			if h.b.target != 0 {
-				unix.Kill(h.b.target, unix.SIGKILL)
+				unix.Kill(int(h.b.target), unix.SIGKILL)
 			}
 		}
 	}()
@@ -297,7 +298,7 @@ func (b *builder) becomeZombie() error {
 		return nil
 	}
 	for {
-		st, err := ptrace.Wait(b.target)
+		st, err := ptrace.Wait(b.target.Leader())
 		if err != nil {
 			return err
 		}
@@ -310,7 +311,7 @@ func (b *builder) becomeZombie() error {
 		if st.Status.Stopped() && st.Event == 0 && st.Sig() == ws.Signal() {
 			sig = ws.Signal()
 		}
-		if err := ptrace.Cont(b.target, sig); err != nil {
+		if err := ptrace.Cont(b.target.Leader(), sig); err != nil {
 			return err
 		}
 	}
@@ -349,13 +350,13 @@ func (b *builder) dieOf(ws unix.WaitStatus) error {
 			return err
 		}
 	}
-	return ptrace.Cont(b.target, sig)
+	return ptrace.Cont(b.target.Leader(), sig)
 }
 
 // chooseGadget finds an address for the gadget area that no process of the
 // image uses and the skeletons (copies of the helper, pid) do not use
 // either.
-func (t *tree) chooseGadget(pid int) (uint64, error) {
+func (t *tree) chooseGadget(pid sys.PID) (uint64, error) {
 	cur, err := proc.ReadSmaps(pid)
 	if err != nil {
 		return 0, err

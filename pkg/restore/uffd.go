@@ -35,7 +35,7 @@ func (b *builder) openFiller() *pageFiller {
 	}
 	theirs := ret
 	defer b.call("close userfaultfd", unix.SYS_CLOSE, theirs)
-	pidfd, err := sys.PidfdOpen(sys.PID(b.target), 0)
+	pidfd, err := sys.PidfdOpen(b.target, 0)
 	if err != nil {
 		return nil
 	}
@@ -76,7 +76,7 @@ func (f *pageFiller) covers(v *image.VMA) bool {
 // copy puts src at addr. A page that is already there (EEXIST: the stack
 // page the process had, say) is written with process_vm_writev instead,
 // which needs no fault for a present page.
-func (f *pageFiller) copy(pid int, addr uint64, src []byte) error {
+func (f *pageFiller) copy(pid sys.PID, addr uint64, src []byte) error {
 	for len(src) > 0 {
 		n, err := sys.UffdioCopy(f.fd, addr, src, 0)
 		addr, src = addr+uint64(n), src[n:]
@@ -90,7 +90,7 @@ func (f *pageFiller) copy(pid int, addr uint64, src []byte) error {
 			local := []unix.Iovec{{Base: &page[0]}}
 			local[0].SetLen(len(page))
 			remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(page)}}
-			if _, err := unix.ProcessVMWritev(pid, local, remote, 0); err != nil {
+			if _, err := unix.ProcessVMWritev(int(pid), local, remote, 0); err != nil {
 				return fmt.Errorf("write present page %#x: %w", addr, err)
 			}
 			addr, src = addr+image.PageSize, src[image.PageSize:]

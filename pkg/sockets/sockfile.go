@@ -7,8 +7,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -23,12 +23,12 @@ import (
 // pid bound to a path name (u is what sock_diag says of it: the file's
 // inode). A relative name is looked for in the process's working
 // directory; one not found there cannot be placed and is refused.
-func DescribeSockFile(pid int, s *image.Socket, u UnixInfo) error {
+func DescribeSockFile(pid sys.PID, s *image.Socket, u UnixInfo) error {
 	name := s.Local
 	if name == "" || name[0] == '@' || u.VFSIno == 0 || s.AcceptedFrom != 0 {
 		return nil // an accepted connection bears its listener's name
 	}
-	proc := "/proc/" + strconv.Itoa(pid)
+	proc := "/proc/" + pid.String()
 	path := filepath.Join(proc, "root", name)
 	sf := &image.SockFile{}
 	if !filepath.IsAbs(name) {

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 )
 
@@ -50,12 +51,12 @@ func randomPages(seed uint64, n int) []byte {
 
 // oneProcess is the header and process record of an image of one process
 // pid with one anonymous VMA of pages pages at addr.
-func oneProcess(pid int, addr uint64, pages int) []record {
+func oneProcess(pid sys.PID, addr uint64, pages int) []record {
 	return []record{
 		{image.TypeHeader, &image.Header{Tool: "transfer test", Created: time.Date(2024, 5, 1, 12, 0, 0, 0, time.UTC),
 			Kernel: "6.1.0", Machine: "x86_64", Hostname: "src", Root: pid, Processes: 1}, nil},
 		{image.TypeProcess, &image.Process{PID: pid, PPID: 1, PGID: pid, SID: pid, Comm: "victim",
-			Threads: []image.Thread{{TID: pid, InSyscall: -1}},
+			Threads: []image.Thread{{TID: pid.Leader(), InSyscall: -1}},
 			VMAs:    []image.VMA{{Start: addr, End: addr + uint64(pages)*image.PageSize, Prot: 3, Kind: image.VMAAnon, File: -1, Pages: pages}}}, nil},
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/internal/testenv"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -64,7 +65,7 @@ func median(v []float64) float64 {
 
 // bigVMA finds the victim's largest anonymous mapping.
 func bigVMA(t testing.TB, pid int) (uint64, uint64) {
-	maps, err := proc.ReadSmaps(pid)
+	maps, err := proc.ReadSmaps(sys.PID(pid))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,10 +423,10 @@ func treePss(b *testing.B, pid int) int64 {
 // treePIDs lists the descendants of pid.
 func treePIDs(pid int) []int {
 	var out []int
-	kids, _ := proc.Children(pid)
+	kids, _ := proc.Children(sys.PID(pid))
 	for _, k := range kids {
-		out = append(out, k)
-		out = append(out, treePIDs(k)...)
+		out = append(out, int(k))
+		out = append(out, treePIDs(int(k))...)
 	}
 	return out
 }
