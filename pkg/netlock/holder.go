@@ -220,12 +220,15 @@ func rootPeer(c *net.UnixConn) bool {
 
 // watch stops the holder once its lock table is gone (or never came):
 // removing a table drops what its queue held, and nobody would release
-// it any more.
+// it any more. It also stops once nothing but the holder can reach the
+// lock's network namespace (no other process in it, no mount of it: a
+// node torn down with a lock nobody restored), which the holder's own
+// sockets would otherwise keep alive forever.
 func (h *Holder) watch() {
 	start, seen := time.Now(), false
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
-	for {
+	for n := 1; ; n++ {
 		select {
 		case <-h.done:
 			return
@@ -236,11 +239,45 @@ func (h *Holder) watch() {
 			continue
 		}
 		seen = seen || ok
-		if (seen && !ok) || (!seen && time.Since(start) > holderGrace) {
+		if (seen && !ok) || (!seen && time.Since(start) > holderGrace) || (n%8 == 0 && netnsAbandoned(h.netns)) {
 			h.Close()
 			return
 		}
 	}
+}
+
+// netnsAbandoned says whether no process but this one is in the network
+// namespace netns (an fd, or negative for this process's) and no mount
+// (ip netns) names it: nobody could restore anything there.
+func netnsAbandoned(netns int) bool {
+	var st unix.Stat_t
+	var err error
+	if netns >= 0 {
+		err = unix.Fstat(netns, &st)
+	} else {
+		err = unix.Stat("/proc/self/ns/net", &st)
+	}
+	if err != nil {
+		return false
+	}
+	name := fmt.Sprintf("net:[%d]", st.Ino)
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err != nil || strings.Contains(string(b), name) {
+		return false
+	}
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return false
+	}
+	self := strconv.Itoa(os.Getpid())
+	for _, e := range ents {
+		if e.Name() == self || e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		if l, err := os.Readlink("/proc/" + e.Name() + "/ns/net"); err == nil && l == name {
+			return false
+		}
+	}
+	return true
 }
 
 func tableExists(name string, netns int) (bool, error) {
@@ -378,6 +415,26 @@ func spawnHolder(exe string, h *Holder, netns *os.File) error {
 	return nil
 }
 
+// closeInherited closes the fds above last that this process inherited
+// without close-on-exec (a pipe of whoever ran the dump, say): a holder
+// lives on, and must not keep them open (a shell would wait for the end
+// of such a pipe). The runtime's own fds are all close-on-exec.
+func closeInherited(last int) {
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= last {
+			continue
+		}
+		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && fl&unix.FD_CLOEXEC == 0 {
+			unix.Close(fd)
+		}
+	}
+}
+
 func dupFile(f *os.File) (*os.File, error) {
 	fd, err := unix.FcntlInt(f.Fd(), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
@@ -396,6 +453,7 @@ func RunHolder(tableName, queue, nsArg string) error {
 	if err != nil {
 		return fmt.Errorf("netlock holder: network namespace %q: %w", nsArg, err)
 	}
+	closeInherited(5)
 	num, err := strconv.ParseUint(queue, 10, 16)
 	if err != nil {
 		return fmt.Errorf("netlock holder: queue %q: %w", queue, err)

@@ -313,3 +313,57 @@ func TestReleaseUnread(t *testing.T) {
 	readWithin(t, p.server, "ping", 700*time.Millisecond, "queued, unread, released")
 	h.Close() // it serves no control socket: Release must not wait for it
 }
+
+// TestHolderProcessLifetime: the holder process keeps no fd it inherited
+// by mistake (a pipe of whoever ran the dump, which a shell would wait
+// on), and exits once its network namespace is abandoned (no process in
+// it, no mount of it: a node torn down with a lock nobody restored),
+// which its own sockets would otherwise keep alive.
+func TestHolderProcessLifetime(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("nftables needs root")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, nsf := testNetns(t)
+	p := newPair(t, ns, "tcp4", "127.0.0.1:0")
+	var pipe [2]int
+	if err := unix.Pipe2(pipe[:], 0); err != nil { // inherited by children
+		t.Fatal(err)
+	}
+	l, err := TakeHeld("lifetime-test", []Conn{p.conn}, nsf, exe)
+	unix.CloseOnExec(pipe[0])
+	unix.CloseOnExec(pipe[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.HolderStarted(); err != nil {
+		t.Fatal(err)
+	}
+	pid := testenv.FindPID(HoldCommand, l.Table)
+	if pid == 0 {
+		t.Fatal("holder process not found")
+	}
+	defer unix.Kill(pid, syscall.SIGKILL)
+	unix.Close(pipe[1])
+	r := os.NewFile(uintptr(pipe[0]), "pipe")
+	defer r.Close()
+	r.SetReadDeadline(time.Now().Add(5 * time.Second))
+	if n, err := r.Read(make([]byte, 1)); n != 0 || err != io.EOF {
+		t.Fatalf("the pipe's write end stays open in the holder process: read %d, %v", n, err)
+	}
+	// The namespace goes from the view of every process (ip netns del);
+	// the test's fd of it, and the holder's sockets, keep it alive.
+	p.client.Close()
+	p.server.Close()
+	if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
+		t.Fatalf("ip netns del: %v: %s", err, out)
+	}
+	for deadline := time.Now().Add(10 * time.Second); unix.Kill(pid, 0) == nil; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("holder still there 10 s after its network namespace was abandoned")
+		}
+	}
+}
