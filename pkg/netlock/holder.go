@@ -331,20 +331,30 @@ func askRelease(tableName string, netns int, verb string) (held int, done func()
 
 // inNetns runs f on a thread in the network namespace netns (an fd), or
 // on the caller's when netns is negative. Sockets f makes stay in that
-// namespace wherever they are used later.
+// namespace wherever they are used later. The thread goes back to its
+// namespace afterwards (or, if it cannot, dies with its goroutine).
 func inNetns(netns int, f func() error) error {
 	if netns < 0 {
 		return f()
 	}
 	ch := make(chan error)
 	go func() {
-		// Never unlocked: the thread dies with the goroutine.
 		runtime.LockOSThread()
+		back, err := os.Open("/proc/thread-self/ns/net")
+		if err != nil {
+			ch <- err
+			return
+		}
+		defer back.Close()
 		if err := unix.Setns(netns, unix.CLONE_NEWNET); err != nil {
 			ch <- fmt.Errorf("setns: %w", err)
 			return
 		}
-		ch <- f()
+		err = f()
+		if unix.Setns(int(back.Fd()), unix.CLONE_NEWNET) == nil {
+			runtime.UnlockOSThread()
+		}
+		ch <- err
 	}()
 	return <-ch
 }

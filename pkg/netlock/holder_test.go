@@ -318,7 +318,9 @@ func TestReleaseUnread(t *testing.T) {
 // by mistake (a pipe of whoever ran the dump, which a shell would wait
 // on), and exits once its network namespace is abandoned (no process in
 // it, no mount of it: a node torn down with a lock nobody restored),
-// which its own sockets would otherwise keep alive.
+// which its own sockets would otherwise keep alive. No socket of the test
+// enters the namespace: a thread of it left there would count as a
+// process in it.
 func TestHolderProcessLifetime(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("nftables needs root")
@@ -328,12 +330,12 @@ func TestHolderProcessLifetime(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns, nsf := testNetns(t)
-	p := newPair(t, ns, "tcp4", "127.0.0.1:0")
+	conn := Conn{Local: netip.MustParseAddrPort("192.0.2.1:1"), Remote: netip.MustParseAddrPort("192.0.2.2:2")}
 	var pipe [2]int
 	if err := unix.Pipe2(pipe[:], 0); err != nil { // inherited by children
 		t.Fatal(err)
 	}
-	l, err := TakeHeld("lifetime-test", []Conn{p.conn}, nsf, exe)
+	l, err := TakeHeld("lifetime-test", []Conn{conn}, nsf, exe)
 	unix.CloseOnExec(pipe[0])
 	unix.CloseOnExec(pipe[1])
 	if err != nil {
@@ -356,8 +358,6 @@ func TestHolderProcessLifetime(t *testing.T) {
 	}
 	// The namespace goes from the view of every process (ip netns del);
 	// the test's fd of it, and the holder's sockets, keep it alive.
-	p.client.Close()
-	p.server.Close()
 	if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns del: %v: %s", err, out)
 	}
