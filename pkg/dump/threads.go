@@ -69,7 +69,8 @@ func (d *dumper) collectThread(t *task) (*image.Thread, error) {
 }
 
 // fixRseq moves a thread stopped inside an rseq critical section to the
-// section's abort handler, as the kernel would on preemption.
+// section's abort handler, as the kernel would on preemption: in the image
+// and in the live thread.
 func (d *dumper) fixRseq(th *image.Thread) error {
 	if th.Rseq.Ptr == 0 {
 		return nil
@@ -89,8 +90,23 @@ func (d *dumper) fixRseq(th *image.Thread) error {
 		return nil // a stale pointer: the kernel ignores it too until used
 	}
 	start, off, abort := binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:]), binary.LittleEndian.Uint64(b[24:])
-	if th.Regs.Rip >= start && th.Regs.Rip < start+off {
-		th.Regs.Rip = abort
+	if th.Regs.Rip < start || th.Regs.Rip >= start+off {
+		return nil
+	}
+	th.Regs.Rip = abort
+	// The running thread goes to the abort handler too, as the kernel
+	// would send it there when it resumes after this preemption. Left
+	// inside the section it would finish it unprotected: the injected
+	// calls return to user space outside the section, where the kernel
+	// clears rseq_cs, and a dump with --leave-running (or a refused one)
+	// would resume it there, its sequence no longer restartable.
+	regs, err := ptrace.GetRegs(th.TID)
+	if err != nil {
+		return fmt.Errorf("thread %d: rseq abort: %w", th.TID, err)
+	}
+	regs.Rip = abort
+	if err := ptrace.SetRegs(th.TID, &regs); err != nil {
+		return fmt.Errorf("thread %d: rseq abort: %w", th.TID, err)
 	}
 	return nil
 }

@@ -112,7 +112,7 @@ func processAttrs() []Attr {
 			Save: "address and hash in the image", Restore: "arch_prctl(ARCH_MAP_VDSO_64) at the old address; another vDSO is refused at restore", CRIU: "same (or proxy)"},
 		{Name: "rseq, robust futex list, clear_child_tid", Family: f, Status: Restored,
 			Seen: Seen{Prctl: []string{"PR_GET_TID_ADDRESS"}, Other: "rseq(2), get_robust_list(2)"},
-			Save: "PTRACE_GET_RSEQ_CONFIGURATION, get_robust_list, injected PR_GET_TID_ADDRESS", Restore: "rseq, set_robust_list, set_tid_address per thread", CRIU: "same", Case: "e2e TestThreads"},
+			Save: "PTRACE_GET_RSEQ_CONFIGURATION, get_robust_list, injected PR_GET_TID_ADDRESS; a thread stopped inside an rseq critical section is sent to its abort handler, in the image and in the live thread (as the kernel does at preemption; left inside, it would commit unprotected after the injected calls cleared rseq_cs)", Restore: "rseq, set_robust_list, set_tid_address per thread", CRIU: "same (abort_ip in the image)", Case: "e2e TestThreads, proc_rseq"},
 	}
 }
 
