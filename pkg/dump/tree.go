@@ -227,11 +227,14 @@ func (t *tree) checkIDs() (external []sys.PID, err error) {
 			continue
 		}
 		// Forked before its parent called setsid: it keeps the session
-		// its parent had then, its grandparent's.
-		if gp, ok := ids[parent.PPID]; ok && parent.Session == parent.PID && gp.Session == st.Session {
+		// its parent had then, its grandparent's, or one from further up
+		// if the grandparent too had called setsid after forking the
+		// parent, and so on: every ancestor up to one in that session
+		// leads a session of its own.
+		if keptSession(ids, parent, st.Session) {
 			continue
 		}
-		return nil, fmt.Errorf("process %d: session %d is neither its own, nor its parent's (%d, process %d), nor the one its parent left: cannot be rebuilt: %w",
+		return nil, fmt.Errorf("process %d: session %d is neither its own, nor its parent's (%d, process %d), nor one its ancestors left: cannot be rebuilt: %w",
 			m.pid, st.Session, parent.Session, st.PPID, ErrUnsupported)
 	}
 	if err := t.checkOutsideMembers(ids, ext); err != nil {
@@ -297,4 +300,20 @@ func (t *tree) checkOutsideMembers(ids map[sys.PID]*proc.Stat, ext map[sys.PID]b
 		}
 	}
 	return nil
+}
+
+// keptSession tells whether a child of parent can be in session sid
+// because it was forked before parent, and the session leaders above it,
+// called setsid: going up from parent, every ancestor leads a session of
+// its own until one is in sid.
+func keptSession(ids map[int]*proc.Stat, parent *proc.Stat, sid int) bool {
+	for a := parent; a != nil; a = ids[a.PPID] {
+		if a.Session == sid {
+			return true
+		}
+		if a.Session != a.PID {
+			return false // it cannot have left sid after forking the chain
+		}
+	}
+	return false
 }

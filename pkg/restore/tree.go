@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/ckpt/ckpt/internal/sys"
@@ -209,9 +210,10 @@ func (t *tree) create(pr *image.PagesReader) error {
 		if b.p.SID != b.p.PID {
 			continue
 		}
-		// Children that stayed in the session b left are forked first.
+		// Children that stayed in the session b left, or lead sessions of
+		// their own with descendants that did, are forked first.
 		for _, c := range t.procs[i+1:] {
-			if c.p.PPID == b.p.PID && c.p.SID != b.p.PID && c.p.SID != c.p.PID {
+			if c.p.PPID == b.p.PID && c.p.SID != b.p.PID && (c.p.SID != c.p.PID || t.keepsOldSession(c, []int{b.p.PID, c.p.PID})) {
 				if err := b.clone(c); err != nil {
 					return fmt.Errorf("process %d: %w", c.p.PID, err)
 				}
@@ -439,4 +441,24 @@ func (t *tree) live() []*builder {
 		}
 	}
 	return out
+}
+
+// keepsOldSession tells whether a process of c's subtree is in a session
+// none of the leaders on its path from the session leader being made
+// (leaders, with c) created: one they left after forking it, which it
+// keeps only if they fork it first.
+func (t *tree) keepsOldSession(c *builder, leaders []int) bool {
+	for _, x := range t.procs {
+		if x.p.PPID != c.p.PID {
+			continue
+		}
+		path := leaders
+		if x.p.SID == x.p.PID {
+			path = append(slices.Clone(leaders), x.p.PID)
+		}
+		if !slices.Contains(path, x.p.SID) || t.keepsOldSession(x, path) {
+			return true
+		}
+	}
+	return false
 }

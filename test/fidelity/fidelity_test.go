@@ -131,6 +131,7 @@ var cases = []fcase{
 	{name: "stopped", src: "tree_stopped.c"},
 	{name: "zombies", src: "tree_zombies.c"},
 	{name: "stopped_pending", src: "tree_stopped_pending.c"},
+	{name: "session_chain", src: "tree_session_chain.c"},
 	{name: "outside_member", src: "tree_outside_member.c", refuse: "outside the dump, which keeps PID"},
 	// Sockets (pkg/sockets: the option inventory, shutdown state, queues).
 	{name: "sock_tcp4", src: "sock_inet.c", args: []string{"tcp4"}},
