@@ -306,7 +306,7 @@ func (t *tree) checkOutsideMembers(ids map[sys.PID]*proc.Stat, ext map[sys.PID]b
 // because it was forked before parent, and the session leaders above it,
 // called setsid: going up from parent, every ancestor leads a session of
 // its own until one is in sid.
-func keptSession(ids map[int]*proc.Stat, parent *proc.Stat, sid int) bool {
+func keptSession(ids map[sys.PID]*proc.Stat, parent *proc.Stat, sid sys.PID) bool {
 	for a := parent; a != nil; a = ids[a.PPID] {
 		if a.Session == sid {
 			return true

@@ -213,7 +213,7 @@ func (t *tree) create(pr *image.PagesReader) error {
 		// Children that stayed in the session b left, or lead sessions of
 		// their own with descendants that did, are forked first.
 		for _, c := range t.procs[i+1:] {
-			if c.p.PPID == b.p.PID && c.p.SID != b.p.PID && (c.p.SID != c.p.PID || t.keepsOldSession(c, []int{b.p.PID, c.p.PID})) {
+			if c.p.PPID == b.p.PID && c.p.SID != b.p.PID && (c.p.SID != c.p.PID || t.keepsOldSession(c, []sys.PID{b.p.PID, c.p.PID})) {
 				if err := b.clone(c); err != nil {
 					return fmt.Errorf("process %d: %w", c.p.PID, err)
 				}
@@ -447,7 +447,7 @@ func (t *tree) live() []*builder {
 // none of the leaders on its path from the session leader being made
 // (leaders, with c) created: one they left after forking it, which it
 // keeps only if they fork it first.
-func (t *tree) keepsOldSession(c *builder, leaders []int) bool {
+func (t *tree) keepsOldSession(c *builder, leaders []sys.PID) bool {
 	for _, x := range t.procs {
 		if x.p.PPID != c.p.PID {
 			continue
