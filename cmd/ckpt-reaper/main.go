@@ -33,6 +33,8 @@
 //	{"cmd":"kill-all"}
 //	sync
 //	{"cmd":"sync"}
+//	signal PID SIG
+//	{"cmd":"signal","pid":PID,"sig":SIG}
 //
 // run starts ARGV[0] (looked up in $PATH if it has no slash) as a child with
 // stdin from /dev/null and stdout/stderr appended to the given files
@@ -46,6 +48,11 @@
 // grandchildren reparented meanwhile die too), reaps them all and replies
 //
 //	ok
+//
+// signal sends signal number SIG to PID if it is a child of the reaper not
+// reaped yet, and replies "ok", or "gone" if it is not (it has been reaped,
+// or was never a child: its PID may belong to another process by now, and
+// a kill by number would hit that one).
 //
 // sync reaps whatever has exited and replies
 //
@@ -141,19 +148,70 @@ func (r *reaper) start(argv []string, attr *syscall.ProcAttr, announce func(pid 
 func (r *reaper) killAll() error {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		r.reap()
-		kids := children()
-		if len(kids) == 0 {
-			return nil
+		kids, err := r.killChildren()
+		if err != nil || len(kids) == 0 {
+			return err
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("children %v still there after 10s", kids)
 		}
-		for _, pid := range kids {
-			syscall.Kill(pid, syscall.SIGKILL)
-		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// killChildren reaps what has exited, then SIGKILLs every child left and
+// returns their PIDs. Nothing is reaped between the listing and the kills
+// (r.mu is held throughout, and only the reaper reaps its children): each
+// PID is still a child of ours, alive or a zombie, never a number freed
+// and taken again by some other process meanwhile.
+func (r *reaper) killChildren() ([]int, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	reap.Exited(r.onExit)
+	kids := children()
+	for _, pid := range kids {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil && err != syscall.ESRCH {
+			return kids, fmt.Errorf("kill %d: %w", pid, err)
+		}
+	}
+	return kids, nil
+}
+
+// signalChild sends sig to pid if it is a child of ours not reaped yet
+// (under r.mu nothing reaps it meanwhile), and tells whether it was: a
+// child that has been reaped is not signalled, since its PID may belong
+// to another process by now.
+func (r *reaper) signalChild(pid int, sig syscall.Signal) (bool, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if parentOf(pid) != os.Getpid() {
+		return false, nil
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return true, fmt.Errorf("kill %d: %w", pid, err)
+	}
+	return true, nil
+}
+
+// parentOf returns the parent PID of pid (from /proc/PID/stat), 0 if pid
+// does not exist.
+func parentOf(pid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	// "pid (comm) state ppid ...": comm may hold spaces and parens.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	return ppid
 }
 
 // children lists the processes (zombies included) whose parent is us.
@@ -166,18 +224,7 @@ func children() []int {
 		if err != nil {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// "pid (comm) state ppid ...": comm may hold spaces and parens.
-		s := string(b)
-		i := strings.LastIndexByte(s, ')')
-		if i < 0 {
-			continue
-		}
-		f := strings.Fields(s[i+1:])
-		if len(f) > 1 && f[1] == strconv.Itoa(self) {
+		if parentOf(pid) == self {
 			kids = append(kids, pid)
 		}
 	}
@@ -262,7 +309,7 @@ func execMode(argv []string, sigchld <-chan os.Signal) {
 		select {
 		case sig := <-sigs:
 			if sig == syscall.SIGTERM || sig == syscall.SIGHUP {
-				syscall.Kill(cmdPid, sig.(syscall.Signal))
+				r.signalChild(cmdPid, sig.(syscall.Signal))
 			}
 		case ws := <-done:
 			if err := r.killAll(); err != nil {
@@ -285,6 +332,8 @@ type request struct {
 	Cwd    string   `json:"cwd"`
 	Setsid bool     `json:"setsid"`
 	Env    []string `json:"env"` // nil: inherit the reaper's environment
+	PID    int      `json:"pid"` // signal's
+	Sig    int      `json:"sig"` // signal's
 }
 
 // parseRequest parses one request line.
@@ -296,6 +345,18 @@ func parseRequest(line string) (request, error) {
 	}
 	words := strings.Split(line, " ")
 	req.Cmd, words = words[0], words[1:]
+	if req.Cmd == "signal" {
+		if len(words) != 2 {
+			return req, errors.New("signal takes a PID and a signal number")
+		}
+		var err1, err2 error
+		req.PID, err1 = strconv.Atoi(words[0])
+		req.Sig, err2 = strconv.Atoi(words[1])
+		if err := errors.Join(err1, err2); err != nil {
+			return req, fmt.Errorf("signal: %w", err)
+		}
+		return req, nil
+	}
 	if req.Cmd != "run" {
 		if len(words) > 0 {
 			return req, fmt.Errorf("%s takes no arguments", req.Cmd)
@@ -359,6 +420,13 @@ func serveMode(sigchld <-chan os.Signal) {
 			case "sync":
 				r.reap()
 				say("ok")
+			case "signal":
+				var child bool
+				if req.PID <= 0 || req.Sig <= 0 || req.Sig > 64 {
+					err = fmt.Errorf("signal: bad pid %d or signal %d", req.PID, req.Sig)
+				} else if child, err = r.signalChild(req.PID, syscall.Signal(req.Sig)); err == nil {
+					say("%s", map[bool]string{true: "ok", false: "gone"}[child])
+				}
 			case "kill-all":
 				if err = r.killAll(); err == nil {
 					say("ok")

@@ -32,6 +32,10 @@ func TestParseRequest(t *testing.T) {
 		{"run --bogus x y", request{}, true},
 		{"kill-all now", request{}, true},
 		{"{bad json", request{}, true},
+		{"signal 123 9", request{Cmd: "signal", PID: 123, Sig: 9}, false},
+		{`{"cmd":"signal","pid":123,"sig":15}`, request{Cmd: "signal", PID: 123, Sig: 15}, false},
+		{"signal 123", request{}, true},
+		{"signal x 9", request{}, true},
 	}
 	for _, tc := range tests {
 		got, err := parseRequest(tc.line)

@@ -194,6 +194,23 @@ func (r *Reaper) KillAll(t testing.TB) {
 	}
 }
 
+// Signal sends sig to pid through the reaper, if pid is a child of the
+// reaper not reaped yet, and tells whether it was. A victim that has ended
+// is not signalled: its PID may be another process's by now (another test
+// package's, running in parallel), which a kill by number would hit.
+func (r *Reaper) Signal(t testing.TB, pid int, sig syscall.Signal) bool {
+	t.Helper()
+	switch rep := r.request(t, fmt.Sprintf("signal %d %d", pid, int(sig))); rep {
+	case "ok":
+		return true
+	case "gone":
+		return false
+	default:
+		t.Fatalf("ckpt-reaper: unexpected reply %q to signal", rep)
+	}
+	panic("unreachable")
+}
+
 // Sync returns once the reaper has reported the exit of every process it
 // has reaped so far: after a process is gone from /proc, Poll finds its
 // exit report if the reaper reaped it (and never will if someone else did).

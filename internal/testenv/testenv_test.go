@@ -1,8 +1,10 @@
 package testenv
 
 import (
+	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -221,3 +223,97 @@ func statField(pid, n int) (int, error) {
 
 func parentOf(pid int) (int, error)  { return statField(pid, 4) }
 func sessionOf(pid int) (int, error) { return statField(pid, 6) }
+
+// atPIDSource is a program that makes a child with the PID it is given
+// (clone3 set_tid), as a restore does: the child pauses (and dies with
+// it); the program prints "ready", and at the end of its stdin SIGTERMs
+// the child, waits for it and prints how it ended.
+const atPIDSource = `#define _GNU_SOURCE
+#include <linux/sched.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+	pid_t want = atoi(argv[1]);
+	struct clone_args a;
+	memset(&a, 0, sizeof a);
+	a.exit_signal = SIGCHLD;
+	a.set_tid = (uintptr_t)&want;
+	a.set_tid_size = 1;
+	long c = syscall(SYS_clone3, &a, sizeof a);
+	if (c < 0) { perror("clone3"); return 1; }
+	if (c == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
+		for (;;) pause();
+	}
+	printf("ready\n");
+	fflush(stdout);
+	char b[64];
+	while (read(0, b, sizeof b) > 0)
+		;
+	kill(c, SIGTERM); /* our child, not reaped yet */
+	int st;
+	waitpid(c, &st, 0);
+	printf(WIFSIGNALED(st) ? "signal %d\n" : "code %d\n", WIFSIGNALED(st) ? WTERMSIG(st) : WEXITSTATUS(st));
+	return 0;
+}
+`
+
+// TestReaperSignalGone: a victim that has ended is not signalled through
+// the reaper, even when its PID has been taken by another process
+// meanwhile (here at once, with clone3 set_tid, as a restore of another
+// test takes a PID); a kill by number would hit that process.
+func TestReaperSignalGone(t *testing.T) {
+	RequireRoot(t)
+	dir := t.TempDir()
+	src, bin := filepath.Join(dir, "atpid.c"), filepath.Join(dir, "atpid")
+	if err := os.WriteFile(src, []byte(atPIDSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-Wall", "-Werror", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	r := StartReaper(t)
+	alive := r.Run(t, RunOpts{}, "sleep", "100")
+	pid := r.Run(t, RunOpts{}, "/bin/sh", "-c", "exit 0")
+	if es := r.WaitExit(t, pid, 10*time.Second); es != (ExitStatus{Pid: pid}) {
+		t.Fatalf("%v, want exit code 0", es)
+	}
+	stranger := exec.Command(bin, strconv.Itoa(pid))
+	out, err := stranger.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := stranger.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := stranger.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Wait()
+	defer stranger.Process.Kill() // our child, not reaped before Wait: its PID is its own
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "ready" {
+		t.Fatalf("atpid %d: %q, %v", pid, lines.Text(), lines.Err())
+	}
+	if r.Signal(t, pid, syscall.SIGKILL) {
+		t.Errorf("the reaper signalled PID %d, reaped already and now another process's", pid)
+	}
+	if !r.Signal(t, alive, syscall.SIGKILL) {
+		t.Errorf("the reaper did not signal its child %d", alive)
+	}
+	if es := r.WaitExit(t, alive, 10*time.Second); es.Signal != int(syscall.SIGKILL) {
+		t.Errorf("%v, want killed by SIGKILL", es)
+	}
+	in.Close()
+	if !lines.Scan() || lines.Text() != "signal 15" {
+		t.Errorf("the process that took PID %d: %q, want killed by its parent's SIGTERM (15)", pid, lines.Text())
+	}
+}
