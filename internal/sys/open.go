@@ -18,6 +18,25 @@ func Socket(domain, typ, proto int) (*FD, error) {
 	return NewFD(fd)
 }
 
+// Socketpair makes a pair of connected sockets (socketpair(2)).
+func Socketpair(domain, typ, proto int) (a, b *FD, err error) {
+	p, err := unix.Socketpair(domain, typ, proto)
+	if err != nil {
+		return nil, nil, os.NewSyscallError("socketpair", err)
+	}
+	return &FD{raw: p[0]}, &FD{raw: p[1]}, nil
+}
+
+// Accept4 takes a connection off the queue of the listening socket l
+// (accept4(2)).
+func Accept4(l int, flags int) (*FD, error) {
+	fd, _, err := unix.Accept4(l, flags)
+	if err != nil {
+		return nil, os.NewSyscallError("accept4", err)
+	}
+	return NewFD(fd)
+}
+
 // Pipe2 makes a pipe (pipe2(2)) and returns its read and write ends.
 func Pipe2(flags int) (r, w *FD, err error) {
 	var p [2]int

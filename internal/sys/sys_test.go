@@ -248,6 +248,54 @@ func TestOpen(t *testing.T) {
 	if _, err := Socket(-1, 0, 0); err == nil || !strings.Contains(err.Error(), "socket") {
 		t.Errorf("bad socket: %v", err)
 	}
+	pa, pb, err := Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pa.Close()
+	defer pb.Close()
+	if _, err := unix.Write(pa.Int(), []byte("y")); err != nil {
+		t.Fatal(err)
+	}
+	got := make([]byte, 1)
+	if n, err := unix.Read(pb.Int(), got); err != nil || n != 1 || got[0] != 'y' {
+		t.Error("socketpair: the ends are not connected")
+	}
+	if _, _, err := Socketpair(-1, 0, 0); err == nil || !strings.Contains(err.Error(), "socketpair") {
+		t.Errorf("bad socketpair: %v", err)
+	}
+	// A listener's connection is taken off its queue.
+	l, err := Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	addr := &unix.SockaddrUnix{Name: "@ckpt-sys-test-" + itoa(os.Getpid())}
+	if err := unix.Bind(l.Int(), addr); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Listen(l.Int(), 1); err != nil {
+		t.Fatal(err)
+	}
+	c, err := Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := unix.Connect(c.Int(), addr); err != nil {
+		t.Fatal(err)
+	}
+	acc, err := Accept4(l.Int(), unix.SOCK_CLOEXEC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer acc.Close()
+	if err := unix.SetNonblock(l.Int(), true); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Accept4(l.Int(), 0); err == nil || !errors.Is(err, unix.EAGAIN) || !strings.Contains(err.Error(), "accept4") {
+		t.Errorf("accept4 of an empty queue: %v", err)
+	}
 	r, w, err := Pipe2(unix.O_CLOEXEC)
 	if err != nil {
 		t.Fatal(err)
