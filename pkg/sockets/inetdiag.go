@@ -19,16 +19,10 @@ func hasMD5Keys(local, remote netip.AddrPort) (bool, error) {
 		family = unix.AF_INET6
 	}
 	// struct nlmsghdr + struct inet_diag_req_v2 (with inet_diag_sockid).
-	req := make([]byte, 16+56)
-	le, be := binary.LittleEndian, binary.BigEndian
-	le.PutUint32(req[0:], uint32(len(req)))
-	le.PutUint16(req[4:], sockDiagByFamily)
-	le.PutUint16(req[6:], unix.NLM_F_REQUEST)
-	le.PutUint32(req[8:], 1)
-	r := req[16:]
-	r[0], r[1], r[2] = family, unix.IPPROTO_TCP, 1<<(2-1) // INET_DIAG_INFO: with the aux attributes
-	le.PutUint32(r[4:], 0xffffffff)                       // every state
-	id := r[8:]
+	req := inetDiagRequest(family, unix.IPPROTO_TCP, 0xffffffff, unix.NLM_F_REQUEST) // every state
+	req[18] = 1 << (2 - 1)                                                           // idiag_ext INET_DIAG_INFO: with the aux attributes
+	be := binary.BigEndian
+	id := req[24:]
 	be.PutUint16(id[0:], local.Port())
 	be.PutUint16(id[2:], remote.Port())
 	put := func(b []byte, a netip.Addr) {
@@ -45,8 +39,6 @@ func hasMD5Keys(local, remote netip.AddrPort) (bool, error) {
 	}
 	put(id[4:20], local.Addr())
 	put(id[20:36], remote.Addr())
-	le.PutUint32(id[40:], 0xffffffff) // no cookie
-	le.PutUint32(id[44:], 0xffffffff)
 	nl, err := sockDiagRequest(req)
 	if err != nil {
 		return false, err

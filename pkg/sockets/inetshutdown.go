@@ -23,17 +23,8 @@ func inetShutdown(fd, family, protocol int) (bits int, ok bool, err error) {
 		return 0, false, fmt.Errorf("fstat: %w", err)
 	}
 	// struct nlmsghdr + struct inet_diag_req_v2, every state.
-	req := make([]byte, 16+56)
+	req := inetDiagRequest(byte(family), byte(protocol), 0xffffffff, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
 	le := binary.LittleEndian
-	le.PutUint32(req[0:], uint32(len(req)))
-	le.PutUint16(req[4:], sockDiagByFamily)
-	le.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-	le.PutUint32(req[8:], 1)
-	r := req[16:]
-	r[0], r[1] = byte(family), byte(protocol)
-	le.PutUint32(r[4:], 0xffffffff)
-	le.PutUint32(r[8+40:], 0xffffffff) // no cookie
-	le.PutUint32(r[8+44:], 0xffffffff)
 	err = sockDiagDump(req, func(d []byte) bool {
 		// struct inet_diag_msg is 72 bytes, idiag_inode at 68.
 		if len(d) < 72 || uint64(le.Uint32(d[68:])) != st.Ino {

@@ -178,10 +178,7 @@ func packetInfo(ino uint64) (*packetDiag, error) {
 		packetDiagTxRing  = 3
 	)
 	le := binary.LittleEndian
-	req := make([]byte, 16+20)
-	le.PutUint32(req[0:], uint32(len(req)))
-	le.PutUint16(req[4:], sockDiagByFamily)
-	le.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	req := diagRequest(16+20, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
 	req[16] = unix.AF_PACKET
 	le.PutUint32(req[20:], uint32(ino))
 	le.PutUint32(req[24:], packetShowRingCfg|packetShowMclist)

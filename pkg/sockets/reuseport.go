@@ -11,17 +11,8 @@ import (
 // listenersOn counts, through sock_diag, the TCP listeners of ckpt's
 // network namespace bound to local (of its family).
 func listenersOn(family int, local netip.AddrPort) (int, error) {
-	req := make([]byte, 16+56)
-	le, be := binary.LittleEndian, binary.BigEndian
-	le.PutUint32(req[0:], uint32(len(req)))
-	le.PutUint16(req[4:], sockDiagByFamily)
-	le.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-	le.PutUint32(req[8:], 1)
-	r := req[16:]
-	r[0], r[1] = byte(family), unix.IPPROTO_TCP
-	le.PutUint32(r[4:], 1<<StateListen)
-	le.PutUint32(r[8+40:], 0xffffffff)
-	le.PutUint32(r[8+44:], 0xffffffff)
+	req := inetDiagRequest(byte(family), unix.IPPROTO_TCP, 1<<StateListen, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	be := binary.BigEndian
 	n := 0
 	err := sockDiagDump(req, func(d []byte) bool {
 		// struct inet_diag_msg: the socket id at 4 (sport, dport, src).

@@ -9,6 +9,33 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// diagRequest is a sock_diag request of size bytes: a struct nlmsghdr
+// (SOCK_DIAG_BY_FAMILY, the given netlink flags, sequence 1) and a zeroed
+// request after it, at [16:], for the caller to fill.
+func diagRequest(size int, flags uint16) []byte {
+	req := make([]byte, size)
+	le := binary.LittleEndian
+	le.PutUint32(req[0:], uint32(size))
+	le.PutUint16(req[4:], sockDiagByFamily)
+	le.PutUint16(req[6:], flags)
+	le.PutUint32(req[8:], 1)
+	return req
+}
+
+// inetDiagRequest is a struct nlmsghdr and struct inet_diag_req_v2 for
+// sockets of family and protocol in the states of the mask states, with
+// no socket cookie. The socket id (ports at [24:], addresses at [28:] and
+// [44:]) is left for the caller to fill.
+func inetDiagRequest(family, protocol byte, states uint32, flags uint16) []byte {
+	req := diagRequest(16+56, flags)
+	le := binary.LittleEndian
+	req[16], req[17] = family, protocol
+	le.PutUint32(req[20:], states)
+	le.PutUint32(req[24+40:], 0xffffffff) // INET_DIAG_NOCOOKIE
+	le.PutUint32(req[24+44:], 0xffffffff)
+	return req
+}
+
 // sockDiagRequest opens a NETLINK_SOCK_DIAG socket and sends it req (a
 // struct nlmsghdr and its request).
 func sockDiagRequest(req []byte) (*sys.FD, error) {

@@ -175,12 +175,8 @@ func boundFile(fd int) (ino, dev uint32, ok bool) {
 		return 0, 0, false
 	}
 	// struct nlmsghdr + struct unix_diag_req for one socket, by inode.
-	req := make([]byte, 16+24)
+	req := diagRequest(16+24, unix.NLM_F_REQUEST)
 	le := binary.LittleEndian
-	le.PutUint32(req[0:], uint32(len(req)))
-	le.PutUint16(req[4:], sockDiagByFamily)
-	le.PutUint16(req[6:], unix.NLM_F_REQUEST)
-	le.PutUint32(req[8:], 1)
 	req[16] = unix.AF_UNIX
 	le.PutUint32(req[20:], 0xffffffff)
 	le.PutUint32(req[24:], uint32(st.Ino))

@@ -301,22 +301,8 @@ func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
 	if err := restorePortOptions(fd, nil); err != nil {
 		return err
 	}
-	type opt struct{ code, val uint32 }
-	opts := []opt{{unix.TCPOPT_MAXSEG, uint32(st.MSS)}}
-	if st.Options&optWscale != 0 {
-		opts = append(opts, opt{unix.TCPOPT_WINDOW, uint32(st.SndWscale) | uint32(st.RcvWscale)<<16})
-	}
-	if st.Options&optSACK != 0 {
-		opts = append(opts, opt{unix.TCPOPT_SACK_PERMITTED, 0})
-	}
-	if st.Options&optTimestamps != 0 {
-		opts = append(opts, opt{unix.TCPOPT_TIMESTAMP, 0})
-	}
-	if err := sys.Setsockopt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_OPTIONS, unsafe.Pointer(&opts[0]), uintptr(len(opts))*8); err != nil {
-		return fmt.Errorf("TCP_REPAIR_OPTIONS: %w", err)
-	}
-	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_TIMESTAMP, int(st.Timestamp)); err != nil {
-		return fmt.Errorf("TCP_TIMESTAMP: %w", err)
+	if err := setRepairOptions(fd, st, uint32(st.MSS)); err != nil {
+		return err
 	}
 	if err := setQueue(fd, tcpRecvQueue); err != nil {
 		return err
@@ -413,6 +399,30 @@ func sendAll(fd int, b []byte) error {
 			return err
 		}
 		b = b[n:]
+	}
+	return nil
+}
+
+// setRepairOptions gives a socket in repair mode the options st's
+// handshake agreed (TCP_REPAIR_OPTIONS: the MSS clamp mss, window
+// scaling, SACK, timestamps) and st's timestamp offset.
+func setRepairOptions(fd int, st *TCPState, mss uint32) error {
+	type opt struct{ code, val uint32 }
+	opts := []opt{{unix.TCPOPT_MAXSEG, mss}}
+	if st.Options&optWscale != 0 {
+		opts = append(opts, opt{unix.TCPOPT_WINDOW, uint32(st.SndWscale) | uint32(st.RcvWscale)<<16})
+	}
+	if st.Options&optSACK != 0 {
+		opts = append(opts, opt{unix.TCPOPT_SACK_PERMITTED, 0})
+	}
+	if st.Options&optTimestamps != 0 {
+		opts = append(opts, opt{unix.TCPOPT_TIMESTAMP, 0})
+	}
+	if err := sys.Setsockopt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_OPTIONS, unsafe.Pointer(&opts[0]), uintptr(len(opts))*8); err != nil {
+		return fmt.Errorf("TCP_REPAIR_OPTIONS: %w", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_TIMESTAMP, int(st.Timestamp)); err != nil {
+		return fmt.Errorf("TCP_TIMESTAMP: %w", err)
 	}
 	return nil
 }

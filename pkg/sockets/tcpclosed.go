@@ -232,25 +232,11 @@ func openClosed(fd int, s *image.Socket, local, remote netip.AddrPort, recvQ []b
 		return fmt.Errorf("TCP_MAXSEG 0: %w", err)
 	}
 	st := &TCPState{Local: local, Remote: remote, State: StateEstablished, TCPRepair: *s.TCP}
-	type opt struct{ code, val uint32 }
 	// The clamp (mss_clamp, which only repair mode shows) must not keep
 	// acknowledge from reaching the MSS: no lower than the MSS and its
 	// timestamp option.
-	opts := []opt{{unix.TCPOPT_MAXSEG, uint32(min(st.MSS+40, 65535))}}
-	if st.Options&optWscale != 0 {
-		opts = append(opts, opt{unix.TCPOPT_WINDOW, uint32(st.SndWscale) | uint32(st.RcvWscale)<<16})
-	}
-	if st.Options&optSACK != 0 {
-		opts = append(opts, opt{unix.TCPOPT_SACK_PERMITTED, 0})
-	}
-	if st.Options&optTimestamps != 0 {
-		opts = append(opts, opt{unix.TCPOPT_TIMESTAMP, 0})
-	}
-	if err := sys.Setsockopt(fd, unix.IPPROTO_TCP, unix.TCP_REPAIR_OPTIONS, unsafe.Pointer(&opts[0]), uintptr(len(opts))*8); err != nil {
-		return fmt.Errorf("TCP_REPAIR_OPTIONS: %w", err)
-	}
-	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_TIMESTAMP, int(st.Timestamp)); err != nil {
-		return fmt.Errorf("TCP_TIMESTAMP: %w", err)
+	if err := setRepairOptions(fd, st, uint32(min(st.MSS+40, 65535))); err != nil {
+		return err
 	}
 	if err := setQueue(fd, tcpRecvQueue); err != nil {
 		return err
@@ -600,13 +586,7 @@ func destroyTimeWait(local, remote netip.AddrPort) (bool, error) {
 	put(id[4:20], local.Addr())
 	put(id[20:36], remote.Addr())
 	le := binary.LittleEndian
-	req := make([]byte, 16+56)
-	le.PutUint32(req[0:], uint32(len(req)))
-	le.PutUint16(req[4:], sockDiagByFamily)
-	le.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-	le.PutUint32(req[8:], 1)
-	req[16], req[17] = family, unix.IPPROTO_TCP
-	le.PutUint32(req[20:], 1<<stateTimeWait)
+	req := inetDiagRequest(family, unix.IPPROTO_TCP, 1<<stateTimeWait, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
 	var cookie []byte
 	err := sockDiagDump(req, func(d []byte) bool {
 		// inet_diag_msg: the sockid at 4 (ports, addresses, if, cookie).

@@ -29,15 +29,7 @@ func halfOpen(local netip.AddrPort, dualStack bool) (int, error) {
 	}
 	n := 0
 	for _, family := range families {
-		req := make([]byte, 16+56)
-		le := binary.LittleEndian
-		le.PutUint32(req[0:], uint32(len(req)))
-		le.PutUint16(req[4:], sockDiagByFamily)
-		le.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-		le.PutUint32(req[8:], 1)
-		r := req[16:]
-		r[0], r[1] = byte(family), unix.IPPROTO_TCP
-		le.PutUint32(r[4:], 1<<stateSynRecv)
+		req := inetDiagRequest(byte(family), unix.IPPROTO_TCP, 1<<stateSynRecv, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
 		err := sockDiagDump(req, func(d []byte) bool {
 			if len(d) < 72 || binary.BigEndian.Uint16(d[4:]) != local.Port() {
 				return false

@@ -133,18 +133,10 @@ func diagPeer(family, state int, ino uint32) (netip.AddrPort, error) {
 // diagFind asks sock_diag for the TCP socket with inode ino among those of
 // family in state: its inet_diag_msg, nil if there is none.
 func diagFind(family, state int, ino uint32) ([]byte, error) {
-	req := make([]byte, 16+56)
-	le := binary.LittleEndian
-	le.PutUint32(req[0:], uint32(len(req)))
-	le.PutUint16(req[4:], sockDiagByFamily)
-	le.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-	le.PutUint32(req[8:], 1)
-	r := req[16:]
-	r[0], r[1] = byte(family), unix.IPPROTO_TCP
-	le.PutUint32(r[4:], 1<<state)
+	req := inetDiagRequest(byte(family), unix.IPPROTO_TCP, 1<<state, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
 	var found []byte
 	err := sockDiagDump(req, func(d []byte) bool {
-		if len(d) < 72 || le.Uint32(d[68:]) != ino {
+		if len(d) < 72 || binary.LittleEndian.Uint32(d[68:]) != ino {
 			return false
 		}
 		found = d

@@ -44,12 +44,8 @@ const (
 // UnixSockets lists the UNIX sockets of the caller's network namespace,
 // by inode, through sock_diag.
 func UnixSockets() (map[uint32]UnixInfo, error) {
-	req := make([]byte, 16+24)
+	req := diagRequest(16+24, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
 	le := binary.LittleEndian
-	le.PutUint32(req[0:], uint32(len(req)))
-	le.PutUint16(req[4:], sockDiagByFamily)
-	le.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-	le.PutUint32(req[8:], 1)
 	req[16] = unix.AF_UNIX
 	le.PutUint32(req[20:], 0xffffffff) // every state
 	le.PutUint32(req[28:], udiagShowName|udiagShowVFS|udiagShowPeer|udiagShowIcons|udiagShowRqlen)
