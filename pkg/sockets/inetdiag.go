@@ -1,7 +1,6 @@
 package sockets
 
 import (
-	"encoding/binary"
 	"net/netip"
 
 	"golang.org/x/sys/unix"
@@ -14,31 +13,8 @@ const inetDiagMD5Sig = 18
 // hasMD5Keys asks sock_diag whether the TCP socket local-remote (remote
 // invalid for a listener) has TCP-MD5 keys (TCP_MD5SIG).
 func hasMD5Keys(local, remote netip.AddrPort) (bool, error) {
-	family := byte(unix.AF_INET)
-	if local.Addr().Is6() {
-		family = unix.AF_INET6
-	}
-	// struct nlmsghdr + struct inet_diag_req_v2 (with inet_diag_sockid).
-	req := inetDiagRequest(family, unix.IPPROTO_TCP, 0xffffffff, unix.NLM_F_REQUEST) // every state
-	req[18] = 1 << (2 - 1)                                                           // idiag_ext INET_DIAG_INFO: with the aux attributes
-	be := binary.BigEndian
-	id := req[24:]
-	be.PutUint16(id[0:], local.Port())
-	be.PutUint16(id[2:], remote.Port())
-	put := func(b []byte, a netip.Addr) {
-		if !a.IsValid() {
-			return
-		}
-		if family == unix.AF_INET {
-			a4 := a.Unmap().As4()
-			copy(b, a4[:])
-		} else {
-			a16 := a.As16()
-			copy(b, a16[:])
-		}
-	}
-	put(id[4:20], local.Addr())
-	put(id[20:36], remote.Addr())
+	req := tcpPairRequest(local, remote, 0xffffffff, unix.NLM_F_REQUEST) // every state
+	req[18] = 1 << (2 - 1)                                               // idiag_ext INET_DIAG_INFO: with the aux attributes
 	nl, err := sockDiagRequest(req)
 	if err != nil {
 		return false, err

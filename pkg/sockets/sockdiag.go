@@ -3,6 +3,7 @@ package sockets
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"syscall"
 
 	"github.com/ckpt/ckpt/internal/sys"
@@ -33,6 +34,34 @@ func inetDiagRequest(family, protocol byte, states uint32, flags uint16) []byte 
 	le.PutUint32(req[20:], states)
 	le.PutUint32(req[24+40:], 0xffffffff) // INET_DIAG_NOCOOKIE
 	le.PutUint32(req[24+44:], 0xffffffff)
+	return req
+}
+
+// tcpPairRequest is an inetDiagRequest for the TCP socket local-remote
+// (of local's family; an invalid remote address, a listener's, stays
+// zero) in the states of the mask states.
+func tcpPairRequest(local, remote netip.AddrPort, states uint32, flags uint16) []byte {
+	family := byte(unix.AF_INET)
+	if local.Addr().Is6() {
+		family = unix.AF_INET6
+	}
+	req := inetDiagRequest(family, unix.IPPROTO_TCP, states, flags)
+	id := req[24:] // struct inet_diag_sockid
+	binary.BigEndian.PutUint16(id[0:], local.Port())
+	binary.BigEndian.PutUint16(id[2:], remote.Port())
+	put := func(b []byte, a netip.Addr) {
+		switch {
+		case !a.IsValid():
+		case family == unix.AF_INET:
+			a4 := a.Unmap().As4()
+			copy(b, a4[:])
+		default:
+			a16 := a.As16()
+			copy(b, a16[:])
+		}
+	}
+	put(id[4:20], local.Addr())
+	put(id[20:36], remote.Addr())
 	return req
 }
 

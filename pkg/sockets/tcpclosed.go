@@ -565,28 +565,9 @@ const stateTimeWait = 6
 // find a listener on the local port when there is no such socket: the
 // request names the TIME_WAIT socket by its cookie, read first.
 func destroyTimeWait(local, remote netip.AddrPort) (bool, error) {
-	family := byte(unix.AF_INET)
-	if local.Addr().Is6() {
-		family = unix.AF_INET6
-	}
-	put := func(b []byte, a netip.Addr) {
-		if family == unix.AF_INET {
-			a4 := a.Unmap().As4()
-			copy(b, a4[:])
-		} else {
-			a16 := a.As16()
-			copy(b, a16[:])
-		}
-	}
-	// struct inet_diag_sockid as the kernel gives it for the pair.
-	id := make([]byte, 48)
-	be := binary.BigEndian
-	be.PutUint16(id[0:], local.Port())
-	be.PutUint16(id[2:], remote.Port())
-	put(id[4:20], local.Addr())
-	put(id[20:36], remote.Addr())
 	le := binary.LittleEndian
-	req := inetDiagRequest(family, unix.IPPROTO_TCP, 1<<stateTimeWait, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	req := tcpPairRequest(local, remote, 1<<stateTimeWait, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	id := req[24:72] // struct inet_diag_sockid as the kernel gives it for the pair
 	var cookie []byte
 	err := sockDiagDump(req, func(d []byte) bool {
 		// inet_diag_msg: the sockid at 4 (ports, addresses, if, cookie).
@@ -602,7 +583,6 @@ func destroyTimeWait(local, remote netip.AddrPort) (bool, error) {
 	copy(id[40:48], cookie)
 	le.PutUint16(req[4:], sockDestroy)
 	le.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK)
-	copy(req[24:], id)
 	nl, err := sockDiagRequest(req)
 	if err != nil {
 		return false, err
