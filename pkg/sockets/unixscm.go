@@ -1,6 +1,7 @@
 package sockets
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 
@@ -79,7 +80,7 @@ func peekUnix(fd, typ, limit int) (out []UnixMsg, err error) {
 			size = min(size, limit-total)
 		}
 		n, cm, flags, from, err := peekOne(fd, buf[:size], oob)
-		if err == unix.EAGAIN {
+		if errors.Is(err, unix.EAGAIN) {
 			break
 		}
 		if err != nil {
@@ -100,8 +101,8 @@ func peekUnix(fd, typ, limit int) (out []UnixMsg, err error) {
 			break // end of a shut down queue
 		}
 		m.Data = append([]byte(nil), buf[:n]...)
-		if sa, ok := from.(*unix.SockaddrUnix); ok && typ == unix.SOCK_DGRAM {
-			m.From = sa.Name
+		if typ == unix.SOCK_DGRAM {
+			m.From = unixName(from)
 		}
 		if typ == unix.SOCK_STREAM {
 			out = appendStream(out, m)
@@ -135,10 +136,11 @@ type control struct {
 }
 
 // peekOne peeks one message (or piece of a stream) with its control
-// messages; a pidfd (SO_PASSPIDFD) is closed, files in flight kept.
-func peekOne(fd int, buf, oob []byte) (int, control, int, unix.Sockaddr, error) {
+// messages and its sender's address as raw bytes (unixName); a pidfd
+// (SO_PASSPIDFD) is closed, files in flight kept.
+func peekOne(fd int, buf, oob []byte) (int, control, int, []byte, error) {
 	var c control
-	n, oobn, flags, from, err := unix.Recvmsg(fd, buf, oob, unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
+	n, oobn, flags, from, err := sys.RecvmsgName(fd, buf, oob, unix.MSG_PEEK|unix.MSG_DONTWAIT|unix.MSG_CMSG_CLOEXEC)
 	if err != nil {
 		return 0, c, 0, nil, err
 	}
@@ -257,4 +259,23 @@ func credsOff(fd int) (undo func(), err error) {
 			unix.SetsockoptInt(fd, unix.SOL_SOCKET, o, 1)
 		}
 	}, nil
+}
+
+// unixName is the name in a struct sockaddr_un of the length the kernel
+// gave (recvmsg's msg_namelen), as sock_diag's names are written: "" for
+// none, "@" and every byte after the leading NUL for an abstract name
+// (NULs included: "\x00\x00" is "@\x00", not "@"), a path up to its NUL.
+func unixName(raw []byte) string {
+	const off = 2 // sun_family
+	if len(raw) <= off {
+		return ""
+	}
+	path := raw[off:]
+	if path[0] == 0 {
+		return "@" + string(path[1:])
+	}
+	if i := bytes.IndexByte(path, 0); i >= 0 {
+		path = path[:i]
+	}
+	return string(path)
 }
