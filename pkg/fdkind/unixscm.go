@@ -210,3 +210,20 @@ func inFlightFile(env RestoreEnv, r image.InFlight) (*os.File, error) {
 
 // errNotMade: a group of sockets not made (yet).
 var errNotMade = errors.New("not made")
+
+// namedSender is ckpt-redo's copy of the rebuilt socket of type typ
+// bound to name that is not an unconnected one (namedDgram finds those):
+// one end of a pair, a client connected one way. A datagram it sent to an
+// unconnected socket goes again from it, since it holds the name (a
+// temporary socket could not bind it). It is called while the queues are
+// filled, once every socket is made.
+func namedSender(env RestoreEnv, name string, typ int) (int, bool) {
+	for _, o := range env.Sockets().Named(name) {
+		if s := o.Socket; s.Type == typ && s.State != sockets.StateListen && s.AcceptOf == 0 && s.AcceptedFrom == 0 {
+			if f, err := inFlightFile(env, image.InFlight{Sock: s.Ino}); err == nil {
+				return int(f.Fd()), true
+			}
+		}
+	}
+	return -1, false
+}

@@ -150,7 +150,7 @@ func openUnixSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		sender := func(name string) (int, bool) {
 			o := namedDgram(env, name, s.Type)
 			if o == nil {
-				return -1, false
+				return namedSender(env, name, s.Type)
 			}
 			of, err := boundUnix(env, o)
 			if err != nil {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
@@ -278,4 +279,45 @@ func unixName(raw []byte) string {
 		path = path[:i]
 	}
 	return string(path)
+}
+
+// gcWait is how long bindFreed waits for the kernel to free the sockets
+// in flight that hold an abstract name.
+const gcWait = 2 * time.Second
+
+// bindFreed binds fd to name. An abstract name may still be held by
+// sockets of a process that is gone (the dump killed it) when they were
+// in flight in each other's queues (a socket in its own queue, two in
+// each other's: zdtm scm06): such a cycle is freed only by the kernel's
+// garbage collector of UNIX sockets, which runs apart (a work queue) once
+// some UNIX socket is released while files are in flight. On EADDRINUSE
+// for an abstract name bindFreed releases a socket of its own to start a
+// collection, and binds again until gcWait has passed; a name a live
+// socket holds is then an error as before.
+func bindFreed(fd int, name string) error {
+	sa := unixAddr(name)
+	err := unix.Bind(fd, sa)
+	if !errors.Is(err, unix.EADDRINUSE) || name[0] != '@' {
+		return err
+	}
+	deadline := time.Now().Add(gcWait)
+	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
+		collectUnixGarbage()
+		time.Sleep(pause)
+		err = unix.Bind(fd, sa)
+		if !errors.Is(err, unix.EADDRINUSE) {
+			return err
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w (still held %v later, by a socket that is not garbage in flight)", err, gcWait)
+		}
+	}
+}
+
+// collectUnixGarbage starts the kernel's garbage collector of UNIX
+// sockets: releasing one while files are in flight does (unix_release_sock).
+func collectUnixGarbage() {
+	if fd, err := sys.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err == nil {
+		fd.Close()
+	}
 }

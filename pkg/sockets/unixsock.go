@@ -442,7 +442,7 @@ func sendFrom(typ int, m UnixMsg, to unix.Sockaddr, hold Hold) error {
 // removes its file and puts back what was there.
 func bindAside(fd int, name string) (undo func(), err error) {
 	if name[0] == '@' {
-		if err := unix.Bind(fd, unixAddr(name)); err != nil {
+		if err := bindFreed(fd, name); err != nil {
 			return nil, fmt.Errorf("bind %s: %w", name, err)
 		}
 		return func() {}, nil
@@ -531,7 +531,7 @@ func bindUnix(fd int, name string) error {
 			unix.Unlink(name)
 		}
 	}
-	if err := unix.Bind(fd, unixAddr(name)); err != nil {
+	if err := bindFreed(fd, name); err != nil {
 		return fmt.Errorf("bind %s: %w", name, err)
 	}
 	return nil

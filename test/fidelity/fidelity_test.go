@@ -194,6 +194,11 @@ var cases = []fcase{
 	{name: "sock_scm_rights", src: "sock_scm.c"},
 	{name: "sock_scm_epoll", src: "sock_scm.c", args: []string{"epoll"}, refuse: "an epoll instance in flight cannot be restored"},
 	{name: "sock_scm_deep", src: "sock_scm.c", args: []string{"deep"}, refuse: "in flight in the queue of another such socket"},
+	// Sockets bound to abstract names in flight in their own and each
+	// other's queues (zdtm scm06): once the dump kills the process only
+	// the kernel's garbage collector frees them and their names.
+	{name: "sock_scm_abstract", src: "sock_scm_abstract.c"},
+	{name: "sock_scm_abstract_one", src: "sock_scm_abstract.c", args: []string{"one"}},
 	{name: "sock_scm_listener", src: "sock_scm.c", args: []string{"listener"}, refuse: "whose listener, peer or connections no process holds either"},
 	{name: "sock_ebpf_filter", src: "sock_refused.c", args: []string{"ebpf_filter"}, refuse: "an eBPF socket filter (SO_ATTACH_BPF) cannot be read back"},
 	{name: "sock_mptcp", src: "sock_refused.c", args: []string{"mptcp"}, refuse: "MPTCP socket"},
