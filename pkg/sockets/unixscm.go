@@ -294,13 +294,15 @@ const gcWait = 2 * time.Second
 // for an abstract name bindFreed releases a socket of its own to start a
 // collection, and binds again until gcWait has passed; a name a live
 // socket holds is then an error as before.
-func bindFreed(fd int, name string) error {
+func bindFreed(fd int, name string) error { return bindFreedWithin(fd, name, gcWait) }
+
+func bindFreedWithin(fd int, name string, wait time.Duration) error {
 	sa := unixAddr(name)
 	err := unix.Bind(fd, sa)
 	if !errors.Is(err, unix.EADDRINUSE) || name[0] != '@' {
 		return err
 	}
-	deadline := time.Now().Add(gcWait)
+	deadline := time.Now().Add(wait)
 	for pause := time.Millisecond; ; pause = min(2*pause, 50*time.Millisecond) {
 		collectUnixGarbage()
 		time.Sleep(pause)
@@ -309,7 +311,7 @@ func bindFreed(fd int, name string) error {
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%w (still held %v later, by a socket that is not garbage in flight)", err, gcWait)
+			return fmt.Errorf("%w (still held %v later, by a socket that is not garbage in flight)", err, wait)
 		}
 	}
 }

@@ -1,10 +1,12 @@
 package sockets
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -114,5 +116,73 @@ func TestUnixSCMQueue(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestUnixName: sender names as recvmsg writes them (msg_namelen bytes).
+func TestUnixName(t *testing.T) {
+	for _, c := range []struct {
+		raw  string
+		want string
+	}{
+		{"", ""},
+		{"\x01\x00", ""}, // unnamed: sun_family only
+		{"\x01\x00/tmp/s\x00", "/tmp/s"},
+		{"\x01\x00/tmp/s", "/tmp/s"},
+		{"\x01\x00\x00abc", "@abc"},
+		{"\x01\x00\x00\x00", "@\x00"},
+		{"\x01\x00\x00\x00x\x00", "@\x00x\x00"},
+	} {
+		if got := unixName([]byte(c.raw)); got != c.want {
+			t.Errorf("unixName(%q) = %q, want %q", c.raw, got, c.want)
+		}
+	}
+}
+
+// TestBindFreed: an abstract name held by sockets in flight in their own
+// queues after every fd of them is closed (garbage only the kernel's
+// collector frees) is bound; one a live socket holds is refused.
+func TestBindFreed(t *testing.T) {
+	for i, c := range []struct {
+		what string
+		live bool
+	}{{"garbage cycle", false}, {"live holder", true}} {
+		t.Run(c.what, func(t *testing.T) {
+			name := fmt.Sprintf("@ckpt-bindfreed-%d-%d", os.Getpid(), i)
+			p, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Bind(p[0], unixAddr(name)); err != nil {
+				t.Fatal(err)
+			}
+			if c.live {
+				defer unix.Close(p[0])
+				defer unix.Close(p[1])
+			} else {
+				// p[0] in flight in its own queue, p[1] in p[0]'s.
+				if err := unix.Sendmsg(p[1], []byte{0}, unix.UnixRights(p[0], p[1]), nil, 0); err != nil {
+					t.Fatal(err)
+				}
+				unix.Close(p[0])
+				unix.Close(p[1])
+			}
+			fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			wait := 2 * time.Second
+			if c.live {
+				wait = 20 * time.Millisecond
+			}
+			err = bindFreedWithin(fd, name, wait)
+			switch {
+			case c.live && !errors.Is(err, unix.EADDRINUSE):
+				t.Fatalf("bind of a name a live socket holds: %v, want EADDRINUSE", err)
+			case !c.live && err != nil:
+				t.Fatalf("bind of a name garbage in flight holds: %v", err)
+			}
+		})
 	}
 }
