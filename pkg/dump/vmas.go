@@ -133,6 +133,9 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 		}
 		p.VMAs = append(p.VMAs, v)
 	}
+	if err := sysvWhole(p.VMAs); err != nil {
+		return err
+	}
 	return identifyMapped(d.pid, p)
 }
 
@@ -237,7 +240,7 @@ func statRef(path string, st *syscall.Stat_t) image.FileRef {
 
 // sysvAttachment describes the System V shared memory segment v attaches
 // (the inode of a SysV mapping is the segment id). Only whole attachments
-// are restored (shmat at the same address). A segment made with
+// are restored (shmat at the same address; see sysvWhole). A segment made with
 // SHM_HUGETLB (VmFlags ht) is created again with huge pages of the same
 // size.
 func sysvAttachment(v *image.VMA, m proc.Mapping) error {
@@ -246,19 +249,55 @@ func sysvAttachment(v *image.VMA, m proc.Mapping) error {
 		return fmt.Errorf("SysV shared memory: %w", err)
 	}
 	v.SysV = s
-	ps := uint64(pageSize)
 	if m.VmFlags["ht"] {
 		if m.KernelPageSize <= pageSize || m.KernelPageSize&(m.KernelPageSize-1) != 0 {
 			return fmt.Errorf("SysV shared memory segment %d with page size %d: %w", s.ID, m.KernelPageSize, ErrUnsupported)
 		}
-		s.HugePageSize, ps = m.KernelPageSize, m.KernelPageSize
-	}
-	pages := (s.Size + ps - 1) &^ (ps - 1)
-	if v.Offset != 0 || v.Len() != pages {
-		return fmt.Errorf("SysV shared memory segment %d (key %#x) attached in part (offset %#x, %d of %d bytes): cannot be restored: %w",
-			s.ID, uint32(s.Key), v.Offset, v.Len(), pages, ErrUnsupported)
+		s.HugePageSize = m.KernelPageSize
 	}
 	s.ReadOnly = !m.VmFlags["mw"]
+	return nil
+}
+
+// sysvAttachPages is the length of a whole attachment of segment s: its
+// size rounded up to its pages.
+func sysvAttachPages(s *image.SysVShm) uint64 {
+	ps := uint64(pageSize)
+	if s.HugePageSize != 0 {
+		ps = s.HugePageSize
+	}
+	return (s.Size + ps - 1) &^ (ps - 1)
+}
+
+// sysvWhole checks that the SysV mappings of vmas (in address order) are
+// whole attachments: one mapping, or several that follow each other and
+// the segment's offsets from 0 to its end, the pieces an mprotect, mlock
+// or madvise of part of one attachment splits it into (the restore
+// attaches the segment once and gives each piece its attributes). An
+// attachment of which a part was unmapped (or moved by mremap) is refused:
+// shmat maps a segment whole.
+func sysvWhole(vmas []image.VMA) error {
+	for i := 0; i < len(vmas); i++ {
+		v := &vmas[i]
+		if v.Kind != image.VMASysVShm || v.SysV == nil {
+			continue
+		}
+		base, end := v.Start-v.Offset, v.End
+		j := i + 1
+		for ; j < len(vmas); j++ {
+			w := &vmas[j]
+			if w.Kind != image.VMASysVShm || w.ShmID != v.ShmID || w.Start != end || w.Offset != w.Start-base || w.Offset == 0 {
+				break
+			}
+			end = w.End
+		}
+		pages := sysvAttachPages(v.SysV)
+		if v.Offset != 0 || end-v.Start != pages {
+			return fmt.Errorf("mapping %#x-%#x %s: SysV shared memory segment %d (key %#x) attached in part (offset %#x, %d of %d bytes): cannot be restored: %w",
+				v.Start, end, v.Name, v.SysV.ID, uint32(v.SysV.Key), v.Offset, end-v.Start, pages, ErrUnsupported)
+		}
+		i = j - 1
+	}
 	return nil
 }
 

@@ -105,33 +105,49 @@ func clearSegment(id int) error {
 }
 
 // attachSysV attaches the System V shared memory segments of b at their
-// addresses (shmat, like the program did).
+// addresses (shmat, like the program did). An attachment split into
+// several mappings (by an mprotect, mlock or madvise of part of it) is
+// one mapping at offset 0 followed by the others (the dump checks it:
+// dump.sysvWhole): the segment is attached once, with the first one, and
+// each piece then gets its own protection and advice.
 func (b *builder) attachSysV(vs []*image.VMA) error {
+	var last *image.VMA // the piece before v, when v continues its attachment
+	var attProt uint64  // the protection last's attachment was made with
 	for _, v := range vs {
 		s := v.SysV
 		if s == nil {
 			return fmt.Errorf("SysV mapping %#x-%#x without its segment: %w", v.Start, v.End, image.ErrCorrupt)
 		}
-		if err := b.t.sysvSegment(s); err != nil {
-			return err
+		if v.Offset != 0 {
+			// Mapped with the first piece of its attachment.
+			if last == nil || last.ShmID != v.ShmID || last.End != v.Start || last.Offset+last.Len() != v.Offset {
+				return fmt.Errorf("SysV mapping %#x-%#x at offset %#x of segment %d follows no piece of its attachment: %w",
+					v.Start, v.End, v.Offset, s.ID, image.ErrCorrupt)
+			}
+		} else {
+			if err := b.t.sysvSegment(s); err != nil {
+				return err
+			}
+			flags := uint64(0)
+			attProt = unix.PROT_READ | unix.PROT_WRITE
+			if v.Prot&unix.PROT_EXEC != 0 {
+				flags |= shmExec
+				attProt |= unix.PROT_EXEC
+			}
+			if s.ReadOnly {
+				flags |= shmRdonly
+				attProt &^= unix.PROT_WRITE
+			}
+			ret, err := b.call(fmt.Sprintf("shmat %d at %#x", s.ID, v.Start), unix.SYS_SHMAT, uint64(s.ID), v.Start, flags)
+			if err != nil {
+				return err
+			}
+			if ret != v.Start {
+				return fmt.Errorf("shmat %d landed at %#x, not %#x", s.ID, ret, v.Start)
+			}
 		}
-		flags, prot := uint64(0), uint64(unix.PROT_READ|unix.PROT_WRITE)
-		if v.Prot&unix.PROT_EXEC != 0 {
-			flags |= shmExec
-			prot |= unix.PROT_EXEC
-		}
-		if s.ReadOnly {
-			flags |= shmRdonly
-			prot &^= unix.PROT_WRITE
-		}
-		ret, err := b.call(fmt.Sprintf("shmat %d at %#x", s.ID, v.Start), unix.SYS_SHMAT, uint64(s.ID), v.Start, flags)
-		if err != nil {
-			return err
-		}
-		if ret != v.Start {
-			return fmt.Errorf("shmat %d landed at %#x, not %#x", s.ID, ret, v.Start)
-		}
-		if p := uint64(mapProt(v)); p != prot {
+		last = v
+		if p := uint64(mapProt(v)); p != attProt {
 			if _, err := b.call("mprotect", unix.SYS_MPROTECT, v.Start, v.Len(), p); err != nil {
 				return err
 			}

@@ -114,6 +114,8 @@ var cases = []fcase{
 	// gone.
 	{name: "mem_sysv_msg", src: "mem_sysv_msg.c", args: []string{"DIR/msqids"}},
 	{name: "mem_sysv_semset", src: "mem_sysv_sem.c"},
+	// A SysV attachment split by mprotect and madvise (zdtm shm-mp).
+	{name: "mem_sysv_split", src: "mem_sysv_split.c"},
 	{name: "mem_sysv_msg_gone", src: "mem_sysv_msg.c", args: []string{"DIR/msqids", "gone"}, beforeRedo: removeMsgQueues},
 	{name: "mem_hugetlb", src: "mem_hugetlb.c"},
 	{name: "mem_hugetlb_sysv", src: "mem_hugetlb.c", args: []string{"sysv"}},
