@@ -47,6 +47,7 @@ fuzz:
 	$(GO) test ./pkg/coord -run '^$$' -fuzz FuzzParseMember -fuzztime 30s -fuzzminimizetime 10x
 	$(GO) test ./pkg/proc -run '^$$' -fuzz '^FuzzParseStatTail$$' -fuzztime 30s -fuzzminimizetime 10x
 	$(GO) test ./pkg/proc -run '^$$' -fuzz '^FuzzParseStatus$$' -fuzztime 30s -fuzzminimizetime 10x
+	$(GO) test ./pkg/proc -run '^$$' -fuzz '^FuzzParseGroups$$' -fuzztime 30s -fuzzminimizetime 10x
 	$(GO) test ./pkg/proc -run '^$$' -fuzz '^FuzzParseLimits$$' -fuzztime 30s -fuzzminimizetime 10x
 	$(GO) test ./pkg/proc -run '^$$' -fuzz '^FuzzParseSmaps$$' -fuzztime 30s -fuzzminimizetime 10x
 	$(GO) test ./pkg/proc -run '^$$' -fuzz '^FuzzParseFDInfo$$' -fuzztime 30s -fuzzminimizetime 10x

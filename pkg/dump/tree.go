@@ -3,9 +3,7 @@ package dump
 import (
 	"errors"
 	"fmt"
-	"os"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/ckpt/ckpt/internal/sys"
@@ -264,26 +262,16 @@ func (t *tree) checkOutsideMembers(ids map[sys.PID]*proc.Stat, ext map[sys.PID]b
 			}
 		}
 	}
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return err
-	}
-	for _, e := range ents {
-		n, err := strconv.Atoi(e.Name())
-		pid := sys.PID(n)
-		if err != nil || ids[pid] != nil {
-			continue
+	return proc.ScanGroups(func(g proc.Groups) error {
+		if ids[g.PID] != nil {
+			return nil
 		}
-		st, err := proc.ReadStat(pid, 0)
-		if err != nil {
-			continue // gone
-		}
-		for _, id := range [2]sys.PID{st.Session, st.PGRP} {
+		for _, id := range [2]sys.PID{g.Session, g.PGRP} {
 			if _, ok := made[id]; !ok || ext[id] {
 				continue
 			}
 			what := "session"
-			if id != st.Session {
+			if id != g.Session {
 				what = "process group"
 			}
 			owner := id // the process of the dump whose session or group it is
@@ -296,10 +284,10 @@ func (t *tree) checkOutsideMembers(ids map[sys.PID]*proc.Stat, ext map[sys.PID]b
 				}
 			}
 			return fmt.Errorf("process %d: its %s %d also has process %d (%s), outside the dump, which keeps PID %d in use: the restore could not take it again: %w",
-				owner, what, id, pid, st.Comm, id, ErrUnsupported)
+				owner, what, id, g.PID, g.Comm, id, ErrUnsupported)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 // keptSession tells whether a child of parent can be in session sid

@@ -144,3 +144,14 @@ func FuzzParseNUMAMaps(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseGroups(f *testing.F) {
+	seed(f, "stat", "task/1848/stat")
+	f.Add([]byte("1 ()) R 1 2 3"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		g, err := parseGroups(b)
+		if err == nil && bytes.LastIndexByte(b, ')') < 0 {
+			t.Fatalf("parsed %+v without a comm", g)
+		}
+	})
+}

@@ -1,6 +1,8 @@
 package proc
 
 import (
+	"bytes"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -202,5 +204,48 @@ func TestReadLinkedFile(t *testing.T) {
 	}
 	if _, err := ReadLinkedFile(Path(sys.Getpid(), "fd", "999999")); err == nil {
 		t.Error("a closed fd read without error")
+	}
+}
+
+func TestScanGroupsSelf(t *testing.T) {
+	self := sys.Getpid()
+	sid, err := unix.Getsid(int(self))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Groups{PID: self, PGRP: sys.PID(unix.Getpgrp()), Session: sys.PID(sid)}
+	var got []Groups
+	if err := ScanGroups(func(g Groups) error {
+		if g.PID == self {
+			g.Comm = ""
+			got = append(got, g)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("own entry %+v, want [%+v]", got, want)
+	}
+	stop := errors.New("stop")
+	n := 0
+	if err := ScanGroups(func(Groups) error { n++; return stop }); err != stop || n != 1 {
+		t.Fatalf("a callback's error: %v after %d calls, want it after 1", err, n)
+	}
+}
+
+func TestReadSmallGrows(t *testing.T) {
+	want, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := readSmall("/proc/self/status", make([]byte, 4))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Both show the same fields (values such as the context switches
+	// may differ between two reads).
+	if len(bytes.Split(got, []byte("\n"))) != len(bytes.Split(want, []byte("\n"))) {
+		t.Fatalf("read %d bytes (%q...), want the %d of the whole file", len(got), got[:min(len(got), 40)], len(want))
 	}
 }

@@ -444,3 +444,48 @@ func checkParse[T any](t *testing.T, got T, err error, want T, wantErr string) {
 		t.Errorf("(-want +got):\n%s", d)
 	}
 }
+
+func TestScanGroupsTestdata(t *testing.T) {
+	var got []Groups
+	if err := scanGroups(testRoot, func(g Groups) error { got = append(got, g); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	want := []Groups{{PID: 1848, Comm: "capture", PGRP: 1805, Session: 10709}}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("(-want +got):\n%s", d)
+	}
+}
+
+func TestParseGroups(t *testing.T) {
+	tests := []struct {
+		name    string
+		line    string
+		want    Groups
+		wantErr string
+	}{
+		{"comm with parens and spaces", "12 (a) (b c) S 1 34 56 0 -1\n", Groups{PID: 12, Comm: "a) (b c", PGRP: 34, Session: 56}, ""},
+		{"ends after session", "7 (x) R 1 2 3", Groups{PID: 7, Comm: "x", PGRP: 2, Session: 3}, ""},
+		{"short", "12 (a) R 1 2\n", Groups{}, "want at least 6"},
+		{"no comm", "12 a R 1 2 3", Groups{}, "malformed"},
+		{"bad pid", "x (a) R 1 2 3", Groups{}, "field 1"},
+		{"bad group", "12 (a) R 1 z 3", Groups{}, "field 5"},
+		{"bad session", "12 (a) R 1 2 -", Groups{}, "field 6"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseGroups([]byte(tt.line))
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err %v, want one containing %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := cmp.Diff(tt.want, got); d != "" {
+				t.Errorf("(-want +got):\n%s", d)
+			}
+		})
+	}
+}
