@@ -184,6 +184,7 @@ func Run(pid sys.PID, sink Sink, opts Options) (*Result, error) {
 	if opts.NoGuard {
 		opts.GuardExe = ""
 	}
+	go image.Warm() // while the tree is being frozen
 	hs := &holdSink{Sink: sink}
 	for try := 0; ; try++ {
 		// A try that failed past a group's barrier (AfterFreeze) is not
@@ -225,6 +226,8 @@ func runOnce(pid sys.PID, sink Sink, opts Options) (res *Result, err error) {
 		return nil, err
 	}
 
+	own := ownLimitsLater()
+
 	// ptrace requests must all come from the thread that seized.
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
@@ -250,7 +253,7 @@ func runOnce(pid sys.PID, sink Sink, opts Options) (res *Result, err error) {
 		return nil, err
 	}
 	opts.fault(PhaseFrozen)
-	if err := t.refuse(); err != nil {
+	if err := t.refuse(own); err != nil {
 		return nil, err
 	}
 	if err := t.takeSockets(); err != nil {

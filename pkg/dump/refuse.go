@@ -6,6 +6,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/proc"
@@ -85,11 +86,31 @@ var refuseChecks = []func(m *member, own *limits) error{
 	refuseThreads,
 }
 
+// ownLimitsLater reads ckpt's own limits in the background (they do not
+// depend on the tree: read while it is being frozen) and returns the
+// function that waits for them.
+func ownLimitsLater() func() (*limits, error) {
+	type result struct {
+		l   *limits
+		err error
+	}
+	c := make(chan result, 1)
+	go func() {
+		l, err := ownLimits()
+		c <- result{l, err}
+	}()
+	return sync.OnceValues(func() (*limits, error) {
+		r := <-c
+		return r.l, r.err
+	})
+}
+
 // refuse runs every check on every frozen process of the tree (zombies
 // have nothing to check), before anything is read or changed: the first
-// refusal aborts the dump, which releases the tree untouched.
-func (t *tree) refuse() error {
-	own, err := ownLimits()
+// refusal aborts the dump, which releases the tree untouched. ownLater gives
+// ckpt's own limits (ownLimitsLater).
+func (t *tree) refuse(ownLater func() (*limits, error)) error {
+	own, err := ownLater()
 	if err != nil {
 		return fmt.Errorf("ckpt's own limits: %w", err)
 	}

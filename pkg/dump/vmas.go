@@ -27,12 +27,16 @@ var vmAdvice = []struct {
 }
 
 func (d *dumper) collectVMAs(p *image.Process) error {
+	// numa_maps and smaps both walk the page tables: read them at once.
+	policies := make(chan error, 1)
+	go func() { policies <- vmaPolicies(d.pid) }()
 	maps, err := proc.ReadSmaps(d.pid)
+	perr := <-policies
 	if err != nil {
 		return fmt.Errorf("read smaps: %w", err)
 	}
-	if err := vmaPolicies(d.pid); err != nil {
-		return err
+	if perr != nil {
+		return perr
 	}
 	refs := map[[2]uint64]int{} // dev, ino -> index in p.Mapped
 	for _, m := range maps {

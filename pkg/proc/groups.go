@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
+	"sync"
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
@@ -24,8 +26,9 @@ type Groups struct {
 
 // ScanGroups calls fn with the process group and session of every
 // process of the system (the /proc/PID/stat of each); a process gone
-// meanwhile is left out. It stops at the first error fn returns and
-// returns it.
+// meanwhile is left out. The files are read in parallel, fn is called in
+// the order of the names in /proc, from the calling goroutine. It stops
+// at the first error fn returns and returns it.
 //
 // It is an own parser although procfs has these fields: a dump runs it
 // over every process of the machine while the tree is frozen, and
@@ -45,21 +48,47 @@ func scanGroups(root string, fn func(Groups) error) error {
 		return err
 	}
 	slices.Sort(names) // in os.ReadDir's order
-	buf := make([]byte, 1024)
-	for _, name := range names {
-		if name == "" || name[0] < '1' || name[0] > '9' {
+	// Read in parallel (a machine's thousands of processes), used in order.
+	type entry struct {
+		g   Groups
+		ok  bool
+		err error
+	}
+	ents := make([]entry, len(names))
+	workers := min(runtime.GOMAXPROCS(0), 4, len(names)/64+1)
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			buf := make([]byte, 1024)
+			for i := w; i < len(names); i += workers {
+				name := names[i]
+				if name == "" || name[0] < '1' || name[0] > '9' {
+					continue
+				}
+				b, err := readSmall(filepath.Join(root, name, "stat"), buf)
+				if err != nil {
+					continue // not a process, or gone
+				}
+				buf = b[:cap(b)]
+				g, err := parseGroups(b)
+				if err != nil {
+					err = fmt.Errorf("%s/%s/stat: %w", root, name, err)
+				}
+				ents[i] = entry{g, true, err}
+			}
+		}()
+	}
+	wg.Wait()
+	for _, e := range ents {
+		if !e.ok {
 			continue
 		}
-		b, err := readSmall(filepath.Join(root, name, "stat"), buf)
-		if err != nil {
-			continue // not a process, or gone
+		if e.err != nil {
+			return e.err
 		}
-		buf = b[:cap(b)]
-		g, err := parseGroups(b)
-		if err != nil {
-			return fmt.Errorf("%s/%s/stat: %w", root, name, err)
-		}
-		if err := fn(g); err != nil {
+		if err := fn(e.g); err != nil {
 			return err
 		}
 	}

@@ -226,6 +226,7 @@ func (r *Restored) Kill() {
 // wrapping kernelcheck.ErrNotSupported, before anything is built.
 func Build(rd io.Reader, opts Options) (r *Restored, err error) {
 	start := time.Now()
+	go image.Warm() // while the kernel is probed
 	// A kernel feature the restore needs is missing: say which, before
 	// anything is built.
 	if err := kernelcheck.Check(kernelcheck.Restore); err != nil {
