@@ -67,6 +67,18 @@ func (fd *FD) Release() int {
 	return raw
 }
 
+// Move hands ownership over to a new FD, which it returns, and leaves fd
+// closed (without closing the fd), so that fd's deferred Close does
+// nothing: how a closure or another owner takes an fd over. A closed fd
+// moves to nil, which is closed too.
+func (fd *FD) Move() *FD {
+	raw := fd.Release()
+	if raw < 0 {
+		return nil
+	}
+	return &FD{raw: raw}
+}
+
 // File hands the fd over to an *os.File named name; the FD is left closed
 // (without closing the fd) and must not be used any more.
 func (fd *FD) File(name string) *os.File {

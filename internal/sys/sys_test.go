@@ -362,6 +362,30 @@ func TestRelease(t *testing.T) {
 	}
 }
 
+func TestMove(t *testing.T) {
+	r, _ := pipe(t)
+	n := r.Int()
+	m := r.Move()
+	if m.Int() != n || r.Int() != -1 {
+		t.Fatalf("Move: new FD %d, old %d; want %d and -1", m.Int(), r.Int(), n)
+	}
+	if err := r.Close(); err != nil {
+		t.Errorf("Close of the moved-from FD: %v", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(n), unix.F_GETFD, 0); err != nil {
+		t.Errorf("fd %d closed by the moved-from FD: %v", n, err)
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("Close of the new owner: %v", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(n), unix.F_GETFD, 0); err != unix.EBADF {
+		t.Errorf("fd %d after the new owner's Close: %v, want EBADF", n, err)
+	}
+	if r.Move() != nil || (*FD)(nil).Move() != nil {
+		t.Error("a closed or nil FD moved to a non-nil FD")
+	}
+}
+
 func TestRtSigqueueinfo(t *testing.T) {
 	var info [SigInfoSize]byte
 	binary.LittleEndian.PutUint32(info[0:], uint32(unix.SIGWINCH))
