@@ -172,16 +172,17 @@ func UnixPair(a, b *image.Socket, qa, qb []UnixMsg, how Connecting) (int, int, F
 	if a.Local != "" || b.Local != "" {
 		return namedPair(a, b, qa, qb, how)
 	}
-	fds, err := unix.Socketpair(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC, 0)
+	fa, fb, err := sys.Socketpair(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, -1, nil, fmt.Errorf("socketpair: %w", err)
-	}
-	if err := earlyPair(fds, [2]*image.Socket{a, b}); err != nil {
-		unix.Close(fds[0])
-		unix.Close(fds[1])
 		return -1, -1, nil, err
 	}
-	return fds[0], fds[1], func(hold Hold) error {
+	defer fa.Close()
+	defer fb.Close()
+	fds := [2]int{fa.Int(), fb.Int()}
+	if err := earlyPair(fds, [2]*image.Socket{a, b}); err != nil {
+		return -1, -1, nil, err
+	}
+	return fa.Release(), fb.Release(), func(hold Hold) error {
 		return fillAndFinish(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}, hold)
 	}, nil
 }
@@ -314,25 +315,28 @@ func sendNow(fd int, b []byte, to unix.Sockaddr) error {
 // closes once the queue is refilled).
 func OpenUnix(s *image.Socket, queue []UnixMsg) (int, Fill, error) {
 	if s.PeerClosed {
-		fds, err := unix.Socketpair(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
+		a, b, err := sys.Socketpair(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			return -1, nil, fmt.Errorf("socketpair: %w", err)
+			return -1, nil, err
 		}
+		// ClosedPeer owns both from here (it closes both on error).
+		fds := [2]int{a.Release(), b.Release()}
 		fill, err := ClosedPeer(fds, s, queue)
 		if err != nil {
 			return -1, nil, err
 		}
 		return fds[0], fill, nil
 	}
-	fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
+	sock, err := sys.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, nil, fmt.Errorf("socket: %w", err)
-	}
-	if err := bindUnconnected(fd, s); err != nil {
-		unix.Close(fd)
 		return -1, nil, err
 	}
-	return fd, func(hold Hold) error { return FillUnix(fd, s, queue, nil, hold) }, nil
+	defer sock.Close()
+	fd := sock.Int()
+	if err := bindUnconnected(fd, s); err != nil {
+		return -1, nil, err
+	}
+	return sock.Release(), func(hold Hold) error { return FillUnix(fd, s, queue, nil, hold) }, nil
 }
 
 // OpenUnixBound makes an unconnected UNIX socket with its early options,
@@ -340,15 +344,15 @@ func OpenUnix(s *image.Socket, queue []UnixMsg) (int, Fill, error) {
 // by FillUnix, once every socket whose name a queued message bears is
 // there too.
 func OpenUnixBound(s *image.Socket) (int, error) {
-	fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
+	sock, err := sys.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("socket: %w", err)
-	}
-	if err := bindUnconnected(fd, s); err != nil {
-		unix.Close(fd)
 		return -1, err
 	}
-	return fd, nil
+	defer sock.Close()
+	if err := bindUnconnected(sock.Int(), s); err != nil {
+		return -1, err
+	}
+	return sock.Release(), nil
 }
 
 // ClosedPeer makes of a pair (made elsewhere: in the process its peer
@@ -357,13 +361,16 @@ func OpenUnixBound(s *image.Socket) (int, error) {
 // closes fds[1] (resetting fds[0] if s was reset). On error both are
 // closed.
 func ClosedPeer(fds [2]int, s *image.Socket, queue []UnixMsg) (Fill, error) {
+	end, _ := sys.NewFD(fds[0])  // the caller's again on success
+	peer, _ := sys.NewFD(fds[1]) // fill's on success
 	if err := earlyPair(fds, [2]*image.Socket{s, nil}); err != nil {
-		unix.Close(fds[0])
-		unix.Close(fds[1])
+		end.Close()
+		peer.Close()
 		return nil, err
 	}
+	end.Release()
 	return func(hold Hold) error {
-		defer unix.Close(fds[1])
+		defer peer.Close()
 		err := fillAndFinish(fds, [2]*image.Socket{s, nil}, [2][]UnixMsg{queue, nil}, hold)
 		if err == nil && s.PeerReset {
 			// Closing a socket with data unread resets its peer.
@@ -496,10 +503,12 @@ func (c Connecting) connect(fd int, name string) error {
 // connected to the rebuilt listener's name (so that the listener's queue
 // holds the connection again, in the order of the calls).
 func ConnectUnix(s *image.Socket, lfd int, listener string, how Connecting) (int, error) {
-	fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	sock, err := sys.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
-		return -1, fmt.Errorf("socket: %w", err)
+		return -1, err
 	}
+	defer sock.Close()
+	fd := sock.Int()
 	err = setOptions(fd, s.Options, early, nil)
 	if err == nil && s.Local != "" {
 		err = bindName(fd, s)
@@ -516,10 +525,9 @@ func ConnectUnix(s *image.Socket, lfd int, listener string, how Connecting) (int
 		err = finishUnix(fd, s)
 	}
 	if err != nil {
-		unix.Close(fd)
 		return -1, err
 	}
-	return fd, nil
+	return sock.Release(), nil
 }
 
 // bindUnix binds a rebuilt socket to its name; a socket file left at a
@@ -549,52 +557,44 @@ func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []Uni
 	if cli != nil {
 		ctmp = cli
 	}
-	cfd, err := unix.Socket(unix.AF_UNIX, srv.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+	client, err := sys.Socket(unix.AF_UNIX, srv.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
-		return -1, -1, nil, fmt.Errorf("socket: %w", err)
-	}
-	sfd := -1
-	fail := func(err error) (int, int, Fill, error) {
-		unix.Close(cfd)
-		if sfd >= 0 {
-			unix.Close(sfd)
-		}
 		return -1, -1, nil, err
 	}
+	defer client.Close()
+	cfd := client.Int()
 	if err := setOptions(cfd, ctmp.Options, early, nil); err != nil {
-		return fail(err)
+		return -1, -1, nil, err
 	}
 	if cli != nil && cli.Local != "" {
 		if err := bindName(cfd, cli); err != nil {
-			return fail(err)
+			return -1, -1, nil, err
 		}
 	}
 	if err := how.listen(lfd); err != nil {
-		return fail(err)
+		return -1, -1, nil, err
 	}
 	if err := how.connect(cfd, listener); err != nil {
-		return fail(fmt.Errorf("connect to the listener %s: %w", listener, err))
+		return -1, -1, nil, fmt.Errorf("connect to the listener %s: %w", listener, err)
 	}
-	if sfd, _, err = unix.Accept4(lfd, unix.SOCK_CLOEXEC); err != nil {
-		return fail(fmt.Errorf("accept from %s: %w", listener, err))
+	server, err := sys.Accept4(lfd, unix.SOCK_CLOEXEC)
+	if err != nil {
+		return -1, -1, nil, fmt.Errorf("accept from %s: %w", listener, err)
 	}
+	defer server.Close()
+	sfd := server.Int()
 	if err := setOptions(sfd, srv.Options, early, nil); err != nil {
-		return fail(err)
+		return -1, -1, nil, err
 	}
-	var c *image.Socket
-	if cli != nil {
-		c = cli
+	var closed *sys.FD // a closed client: fill's, closed once the queue is refilled
+	if cli == nil {
+		closed = client.Move()
 	}
 	fill := func(hold Hold) error {
-		if cli == nil {
-			defer unix.Close(cfd)
-		}
-		return fillAndFinish([2]int{sfd, cfd}, [2]*image.Socket{srv, c}, [2][]UnixMsg{qs, qc}, hold)
+		defer closed.Close()
+		return fillAndFinish([2]int{sfd, cfd}, [2]*image.Socket{srv, cli}, [2][]UnixMsg{qs, qc}, hold)
 	}
-	if cli == nil {
-		return sfd, -1, fill, nil
-	}
-	return sfd, cfd, fill, nil
+	return server.Release(), client.Release(), fill, nil
 }
 
 // ConnectDgram rebuilds a UNIX datagram socket that was connected one way
@@ -603,15 +603,16 @@ func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []Uni
 // sent by sfd itself, others from their senders' names) and its shutdown
 // state.
 func ConnectDgram(s, srv *image.Socket, sfd int, queue []UnixMsg) (int, Fill, error) {
-	fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
+	sock, err := sys.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, nil, fmt.Errorf("socket: %w", err)
-	}
-	if err := connectDgram(fd, s, srv); err != nil {
-		unix.Close(fd)
 		return -1, nil, err
 	}
-	return fd, func(hold Hold) error { return fillDgram(fd, s, srv.Local, sfd, queue, hold) }, nil
+	defer sock.Close()
+	fd := sock.Int()
+	if err := connectDgram(fd, s, srv); err != nil {
+		return -1, nil, err
+	}
+	return sock.Release(), func(hold Hold) error { return fillDgram(fd, s, srv.Local, sfd, queue, hold) }, nil
 }
 
 func connectDgram(fd int, s, srv *image.Socket) error {
@@ -678,36 +679,31 @@ func connectedTo(all map[uint32]UnixInfo, ino uint32) bool {
 // that was accepted (its listener is gone), the other end connecting to
 // it from its own name, if any.
 func namedPair(a, b *image.Socket, qa, qb []UnixMsg, how Connecting) (int, int, Fill, error) {
-	var fds [2]int
-	fds[0], fds[1] = -1, -1
-	fail := func(err error) (int, int, Fill, error) {
-		for _, fd := range fds {
-			if fd >= 0 {
-				unix.Close(fd)
-			}
-		}
-		return -1, -1, nil, err
-	}
+	var ends [2]*sys.FD // closed on error, released on success
+	defer func() {
+		ends[0].Close()
+		ends[1].Close()
+	}()
 	if a.Type == unix.SOCK_DGRAM {
 		if a.Local == "" || b.Local == "" {
-			return fail(fmt.Errorf("a datagram pair with one name: %w", ErrState))
+			return -1, -1, nil, fmt.Errorf("a datagram pair with one name: %w", ErrState)
 		}
 		for i, s := range []*image.Socket{a, b} {
-			fd, err := unix.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
+			end, err := sys.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 			if err != nil {
-				return fail(fmt.Errorf("socket: %w", err))
+				return -1, -1, nil, err
 			}
-			fds[i] = fd
-			if err := setOptions(fd, s.Options, early, nil); err != nil {
-				return fail(err)
+			ends[i] = end
+			if err := setOptions(end.Int(), s.Options, early, nil); err != nil {
+				return -1, -1, nil, err
 			}
-			if err := bindName(fd, s); err != nil {
-				return fail(err)
+			if err := bindName(end.Int(), s); err != nil {
+				return -1, -1, nil, err
 			}
 		}
 		for i, to := range []string{ReachName(b), ReachName(a)} {
-			if err := unix.Connect(fds[i], unixAddr(to)); err != nil {
-				return fail(fmt.Errorf("connect to %s: %w", to, err))
+			if err := unix.Connect(ends[i].Int(), unixAddr(to)); err != nil {
+				return -1, -1, nil, fmt.Errorf("connect to %s: %w", to, err)
 			}
 		}
 	} else {
@@ -716,44 +712,46 @@ func namedPair(a, b *image.Socket, qa, qb []UnixMsg, how Connecting) (int, int, 
 			srv, cli = 1, 0
 		}
 		ss := [2]*image.Socket{a, b}
-		l, err := unix.Socket(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC, 0)
+		listener, err := sys.Socket(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			return fail(fmt.Errorf("socket: %w", err))
+			return -1, -1, nil, err
 		}
-		defer unix.Close(l)
+		defer listener.Close()
+		l := listener.Int()
 		undo, err := bindAside(l, ss[srv].Local)
 		if err != nil {
-			return fail(err)
+			return -1, -1, nil, err
 		}
 		defer undo()
 		if err := unix.Listen(l, 1); err != nil {
-			return fail(fmt.Errorf("listen: %w", err))
+			return -1, -1, nil, fmt.Errorf("listen: %w", err)
 		}
 		if err := how.listen(l); err != nil {
-			return fail(err)
+			return -1, -1, nil, err
 		}
-		if fds[cli], err = unix.Socket(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0); err != nil {
-			return fail(fmt.Errorf("socket: %w", err))
+		if ends[cli], err = sys.Socket(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0); err != nil {
+			return -1, -1, nil, err
 		}
-		if err := setOptions(fds[cli], ss[cli].Options, early, nil); err != nil {
-			return fail(err)
+		if err := setOptions(ends[cli].Int(), ss[cli].Options, early, nil); err != nil {
+			return -1, -1, nil, err
 		}
 		if ss[cli].Local != "" {
-			if err := bindName(fds[cli], ss[cli]); err != nil {
-				return fail(err)
+			if err := bindName(ends[cli].Int(), ss[cli]); err != nil {
+				return -1, -1, nil, err
 			}
 		}
-		if err := how.connect(fds[cli], absName(ss[srv].Local)); err != nil {
-			return fail(fmt.Errorf("connect to %s: %w", ss[srv].Local, err))
+		if err := how.connect(ends[cli].Int(), absName(ss[srv].Local)); err != nil {
+			return -1, -1, nil, fmt.Errorf("connect to %s: %w", ss[srv].Local, err)
 		}
-		if fds[srv], _, err = unix.Accept4(l, unix.SOCK_CLOEXEC); err != nil {
-			return fail(fmt.Errorf("accept: %w", err))
+		if ends[srv], err = sys.Accept4(l, unix.SOCK_CLOEXEC); err != nil {
+			return -1, -1, nil, err
 		}
-		if err := setOptions(fds[srv], ss[srv].Options, early, nil); err != nil {
-			return fail(err)
+		if err := setOptions(ends[srv].Int(), ss[srv].Options, early, nil); err != nil {
+			return -1, -1, nil, err
 		}
 	}
-	return fds[0], fds[1], func(hold Hold) error {
+	fds := [2]int{ends[0].Int(), ends[1].Int()}
+	return ends[0].Release(), ends[1].Release(), func(hold Hold) error {
 		return fillAndFinish(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}, hold)
 	}, nil
 }
