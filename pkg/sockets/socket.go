@@ -210,19 +210,19 @@ func shutdown(fd, bits int) error {
 // back in repair mode (see RestoreTCP); the caller calls Resume once every
 // socket is built. Flags (O_NONBLOCK) are the file's status flags.
 func Open(s *image.Socket, recvQ, sendQ []byte) (int, error) {
-	fd, err := unix.Socket(s.Family, s.Type|unix.SOCK_CLOEXEC, s.Protocol)
+	sock, err := sys.Socket(s.Family, s.Type|unix.SOCK_CLOEXEC, s.Protocol)
 	if err != nil {
-		return -1, fmt.Errorf("socket: %w", err)
+		return -1, err
 	}
+	defer sock.Close()
+	fd := sock.Int()
 	if s.TCP != nil {
 		local, err := netip.ParseAddrPort(s.Local)
 		if err != nil {
-			unix.Close(fd)
 			return -1, fmt.Errorf("local address %q: %w", s.Local, err)
 		}
 		remote, err := netip.ParseAddrPort(s.Remote)
 		if err != nil {
-			unix.Close(fd)
 			return -1, fmt.Errorf("remote address %q: %w", s.Remote, err)
 		}
 		st := &TCPState{Local: local, Remote: remote, State: s.State, TCPRepair: *s.TCP}
@@ -240,10 +240,9 @@ func Open(s *image.Socket, recvQ, sendQ []byte) (int, error) {
 		}
 		if err := open(fd, s, st, recvQ, sendQ); err != nil {
 			setRepair(fd, true) // closing must stay silent
-			unix.Close(fd)
 			return -1, err
 		}
-		return fd, nil
+		return sock.Release(), nil
 	}
 	open := openPlain
 	if s.PortFree && s.Protocol == unix.IPPROTO_TCP && s.State == StateClose && s.Local != "" {
@@ -256,10 +255,9 @@ func Open(s *image.Socket, recvQ, sendQ []byte) (int, error) {
 		}
 	}
 	if err := open(fd, s); err != nil {
-		unix.Close(fd)
 		return -1, err
 	}
-	return fd, nil
+	return sock.Release(), nil
 }
 
 // openConn rebuilds an established connection in repair mode with its

@@ -254,10 +254,12 @@ func RestoreTCP(st *TCPState, recvQ, sendQ []byte) (int, error) {
 	if st.Local.Addr().Is6() {
 		family = unix.AF_INET6
 	}
-	fd, err := unix.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	sock, err := sys.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, fmt.Errorf("socket: %w", err)
+		return -1, err
 	}
+	defer sock.Close()
+	fd := sock.Int()
 	err = setRepair(fd, true)
 	if err == nil {
 		err = raiseBuffers(fd, len(sendQ), len(recvQ))
@@ -267,10 +269,9 @@ func RestoreTCP(st *TCPState, recvQ, sendQ []byte) (int, error) {
 	}
 	if err != nil {
 		setRepair(fd, true) // closing must stay silent
-		unix.Close(fd)
 		return -1, err
 	}
-	return fd, nil
+	return sock.Release(), nil
 }
 
 // restoreTCP rebuilds a connection on a socket in repair mode. Repair

@@ -452,11 +452,12 @@ func routeSource(to netip.AddrPort) (netip.Addr, error) {
 	if to.Addr().Is6() {
 		family = unix.AF_INET6
 	}
-	fd, err := unix.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	sock, err := sys.Socket(family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return netip.Addr{}, err
 	}
-	defer unix.Close(fd)
+	defer sock.Close()
+	fd := sock.Int()
 	if family == unix.AF_INET6 {
 		unix.SetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, 0)
 	}

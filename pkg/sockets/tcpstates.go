@@ -195,11 +195,12 @@ func inject(s tcpSegment) error {
 		copy(ip[24:], dst.AsSlice())
 		pkt = append(ip, tcp...)
 	}
-	fd, err := unix.Socket(family, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
+	raw, err := sys.Socket(family, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.IPPROTO_RAW)
 	if err != nil {
 		return fmt.Errorf("raw socket: %w", err)
 	}
-	defer unix.Close(fd)
+	defer raw.Close()
+	fd := raw.Int()
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_MARK, InjectMark); err != nil {
 		return fmt.Errorf("raw socket SO_MARK: %w", err)
 	}
