@@ -186,7 +186,7 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	if err != nil {
 		return Desc{}, fmt.Errorf("socket send queue: %w", err)
 	}
-	fd, err := openInetSocket(s, recvQ, sendQ)
+	sock, err := openInetSocket(s, recvQ, sendQ)
 	if errors.Is(err, unix.EADDRINUSE) {
 		return Desc{}, fmt.Errorf("socket %s: the address is already in use on this machine: %w", s.Local, err)
 	}
@@ -195,10 +195,6 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	}
 	if err != nil {
 		return Desc{}, fmt.Errorf("socket %s %s: %w", s.Local, s.Remote, err)
-	}
-	sock, err := sys.NewFD(fd)
-	if err != nil {
-		return Desc{}, err
 	}
 	defer sock.Close()
 	if len(s.RecvMsgs) > 0 {
@@ -210,7 +206,7 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 			}
 			data = append(data, b)
 		}
-		if err := sockets.RefillDatagrams(fd, s, data); err != nil {
+		if err := sockets.RefillDatagrams(sock.Int(), s, data); err != nil {
 			return Desc{}, fmt.Errorf("UDP socket %s: %w", s.Local, err)
 		}
 	}
@@ -238,28 +234,37 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 // openInetSocket is sockets.Open; a closed socket whose rebuild connects
 // for real (sockets.NeedsSYNDropped) is built behind a network lock of its
 // own, so that its SYN never leaves (the reset the rebuild forges passes).
-func openInetSocket(s *image.Socket, recvQ, sendQ []byte) (int, error) {
+func openInetSocket(s *image.Socket, recvQ, sendQ []byte) (*sys.FD, error) {
 	if !sockets.NeedsSYNDropped(s) {
-		return sockets.Open(s, recvQ, sendQ)
+		return ownedOpen(s, recvQ, sendQ)
 	}
 	local, err := netip.ParseAddrPort(s.Local)
 	if err != nil {
-		return -1, fmt.Errorf("local address %q: %w", s.Local, image.ErrCorrupt)
+		return nil, fmt.Errorf("local address %q: %w", s.Local, image.ErrCorrupt)
 	}
 	remote, err := netip.ParseAddrPort(s.Remote)
 	if err != nil {
-		return -1, fmt.Errorf("remote address %q: %w", s.Remote, image.ErrCorrupt)
+		return nil, fmt.Errorf("remote address %q: %w", s.Remote, image.ErrCorrupt)
 	}
 	l, err := netlock.Take(fmt.Sprintf("closed-%d-%d", os.Getpid(), local.Port()), []netlock.Conn{{Local: local, Remote: remote}}, -1)
 	if err != nil {
-		return -1, fmt.Errorf("a lock to rebuild the closed socket: %w", err)
+		return nil, fmt.Errorf("a lock to rebuild the closed socket: %w", err)
 	}
-	fd, err := sockets.Open(s, recvQ, sendQ)
+	sock, err := ownedOpen(s, recvQ, sendQ)
 	if rerr := netlock.Release(l.Table, -1); rerr != nil && err == nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("lift the lock of the rebuilt closed socket: %w", rerr)
+		sock.Close()
+		return nil, fmt.Errorf("lift the lock of the rebuilt closed socket: %w", rerr)
 	}
-	return fd, err
+	return sock, err
+}
+
+// ownedOpen is sockets.Open, its socket owned.
+func ownedOpen(s *image.Socket, recvQ, sendQ []byte) (*sys.FD, error) {
+	fd, err := sockets.Open(s, recvQ, sendQ)
+	if err != nil {
+		return nil, err
+	}
+	return sys.NewFD(fd)
 }
 
 // RewriteEndpoints applies the rewrite rules to a socket's endpoints.

@@ -194,21 +194,22 @@ func socketpairIn(t Target, typ int, cred *image.PeerCred) (int, int, error) {
 			t.Call("close", unix.SYS_CLOSE, uint64(fd))
 		}
 	}()
-	pidfd, err := unix.PidfdOpen(int(t.PID()), 0)
+	pidfd, err := sys.PidfdOpen(t.PID(), 0)
 	if err != nil {
-		return -1, -1, fmt.Errorf("pidfd_open: %w", err)
+		return -1, -1, err
 	}
-	defer unix.Close(pidfd)
-	var ours [2]int
+	defer pidfd.Close()
+	var ours [2]*sys.FD // closed on error, released on success
+	defer func() {
+		ours[0].Close()
+		ours[1].Close()
+	}()
 	for i, fd := range theirs {
-		if ours[i], err = unix.PidfdGetfd(pidfd, fd, 0); err != nil {
-			if i == 1 {
-				unix.Close(ours[0])
-			}
-			return -1, -1, fmt.Errorf("pidfd_getfd: %w", err)
+		if ours[i], err = sys.PidfdGetfd(pidfd, sys.TargetFD(fd)); err != nil {
+			return -1, -1, err
 		}
 	}
-	return ours[0], ours[1], nil
+	return ours[0].Release(), ours[1].Release(), nil
 }
 
 // installFrom has the process t take ckpt-redo's file f at fd
