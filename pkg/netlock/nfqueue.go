@@ -7,6 +7,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
@@ -64,17 +65,18 @@ type nfqueue struct {
 // openQueueSocket makes a NETLINK_NETFILTER socket in the network
 // namespace netns (an fd, or negative for the caller's).
 func openQueueSocket(netns int) (*os.File, error) {
-	var fd int
+	var sock *sys.FD
 	err := inNetns(netns, func() error {
 		var err error
-		fd, err = unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_NETFILTER)
+		sock, err = sys.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_NETFILTER)
 		return err
 	})
 	if err != nil {
-		return nil, fmt.Errorf("nfnetlink socket: %w", err)
+		return nil, fmt.Errorf("nfnetlink: %w", err)
 	}
+	defer sock.Close()
+	fd := sock.Int()
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
-		unix.Close(fd)
 		return nil, fmt.Errorf("nfnetlink bind: %w", err)
 	}
 	// Room for the metadata of every packet the queue may hold: a packet
@@ -82,7 +84,7 @@ func openQueueSocket(netns int) (*os.File, error) {
 	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20); err != nil {
 		unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 4<<20)
 	}
-	return os.NewFile(uintptr(fd), "nfnetlink"), nil
+	return sock.File("nfnetlink"), nil
 }
 
 // bindQueue binds queue num on a new socket in the network namespace
