@@ -150,6 +150,7 @@ var victims = map[string]victimSpec{
 	"filemap":         {"filemap.c", []string{"-O1", "-g"}},
 	"vector":          {"vector.c", []string{"-O2", "-g", "-mavx2", "-ffp-contract=off"}},
 	"pyheap":          {"pyheap.py", nil},
+	"sockets":         {"sockets.py", nil},
 	"memhog":          {"memhog.c", []string{"-O2", "-pthread"}},
 	"mthreads":        {"mthreads.c", []string{"-O1", "-g", "-pthread"}},
 	"evloop":          {"evloop.c", []string{"-O1", "-g"}},

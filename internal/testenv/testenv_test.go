@@ -130,6 +130,7 @@ func TestVictims(t *testing.T) {
 		{"filemap", []string{"DIR/data"}},
 		{"vector", nil},
 		{"pyheap", []string{"16"}},
+		{"sockets", nil},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
