@@ -37,6 +37,16 @@ func Accept4(l int, flags int) (*FD, error) {
 	return NewFD(fd)
 }
 
+// Dup duplicates fd as a new close-on-exec fd (fcntl F_DUPFD_CLOEXEC):
+// a copy of one's own, whoever owns fd.
+func Dup(fd int) (*FD, error) {
+	r, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return nil, os.NewSyscallError("fcntl F_DUPFD_CLOEXEC", err)
+	}
+	return NewFD(r)
+}
+
 // Pipe2 makes a pipe (pipe2(2)) and returns its read and write ends.
 func Pipe2(flags int) (r, w *FD, err error) {
 	var p [2]int

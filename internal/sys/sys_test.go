@@ -362,6 +362,27 @@ func TestRelease(t *testing.T) {
 	}
 }
 
+func TestDup(t *testing.T) {
+	r, _ := pipe(t)
+	d, err := Dup(r.Int())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if d.Int() == r.Int() {
+		t.Fatalf("Dup gave the same fd %d", d.Int())
+	}
+	if fl, err := unix.FcntlInt(d.Uintptr(), unix.F_GETFD, 0); err != nil || fl&unix.FD_CLOEXEC == 0 {
+		t.Errorf("the copy's fd flags %#x, %v: want close-on-exec", fl, err)
+	}
+	if same, err := SameFile(Getpid(), TargetFD(r.Int()), Getpid(), TargetFD(d.Int())); !same || err != nil {
+		t.Errorf("the copy is not the same description: %v, %v", same, err)
+	}
+	if _, err := Dup(-1); err == nil || !strings.Contains(err.Error(), "F_DUPFD_CLOEXEC") {
+		t.Errorf("Dup(-1): %v, want an error naming the call", err)
+	}
+}
+
 func TestMove(t *testing.T) {
 	r, _ := pipe(t)
 	n := r.Int()
