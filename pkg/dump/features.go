@@ -12,7 +12,7 @@ import (
 // needs it, before any state is read (and before a group's barrier).
 func (t *tree) checkFeatures() error {
 	for key, our := range t.socks.fds {
-		if _, conn := t.socks.reuse[our]; !conn {
+		if _, conn := t.socks.reuse[our.Int()]; !conn {
 			continue // not an established TCP connection
 		}
 		if err := kernelcheck.TCPRepair(); err != nil {

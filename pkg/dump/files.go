@@ -248,7 +248,7 @@ func (e fileEnv) Socket(pid sys.PID, fd sys.TargetFD) (int, bool) {
 		return int(fd), true // a socket in flight: ckpt's copy
 	}
 	our, ok := e.t.socks.fds[heldFD{pid, fd}]
-	return our, ok
+	return our.Int(), ok
 }
 
 // Sockets implements fdkind.DumpEnv.

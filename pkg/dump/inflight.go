@@ -62,7 +62,8 @@ func (t *tree) findInFlight() error {
 	if err != nil {
 		return err
 	}
-	for _, our := range t.socks.fds {
+	for _, sock := range t.socks.fds {
+		our := sock.Int()
 		var st unix.Stat_t
 		if unix.Fstat(our, &st) != nil {
 			continue

@@ -102,8 +102,8 @@ func (s *holdSink) retryable(err error) bool {
 // (AfterFreeze), where a failed try can still be followed by another;
 // describing the files would find the same later, past it.
 func (t *tree) acceptQueues() error {
-	for key, our := range t.socks.fds {
-		pid, fd := key.pid, key.fd
+	for key, sock := range t.socks.fds {
+		pid, fd, our := key.pid, key.fd, sock.Int()
 		dom, err := unix.GetsockoptInt(our, unix.SOL_SOCKET, unix.SO_DOMAIN)
 		if err != nil {
 			continue // described (and refused, if need be) with the files
@@ -147,10 +147,10 @@ func (t *tree) acceptQueues() error {
 // yet; otherwise it returns the first that is not.
 func (t *tree) unreadableWaiting(icons []uint32) (uint32, bool) {
 	byIno := map[uint32]int{}
-	for _, our := range t.socks.fds {
+	for _, sock := range t.socks.fds {
 		var st unix.Stat_t
-		if unix.Fstat(our, &st) == nil {
-			byIno[uint32(st.Ino)] = our
+		if unix.Fstat(sock.Int(), &st) == nil {
+			byIno[uint32(st.Ino)] = sock.Int()
 		}
 	}
 	for _, c := range icons {

@@ -23,7 +23,7 @@ type heldFD struct {
 // sockState is what the dump of a tree holds of its sockets: ckpt's own
 // copies of them (pidfd_getfd), those put in repair mode, and the lock.
 type sockState struct {
-	fds   map[heldFD]int              // ckpt's fd for the same socket
+	fds   map[heldFD]*sys.FD          // ckpt's copy of the same socket
 	reuse map[int]int                 // ckpt's fd of a connection -> its SO_REUSEADDR
 	conns []int                       // ckpt fds of the dumped connections
 	unix  map[uint32]sockets.UnixInfo // sock_diag's view, read on first need
@@ -41,7 +41,7 @@ type sockState struct {
 // TCP connection (established, connecting or closing) or listener, takes
 // the network lock before anything is read from them.
 func (t *tree) takeSockets() error {
-	t.socks.fds = map[heldFD]int{}
+	t.socks.fds = map[heldFD]*sys.FD{}
 	t.socks.reuse = map[int]int{}
 	var conns []netlock.Conn
 	var guarded []netlock.Socket
@@ -65,12 +65,12 @@ func (t *tree) takeSockets() error {
 				}
 				defer pidfd.Close()
 			}
-			our, err := unix.PidfdGetfd(pidfd.Int(), int(fd), 0)
+			copied, err := sys.PidfdGetfd(pidfd, fd) // close-on-exec
 			if err != nil {
-				return fmt.Errorf("process %d fd %d: pidfd_getfd: %w", m.pid, fd, err)
+				return fmt.Errorf("process %d fd %d: %w", m.pid, fd, err)
 			}
-			unix.CloseOnExec(our)
-			t.socks.fds[heldFD{m.pid, fd}] = our
+			t.socks.fds[heldFD{m.pid, fd}] = copied // closed by closeSockets
+			our := copied.Int()
 			if dom, err := unix.GetsockoptInt(our, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX {
 				if t.socks.inos == nil {
 					t.socks.inos = map[uint32]bool{}
@@ -91,8 +91,8 @@ func (t *tree) takeSockets() error {
 					t.socks.reuse[our] = reuse
 					// A copy for the guard: an *os.File closes its fd when
 					// collected, and ckpt's copy must stay open.
-					if dup, err := unix.FcntlInt(uintptr(our), unix.F_DUPFD_CLOEXEC, 0); err == nil {
-						guarded = append(guarded, netlock.Socket{File: os.NewFile(uintptr(dup), "socket"), Reuse: reuse})
+					if dup, err := sys.Dup(our); err == nil {
+						guarded = append(guarded, netlock.Socket{File: dup.File("socket"), Reuse: reuse})
 					}
 				}
 			}
@@ -262,7 +262,7 @@ func (t *tree) keepLock() error {
 func (t *tree) closeSockets() {
 	t.closeFlight()
 	for _, fd := range t.socks.fds {
-		unix.Close(fd)
+		fd.Close()
 	}
 	t.socks.fds = nil
 	if t.socks.netns != nil {
