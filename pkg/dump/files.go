@@ -191,7 +191,7 @@ func (t *tree) finishFiles() error {
 		}
 	}
 	for _, h := range t.flight.held {
-		fds = append(fds, fdkind.Held{PID: sys.Getpid(), FD: sys.TargetFD(h.fd), File: byID[h.id]})
+		fds = append(fds, fdkind.Held{PID: sys.Getpid(), FD: sys.TargetFD(h.fd.Int()), File: byID[h.id]})
 	}
 	for _, k := range fdkind.Table() {
 		if k.Finish == nil {

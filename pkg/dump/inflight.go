@@ -43,7 +43,12 @@ type inFlight struct {
 	held []heldFlight
 }
 
-type heldFlight struct{ fd, id int }
+// heldFlight is ckpt's copy of a description in flight, closed by
+// closeFlight, and its image id.
+type heldFlight struct {
+	fd *sys.FD
+	id int
+}
 
 // maxFlightDepth is how deep the dump follows sockets in flight that no
 // process holds: such a socket may have files in flight in its own queue,
@@ -278,18 +283,18 @@ func (t *tree) groupHeld(s *image.Socket) bool {
 // kind, as a new description of the current process.
 func (t *tree) describeFlight(fd int, st *unix.Stat_t) (*image.File, error) {
 	self := sys.Getpid()
-	cp, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
+	copied, err := sys.Dup(fd)
 	if err != nil {
-		return nil, fmt.Errorf("dup: %w", err)
+		return nil, err
 	}
+	defer copied.Close() // on error; held until the dump ends otherwise
+	cp := copied.Int()
 	link, err := os.Readlink(proc.Path(self, "fd", strconv.Itoa(cp)))
 	if err != nil {
-		unix.Close(cp)
 		return nil, err
 	}
 	src := &fdkind.Source{PID: self, FD: sys.TargetFD(cp), Link: link, Stat: *st}
 	if src.Info, err = proc.ReadFDInfo(self, sys.TargetFD(cp)); err != nil {
-		unix.Close(cp)
 		return nil, fmt.Errorf("%s: fdinfo: %w", link, err)
 	}
 	if fl := src.Info.Flags; fl&unix.O_CLOEXEC != 0 {
@@ -298,22 +303,19 @@ func (t *tree) describeFlight(fd int, st *unix.Stat_t) (*image.File, error) {
 	}
 	f, err := fdkind.Describe(fileEnv{t}, src, cp)
 	if err != nil {
-		unix.Close(cp)
 		return nil, fmt.Errorf("%s: %w", link, err)
 	}
 	if why := notInFlight(f); why != "" {
-		unix.Close(cp)
 		return nil, fmt.Errorf("%s: %s in flight cannot be restored: %w", link, why, fdkind.ErrUnsupported)
 	}
 	if src.Stat.Mode&unix.S_IFMT == unix.S_IFSOCK {
 		if s := f.Socket; s == nil || s.Family != unix.AF_UNIX {
-			unix.Close(cp)
 			return nil, fmt.Errorf("%s: %w", link, fdkind.ErrUnsupported)
 		}
 	}
 	f.ID = len(t.files)
 	t.files = append(t.files, openFile{pid: self, fd: sys.TargetFD(cp), dev: st.Dev, ino: st.Ino, id: f.ID})
-	t.flight.held = append(t.flight.held, heldFlight{fd: cp, id: f.ID})
+	t.flight.held = append(t.flight.held, heldFlight{fd: copied.Move(), id: f.ID})
 	t.flight.pending = append(t.flight.pending, *f)
 	return f, nil
 }
@@ -329,7 +331,7 @@ func (t *tree) takeFlight() []image.File {
 // closeFlight closes ckpt's copies of the files in flight.
 func (t *tree) closeFlight() {
 	for _, h := range t.flight.held {
-		unix.Close(h.fd)
+		h.fd.Close()
 	}
 	t.flight.held = nil
 	for _, msgs := range t.flight.queues {
