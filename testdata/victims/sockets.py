@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""sockets: a process holding sockets of many shapes (usage: python3 sockets.py LOG [PATH]).
+"""sockets: a process holding sockets of many shapes (usage: python3 sockets.py LOG [PATH|epoll]).
 
 It holds UNIX stream, datagram and seqpacket pairs with data queued; files
 in flight on the seqpacket pair (a pipe, a socket it still holds, a
@@ -7,7 +7,8 @@ datagram socket only in flight with a message queued); a listener bound to
 an abstract name with an accepted connection (data queued) and a
 connection waiting in its queue; a UDP socket with a datagram it sent
 itself queued. With PATH it also connects to the UNIX socket there (a peer
-outside a dump of it).
+outside a dump of it); with "epoll" it also has an epoll instance in flight
+on a pair of its own (a file that cannot be restored in flight).
 A check (SIGUSR1) verifies all of it without changing it: queued data is
 peeked; the files in flight are received, used and sent again in the same
 order (then ckpt's copies closed), so that a check can come any number of
@@ -69,7 +70,12 @@ def make(outside):
     s["u"] = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s["u"].bind(("127.0.0.1", 0))
     s["u"].sendto(b"udp", s["u"].getsockname())
-    if outside:
+    if outside == "epoll":
+        s["x"], s["y"] = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+        ep = select.epoll()
+        socket.send_fds(s["x"], [b"epoll"], [ep.fileno()])
+        ep.close()
+    elif outside:
         s["o"] = socket.socket(socket.AF_UNIX)
         s["o"].connect(outside)
     return s, name
@@ -132,7 +138,7 @@ def check(s, name):
 
 def main():
     if len(sys.argv) not in (2, 3):
-        sys.exit("usage: sockets.py LOG [PATH]")
+        sys.exit("usage: sockets.py LOG [PATH|epoll]")
     fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
 
     def log(line):
