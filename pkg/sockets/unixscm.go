@@ -27,11 +27,12 @@ type Hold func(pid int, fn func() error) error
 type Fill func(hold Hold) error
 
 // CloseRights closes ckpt's copies of the files in flight of msgs (those
-// peekUnix installed).
+// peekUnix installed); again, or on messages made at the restore, it does
+// nothing.
 func CloseRights(msgs []UnixMsg) {
 	for _, m := range msgs {
-		for _, fd := range m.Rights {
-			unix.Close(fd)
+		for _, fd := range m.held {
+			fd.Close()
 		}
 	}
 }
@@ -87,7 +88,7 @@ func peekUnix(fd, typ, limit int) (out []UnixMsg, err error) {
 		if err != nil {
 			return out, fmt.Errorf("peek the queue: %w", err)
 		}
-		m := UnixMsg{Rights: cm.rights, Cred: cm.cred}
+		m := UnixMsg{Rights: cm.rights, held: cm.held, Cred: cm.cred}
 		if m.Cred != nil && m.Cred.Pid == 0 {
 			// Sent while neither end asked for credentials: the
 			// message has none (the kernel says pid 0, overflow ids).
@@ -133,6 +134,7 @@ func sameCred(a, b *unix.Ucred) bool {
 // control is what a peeked message's control messages said.
 type control struct {
 	rights []int
+	held   []*sys.FD // owns rights
 	cred   *unix.Ucred
 }
 
@@ -157,18 +159,23 @@ func peekOne(fd int, buf, oob []byte) (int, control, int, []byte, error) {
 			}
 		case unix.SCM_RIGHTS:
 			if fds, err := unix.ParseUnixRights(&m); err == nil {
-				c.rights = append(c.rights, fds...)
+				for _, f := range fds {
+					if own, err := sys.NewFD(f); err == nil {
+						c.rights, c.held = append(c.rights, f), append(c.held, own)
+					}
+				}
 			}
-		case 0x04: // SCM_PIDFD
+		case 0x04: // SCM_PIDFD: not kept
 			if fds, err := unix.ParseUnixRights(&m); err == nil {
 				for _, f := range fds {
-					unix.Close(f)
+					pidfd, _ := sys.NewFD(f)
+					pidfd.Close()
 				}
 			}
 		}
 	}
 	if perr != nil || flags&unix.MSG_CTRUNC != 0 {
-		CloseRights([]UnixMsg{{Rights: c.rights}})
+		CloseRights([]UnixMsg{{held: c.held}})
 		return 0, control{}, 0, nil, fmt.Errorf("control messages of a queued message cut short: %w", ErrState)
 	}
 	return n, c, flags, from, nil

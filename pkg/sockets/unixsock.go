@@ -21,6 +21,10 @@ type UnixMsg struct {
 	// the dump, ckpt's copies (CloseRights closes them); at the restore,
 	// ckpt-redo's fds of the files to send.
 	Rights []int
+	// held owns Rights at the dump (peekUnix sets it, CloseRights closes
+	// it, once however many copies of the message do); nil at the
+	// restore, whose Rights belong to the files they are the fds of.
+	held []*sys.FD
 	// Cred is the credentials it carries (its sender's pid, uid, gid),
 	// nil if the kernel gave none.
 	Cred *unix.Ucred
