@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 )
@@ -440,7 +441,8 @@ func closeInherited(last int) {
 			continue
 		}
 		if fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && fl&unix.FD_CLOEXEC == 0 {
-			unix.Close(fd)
+			inherited, _ := sys.NewFD(fd) // nothing else here owns it
+			inherited.Close()
 		}
 	}
 }
