@@ -27,13 +27,22 @@ import (
 // peerCredCheck reads SO_PEERCRED of an unnamed pair's end (ckpt's copy
 // our) at dump and keeps it in s, or refuses a pair made by a process
 // outside the dump.
+//
+// A datagram pair one end of which has a name is a socketpair() bound
+// since if it has SO_PEERCRED (zdtm scm06), and is made so again (bound
+// once made); else (connect() records nothing) two sockets connected to
+// each other through their names, made so again.
 func peerCredCheck(env DumpEnv, our int, s *image.Socket, peerName string) error {
-	if s.Peer == 0 || s.Local != "" || peerName != "" {
+	named := s.Local != "" || peerName != ""
+	if s.Peer == 0 || named && s.Type != unix.SOCK_DGRAM {
 		return nil
 	}
 	uc, err := unix.GetsockoptUcred(our, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
 		return fmt.Errorf("UNIX socket %d: SO_PEERCRED: %w", s.Ino, err)
+	}
+	if uc.Pid <= 0 && named {
+		return nil
 	}
 	if uc.Pid <= 0 {
 		return fmt.Errorf("UNIX socket %d: a socket pair without SO_PEERCRED: %w", s.Ino, ErrUnsupported)
@@ -112,6 +121,17 @@ func openCredPair(env RestoreEnv, f *image.File, at Where, msgs func(*image.Sock
 			env.Keep(fa)
 			env.Keep(fb)
 			ends[s.Ino], ends[s.Peer] = fa, fb
+			if err := sockets.BindPairNames([2]int{a, b}, s, pf.Socket); err != nil {
+				return fmt.Errorf("UNIX socket pair %d-%d: %w", s.Ino, s.Peer, err)
+			}
+			for _, e := range []struct {
+				fd int
+				s  *image.Socket
+			}{{a, s}, {b, pf.Socket}} {
+				if e.s.File != nil && e.s.File.Gone {
+					env.Sockets().Finally(func() error { return sockets.ForgetName(e.fd, e.s) })
+				}
+			}
 			fill, err := sockets.FinishPair([2]int{a, b}, s, pf.Socket, qa, qb)
 			if err != nil {
 				return fmt.Errorf("UNIX socket pair: %w", err)

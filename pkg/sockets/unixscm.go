@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ckpt/ckpt/internal/sys"
+	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
 
@@ -329,4 +330,20 @@ func collectUnixGarbage() {
 	if fd, err := sys.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0); err == nil {
 		fd.Close()
 	}
+}
+
+// BindPairNames binds the ends of a datagram pair made by socketpair that
+// had names (s nil or without a name: left unnamed), as the program did:
+// a pair made, then bound (its SO_PEERCRED is the maker's, which a pair
+// connected through names would not have).
+func BindPairNames(fds [2]int, a, b *image.Socket) error {
+	for i, s := range []*image.Socket{a, b} {
+		if s == nil || s.Local == "" {
+			continue
+		}
+		if err := bindName(fds[i], s); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -11,6 +11,12 @@
  * frees them and their names, and a restore that binds the names first
  * finds them taken.
  *
+ * A datagram pair e-f with one name: e bound to "\0\0...-e", f unnamed;
+ * queued for e: "f:e" with f, for f: "e:f" with e.
+ *
+ * Both pairs were made by socketpair and bound since: their SO_PEERCRED
+ * names the process (a pair connected through names would show none).
+ *
  * With "one", b is closed: it lives only in the queues, and is found
  * through a's.
  *
@@ -113,6 +119,15 @@ static void expect_names(int s, const char *what, const struct name *self, const
 		   what, l, (int)(l > 4 ? l - 4 : 0), sa.sun_path + 2);
 }
 
+/* expect_cred checks SO_PEERCRED of a pair the process made. */
+static void expect_cred(int s, const char *what)
+{
+	struct ucred c = {0};
+	socklen_t l = sizeof c;
+	FID_EXPECT(getsockopt(s, SOL_SOCKET, SO_PEERCRED, &c, &l) == 0 && c.pid == getpid() && c.uid == geteuid() && c.gid == getegid(),
+		   "%s: SO_PEERCRED pid %d uid %d gid %d, want %d %d %d", what, c.pid, c.uid, c.gid, getpid(), geteuid(), getegid());
+}
+
 static void expect_empty(int s, const char *what)
 {
 	char c;
@@ -123,7 +138,7 @@ int main(int argc, char **argv)
 {
 	fid_init(argc, argv);
 	int one = argc > 2 && strcmp(argv[2], "one") == 0;
-	struct name na, nb, nc;
+	struct name na, nb, nc, ne, unnamed_from = {.len = 0}, unnamed_peer = {.a.sun_family = AF_UNIX, .len = sizeof(sa_family_t)};
 	char text[64];
 	snprintf(text, sizeof text, "ckpt-scm-abstract-%d-a", getpid());
 	mkname(&na, text);
@@ -131,6 +146,8 @@ int main(int argc, char **argv)
 	mkname(&nb, text);
 	snprintf(text, sizeof text, "ckpt-scm-abstract-%d-c", getpid());
 	mkname(&nc, text);
+	snprintf(text, sizeof text, "ckpt-scm-abstract-%d-e", getpid());
+	mkname(&ne, text);
 
 	int ab[2];
 	FID_SETUP(socketpair(AF_UNIX, SOCK_DGRAM, 0, ab) == 0, "socketpair");
@@ -144,6 +161,12 @@ int main(int argc, char **argv)
 	sendfd(a, "a:a", a);
 	sendfd(a, "a:b", b);
 	sendfd_to(a, "a:c", b, &nc);
+	int ef[2];
+	FID_SETUP(socketpair(AF_UNIX, SOCK_DGRAM, 0, ef) == 0, "socketpair ef");
+	FID_SETUP(bind(ef[0], (struct sockaddr *)&ne.a, ne.len) == 0, "bind e");
+	int e = ef[0], f = ef[1];
+	sendfd(f, "f:e", f);
+	sendfd(e, "e:f", e);
 	if (one)
 		close(b);
 
@@ -160,6 +183,7 @@ int main(int argc, char **argv)
 		if (!one)
 			FID_EXPECT(same(rb, b), "a 2: the socket in flight is not b");
 		expect_names(rb, "b in flight", &nb, &na);
+		expect_cred(rb, "b in flight");
 		int ra2 = expect(rb, "b 1", "a:a", &na);
 		if (ra2 >= 0)
 			FID_EXPECT(same(ra2, a), "b 1: the socket in flight is not a");
@@ -187,5 +211,23 @@ int main(int argc, char **argv)
 	}
 	if (ra >= 0)
 		close(ra);
+
+	expect_cred(a, "a");
+	expect_cred(e, "e");
+	expect_cred(f, "f");
+	int rf = expect(e, "e", "f:e", &unnamed_from);
+	if (rf >= 0) {
+		FID_EXPECT(same(rf, f), "e: the socket in flight is not f");
+		close(rf);
+	}
+	expect_empty(e, "e");
+	int re = expect(f, "f", "e:f", &ne);
+	if (re >= 0) {
+		FID_EXPECT(same(re, e), "f: the socket in flight is not e");
+		close(re);
+	}
+	expect_empty(f, "f");
+	expect_names(e, "e", &ne, &unnamed_peer);
+	expect_names(f, "f", &unnamed_peer, &ne);
 	return fid_done();
 }
