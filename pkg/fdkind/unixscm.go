@@ -227,3 +227,21 @@ func namedSender(env RestoreEnv, name string, typ int) (int, bool) {
 	}
 	return -1, false
 }
+
+// unixSender finds, for a datagram of type typ queued on an unconnected
+// socket, the rebuilt socket of the dump that holds its sender's name
+// (ckpt-redo's fd), which sends it again: a temporary socket could not
+// bind that name.
+func unixSender(env RestoreEnv, typ int) func(name string) (int, bool) {
+	return func(name string) (int, bool) {
+		o := namedDgram(env, name, typ)
+		if o == nil {
+			return namedSender(env, name, typ)
+		}
+		of, err := boundUnix(env, o)
+		if err != nil {
+			return -1, false
+		}
+		return int(of.Fd()), true
+	}
+}

@@ -147,19 +147,8 @@ func openUnixSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		if err != nil {
 			return Desc{}, err
 		}
-		sender := func(name string) (int, bool) {
-			o := namedDgram(env, name, s.Type)
-			if o == nil {
-				return namedSender(env, name, s.Type)
-			}
-			of, err := boundUnix(env, o)
-			if err != nil {
-				return -1, false
-			}
-			return int(of.Fd()), true
-		}
 		fill := func(hold sockets.Hold) error {
-			if err := sockets.FillUnix(int(f.Fd()), s, q, sender, hold); err != nil {
+			if err := sockets.FillUnix(int(f.Fd()), s, q, unixSender(env, s.Type), hold); err != nil {
 				return fmt.Errorf("UNIX socket %s: %w", s.Local, err)
 			}
 			return nil
@@ -460,9 +449,14 @@ func openConnectedTo(env RestoreEnv, at Where, sino uint32, msgs func(*image.Soc
 	if err != nil {
 		return nil, err
 	}
-	fd, fill, err := sockets.OpenUnix(srv, q)
+	// Its messages from its clients go again from them (they hold their
+	// names).
+	fd, err := sockets.OpenUnixBound(srv)
 	if err != nil {
 		return nil, fmt.Errorf("UNIX socket %s: %w", srv.Local, err)
+	}
+	fill := func(hold sockets.Hold) error {
+		return sockets.FillUnix(fd, srv, q, unixSender(env, srv.Type), hold)
 	}
 	ends := map[uint32]*os.File{sino: os.NewFile(uintptr(fd), "unix")}
 	env.Keep(ends[sino])

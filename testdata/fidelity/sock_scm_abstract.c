@@ -14,6 +14,9 @@
  * A datagram pair e-f with one name: e bound to "\0\0...-e", f unnamed;
  * queued for e: "f:e" with f, for f: "e:f" with e.
  *
+ * A socket g, unconnected, bound to "\0\0...-g", and h bound to
+ * "\0\0...-h" connected to g: queued for g, "h:g" with h (sent by h).
+ *
  * Both pairs were made by socketpair and bound since: their SO_PEERCRED
  * names the process (a pair connected through names would show none).
  *
@@ -138,7 +141,7 @@ int main(int argc, char **argv)
 {
 	fid_init(argc, argv);
 	int one = argc > 2 && strcmp(argv[2], "one") == 0;
-	struct name na, nb, nc, ne, unnamed_from = {.len = 0}, unnamed_peer = {.a.sun_family = AF_UNIX, .len = sizeof(sa_family_t)};
+	struct name na, nb, nc, ne, ng, nh, unnamed_from = {.len = 0}, unnamed_peer = {.a.sun_family = AF_UNIX, .len = sizeof(sa_family_t)};
 	char text[64];
 	snprintf(text, sizeof text, "ckpt-scm-abstract-%d-a", getpid());
 	mkname(&na, text);
@@ -148,6 +151,10 @@ int main(int argc, char **argv)
 	mkname(&nc, text);
 	snprintf(text, sizeof text, "ckpt-scm-abstract-%d-e", getpid());
 	mkname(&ne, text);
+	snprintf(text, sizeof text, "ckpt-scm-abstract-%d-g", getpid());
+	mkname(&ng, text);
+	snprintf(text, sizeof text, "ckpt-scm-abstract-%d-h", getpid());
+	mkname(&nh, text);
 
 	int ab[2];
 	FID_SETUP(socketpair(AF_UNIX, SOCK_DGRAM, 0, ab) == 0, "socketpair");
@@ -167,6 +174,11 @@ int main(int argc, char **argv)
 	int e = ef[0], f = ef[1];
 	sendfd(f, "f:e", f);
 	sendfd(e, "e:f", e);
+	int g = socket(AF_UNIX, SOCK_DGRAM, 0), h = socket(AF_UNIX, SOCK_DGRAM, 0);
+	FID_SETUP(g >= 0 && bind(g, (struct sockaddr *)&ng.a, ng.len) == 0, "bind g");
+	FID_SETUP(h >= 0 && bind(h, (struct sockaddr *)&nh.a, nh.len) == 0, "bind h");
+	FID_SETUP(connect(h, (struct sockaddr *)&ng.a, ng.len) == 0, "connect h to g");
+	sendfd(h, "h:g", h);
 	if (one)
 		close(b);
 
@@ -229,5 +241,12 @@ int main(int argc, char **argv)
 	expect_empty(f, "f");
 	expect_names(e, "e", &ne, &unnamed_peer);
 	expect_names(f, "f", &unnamed_peer, &ne);
+	int rh = expect(g, "g", "h:g", &nh);
+	if (rh >= 0) {
+		FID_EXPECT(same(rh, h), "g: the socket in flight is not h");
+		close(rh);
+	}
+	expect_empty(g, "g");
+	expect_names(h, "h", &nh, &ng);
 	return fid_done();
 }
