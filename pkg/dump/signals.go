@@ -107,15 +107,22 @@ func readPosixTimers(pid sys.PID) ([]image.PosixTimer, error) {
 	}
 	var out []image.PosixTimer
 	for _, t := range ts {
+		exited := false
 		if t.Notify&sigevThreadID != 0 {
 			if _, err := os.Stat(proc.Path(pid, "task", t.NotifyTID.String())); err != nil {
-				// Its signals go nowhere; timer_create cannot name a
-				// thread that is gone, the restore could not make it.
-				return nil, fmt.Errorf("POSIX timer %d notifies thread %d (SIGEV_THREAD_ID), which has exited: cannot be restored: %w",
-					t.ID, t.NotifyTID, ErrUnsupported)
+				// The thread has exited: the timer's signals go
+				// nowhere. The restore makes it for a thread of that
+				// TID that exits at once (timer_create only names a
+				// live thread), which needs the number free.
+				exited = true
+				if _, err := os.Stat(proc.ThreadPath(t.NotifyTID)); err == nil {
+					return nil, fmt.Errorf("POSIX timer %d notifies thread %d (SIGEV_THREAD_ID), which has exited, and another task has that number now: cannot be restored: %w",
+						t.ID, t.NotifyTID, ErrUnsupported)
+				}
 			}
 		}
-		out = append(out, image.PosixTimer{ID: t.ID, Clock: t.Clock, Signal: t.Signal, Notify: t.Notify, NotifyTID: t.NotifyTID, SigValue: t.SigValue})
+		out = append(out, image.PosixTimer{ID: t.ID, Clock: t.Clock, Signal: t.Signal, Notify: t.Notify, NotifyTID: t.NotifyTID,
+			NotifyExited: exited, SigValue: t.SigValue})
 	}
 	return out, nil
 }

@@ -869,15 +869,18 @@ type ITimer struct {
 
 // PosixTimer is a timer_create timer.
 type PosixTimer struct {
-	ID         int     `json:"id"`
-	Clock      int     `json:"clock"`
-	Signal     int     `json:"signal"`
-	Notify     int     `json:"notify"` // SIGEV_*
-	NotifyTID  sys.TID `json:"notify_tid,omitempty"`
-	SigValue   uint64  `json:"sigval"`
-	IntervalNs int64   `json:"interval_ns"`
-	ValueNs    int64   `json:"value_ns"`
-	Overrun    int     `json:"overrun"`
+	ID        int     `json:"id"`
+	Clock     int     `json:"clock"`
+	Signal    int     `json:"signal"`
+	Notify    int     `json:"notify"` // SIGEV_*
+	NotifyTID sys.TID `json:"notify_tid,omitempty"`
+	// NotifyExited marks a SIGEV_THREAD_ID timer whose thread NotifyTID
+	// has exited (its signals go nowhere).
+	NotifyExited bool   `json:"notify_exited,omitempty"`
+	SigValue     uint64 `json:"sigval"`
+	IntervalNs   int64  `json:"interval_ns"`
+	ValueNs      int64  `json:"value_ns"`
+	Overrun      int    `json:"overrun"`
 }
 
 // Rlimit is one resource limit; Cur and Max use ^uint64(0) for unlimited.

@@ -231,10 +231,11 @@ func signalAttrs() []Attr {
 			Seen: Seen{StatusKeys: []string{"SigPnd", "ShdPnd"}, Other: "sigpending"},
 			Save: "PTRACE_PEEKSIGINFO; a signal the freeze catches being delivered is let through (its handler frame is part of the image), and every signal is blocked while calls are injected, so none is taken off a queue and sent again", Restore: "rt_sigqueueinfo / rt_tgsigqueueinfo from the process itself", CRIU: "same", Case: "proc_sigtrap, sigtrap (tree_sigtrap.c), e2e TestPendingSignal, pkg/dump TestDumpKeepsSignals"},
 		{Name: "interval timers, POSIX timers", Family: f, Status: Restored,
-			Seen: Seen{Other: "getitimer, timer_gettime, /proc/PID/timers"},
-			Save: "injected getitimer, timer_gettime", Restore: "setitimer, timer_create with the same IDs; a periodic timer whose signal was pending (the kernel re-arms it at the dequeue) expires again at once, its signal tied to it",
-			Reason: "a timer notifying a thread (SIGEV_THREAD_ID) that has exited is refused: timer_create cannot name a gone thread",
-			CRIU:   "same (CRIU makes such a timer SIGEV_NONE)", Case: "proc_timer_deadthread, e2e TestProcessState"},
+			Seen:    Seen{Other: "getitimer, timer_gettime, /proc/PID/timers"},
+			Save:    "injected getitimer, timer_gettime; /proc/PID/timers (a SIGEV_THREAD_ID timer whose thread has exited marked so)",
+			Restore: "setitimer, timer_create with the same IDs; a periodic timer whose signal was pending (the kernel re-arms it at the dequeue) expires again at once, its signal tied to it; a timer notifying a thread that has exited is made for a thread cloned with that TID (timer_create names only a live thread), which exits before any timer is armed: its signals go nowhere again",
+			Reason:  "a timer notifying a thread that has exited, whose number another task holds now, is refused: the thread could not be made again",
+			CRIU:    "a timer of a gone thread is made SIGEV_NONE (/proc/PID/timers shows it)", Case: "proc_timer_deadthread, proc_timer_deadthread_taken (refusal), e2e TestProcessState"},
 	}
 }
 

@@ -6,8 +6,10 @@ package restore
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/ptrace"
 	"golang.org/x/sys/unix"
@@ -135,6 +137,20 @@ func (b *builder) posixTimers() (map[int32]bool, error) {
 	if len(ts) == 0 {
 		return rearmed, nil
 	}
+	gone, err := b.goneThreads(ts)
+	defer func() {
+		if gone != nil {
+			b.endGoneThreads(gone) // after an error: the restore fails anyway
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	type arm struct {
+		id   int
+		spec [4]int64
+	}
+	var arms []arm
 	want := map[int]image.PosixTimer{}
 	maxID := 0
 	for _, t := range ts {
@@ -185,11 +201,20 @@ func (b *builder) posixTimers() (map[int32]bool, error) {
 			t.ValueNs = 1
 			rearmed[int32(id)] = true
 		}
-		spec := [4]int64{t.IntervalNs / 1e9, t.IntervalNs % 1e9, t.ValueNs / 1e9, t.ValueNs % 1e9}
-		if err := b.write(scratchOff, ptrace.Bytes(&spec)); err != nil {
+		arms = append(arms, arm{id, [4]int64{t.IntervalNs / 1e9, t.IntervalNs % 1e9, t.ValueNs / 1e9, t.ValueNs % 1e9}})
+	}
+	// The threads gone are gone again before any timer can fire: a
+	// signal queued to one of them would be lost with it, where the
+	// kernel queued none.
+	err, gone = b.endGoneThreads(gone), nil
+	if err != nil {
+		return nil, err
+	}
+	for _, a := range arms {
+		if err := b.write(scratchOff, ptrace.Bytes(&a.spec)); err != nil {
 			return nil, err
 		}
-		if _, err := b.call("timer_settime", unix.SYS_TIMER_SETTIME, uint64(id), 0, b.gadget+scratchOff, 0); err != nil {
+		if _, err := b.call("timer_settime", unix.SYS_TIMER_SETTIME, uint64(a.id), 0, b.gadget+scratchOff, 0); err != nil {
 			return nil, err
 		}
 	}
@@ -199,6 +224,57 @@ func (b *builder) posixTimers() (map[int32]bool, error) {
 		}
 	}
 	return rearmed, nil
+}
+
+// goneThreads clones, for the timers of ts whose thread has exited
+// (NotifyExited), a thread with that TID for timer_create to name (it
+// accepts only a live thread of the process); endGoneThreads makes them
+// exit once the timers exist, which leaves the timers as the dump found
+// them: tied to a thread that is gone, their signals going nowhere. It
+// returns the TIDs cloned, also on error.
+func (b *builder) goneThreads(ts []image.PosixTimer) ([]sys.TID, error) {
+	var gone []sys.TID
+	inImage, made := map[sys.TID]bool{}, map[sys.TID]bool{}
+	for _, th := range b.p.Threads {
+		inImage[th.TID] = true
+	}
+	for _, t := range ts {
+		if !t.NotifyExited {
+			continue
+		}
+		if t.Notify&sigevThreadID == 0 || inImage[t.NotifyTID] {
+			return gone, fmt.Errorf("posix timer %d: notifies thread %d, which exited, but is no SIGEV_THREAD_ID timer or the thread is in the image: %w",
+				t.ID, t.NotifyTID, image.ErrCorrupt)
+		}
+		if made[t.NotifyTID] {
+			continue
+		}
+		made[t.NotifyTID] = true
+		if err := b.cloneThread(t.NotifyTID); err != nil {
+			return gone, fmt.Errorf("posix timer %d: the thread it notifies, which had exited: %w", t.ID, err)
+		}
+		gone = append(gone, t.NotifyTID)
+		if err := waitNewTask(t.NotifyTID); err != nil {
+			return gone, err
+		}
+	}
+	return gone, nil
+}
+
+// endGoneThreads makes the threads goneThreads cloned exit (injected
+// exit), and reaps them.
+func (b *builder) endGoneThreads(gone []sys.TID) error {
+	for _, tid := range gone {
+		in := ptrace.Injector{TID: tid, Gadget: b.gadget}
+		_, err := in.Syscall(unix.SYS_EXIT, 0)
+		if err == nil {
+			return fmt.Errorf("thread %d made for the posix timers that notify it: exit returned", tid)
+		}
+		if !errors.Is(err, ptrace.ErrExited) {
+			return fmt.Errorf("thread %d made for the posix timers that notify it: exit: %w", tid, err)
+		}
+	}
+	return nil
 }
 
 // timerSignal reports whether si is the signal of a POSIX timer in

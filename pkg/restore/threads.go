@@ -102,29 +102,9 @@ func (c threadControls) values(res []uint64) threadControls {
 // for by polling (slow on a loaded machine), an injected call blocking.
 func (b *builder) createThreads() error {
 	b.ins = []*ptrace.Injector{&b.in}
-	const flags = unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND | unix.CLONE_THREAD | unix.CLONE_SYSVSEM
 	for _, th := range b.p.Threads[1:] {
-		var args [cloneArgsSize + 8]byte
-		le := binary.LittleEndian
-		le.PutUint64(args[0:], flags)
-		le.PutUint64(args[64:], b.gadget+scratchOff+cloneArgsSize) // set_tid
-		le.PutUint64(args[72:], 1)
-		le.PutUint32(args[cloneArgsSize:], uint32(th.TID))
-		if err := b.write(scratchOff, args[:]); err != nil {
+		if err := b.cloneThread(th.TID); err != nil {
 			return err
-		}
-		ret, err := b.in.Syscall(unix.SYS_CLONE3, b.gadget+scratchOff, cloneArgsSize)
-		if err != nil {
-			return err
-		}
-		if e := ptrace.Errno(ret); e != nil {
-			if e == unix.EEXIST {
-				return fmt.Errorf("clone3 thread with tid %d: %w", th.TID, ErrPIDInUse)
-			}
-			return fmt.Errorf("clone3 thread with tid %d: %w", th.TID, e)
-		}
-		if sys.TID(ret) != th.TID {
-			return fmt.Errorf("clone3 gave tid %d, not %d", ret, th.TID)
 		}
 		b.tasks = append(b.tasks, th.TID)
 		b.ins = append(b.ins, &ptrace.Injector{TID: th.TID, Gadget: b.gadget})
@@ -134,6 +114,36 @@ func (b *builder) createThreads() error {
 		if err := waitNewTask(th.TID); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// cloneThread clones a thread of the process with TID tid (injected clone3
+// in the leader). It starts as a copy of the leader stopped at the gadget;
+// wait for its first stop with waitNewTask.
+func (b *builder) cloneThread(tid sys.TID) error {
+	const flags = unix.CLONE_VM | unix.CLONE_FS | unix.CLONE_FILES | unix.CLONE_SIGHAND | unix.CLONE_THREAD | unix.CLONE_SYSVSEM
+	var args [cloneArgsSize + 8]byte
+	le := binary.LittleEndian
+	le.PutUint64(args[0:], flags)
+	le.PutUint64(args[64:], b.gadget+scratchOff+cloneArgsSize) // set_tid
+	le.PutUint64(args[72:], 1)
+	le.PutUint32(args[cloneArgsSize:], uint32(tid))
+	if err := b.write(scratchOff, args[:]); err != nil {
+		return err
+	}
+	ret, err := b.in.Syscall(unix.SYS_CLONE3, b.gadget+scratchOff, cloneArgsSize)
+	if err != nil {
+		return err
+	}
+	if e := ptrace.Errno(ret); e != nil {
+		if e == unix.EEXIST {
+			return fmt.Errorf("clone3 thread with tid %d: %w", tid, ErrPIDInUse)
+		}
+		return fmt.Errorf("clone3 thread with tid %d: %w", tid, e)
+	}
+	if sys.TID(ret) != tid {
+		return fmt.Errorf("clone3 gave tid %d, not %d", ret, tid)
 	}
 	return nil
 }
