@@ -11,15 +11,22 @@ import (
 
 // DescribeDirs describes the working and root directories of a frozen
 // process: their paths and identities (a removed working directory is
-// made again at restore, like a deleted directory held open). A root
-// directory that was removed or moved is refused.
+// made again at restore, like a deleted directory held open; one in the
+// /proc directory of a process that has exited is entered again while a
+// process holds that PID). A root directory that was removed or moved is
+// refused.
 func DescribeDirs(pid sys.PID, m *image.ProcMisc) error {
 	lf, err := proc.ReadLinkedFile(proc.Path(pid, "cwd"))
 	if err != nil {
 		return fmt.Errorf("working directory: %w", err)
 	}
-	cwd, err := DirRef(lf)
-	if err != nil {
+	var cwd image.FileRef
+	if gone, ok := procGone(lf.Path); ok {
+		// In the /proc directory of a process that has exited (zdtm
+		// unhashed_proc): entered again while a short-lived process
+		// holds that PID (see ProcGone).
+		cwd = image.FileRef{Path: lf.Path, Mode: lf.Stat.Mode, ProcGone: gone}
+	} else if cwd, err = DirRef(lf); err != nil {
 		return fmt.Errorf("working directory: %w", err)
 	}
 	rl, err := proc.ReadLinkedFile(proc.Path(pid, "root"))
@@ -48,7 +55,7 @@ func CheckDirs(env RestoreEnv, m *image.ProcMisc) error {
 		what, path string
 		ref        *image.FileRef
 	}{{"working directory", m.Cwd, m.CwdRef}, {"root directory", m.Root, m.RootRef}} {
-		if d.ref == nil || d.ref.Deleted {
+		if d.ref == nil || d.ref.Deleted || d.ref.ProcGone != 0 {
 			continue
 		}
 		var st unix.Stat_t

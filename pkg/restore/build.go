@@ -202,7 +202,9 @@ func (b *builder) misc() error {
 	if _, err := b.call("umask", unix.SYS_UMASK, uint64(p.Misc.Umask)); err != nil {
 		return err
 	}
-	if b.cwdFD == 0 { // a deleted one was entered with the fds (fds.go)
+	// A deleted one, or one in the /proc directory of a gone process,
+	// was entered with the fds (fds.go).
+	if ref := p.Misc.CwdRef; b.cwdFD == 0 && (ref == nil || ref.ProcGone == 0) {
 		if err := b.writeString(scratchPathOff, p.Misc.Cwd); err != nil {
 			return err
 		}

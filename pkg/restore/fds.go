@@ -29,6 +29,9 @@ func (b *builder) fds() error {
 			return err
 		}
 	}
+	if err := b.procGoneCwd(); err != nil {
+		return err
+	}
 	if err := fdkind.TakeFlocks(tg, b.p, b.t.files); err != nil {
 		return err
 	}
@@ -164,6 +167,24 @@ func (b *builder) chroot() error {
 	}
 	_, err := b.call("chroot "+root, unix.SYS_CHROOT, b.gadget+scratchPathOff)
 	return err
+}
+
+// procGoneCwd enters the working directory of a process that worked in
+// the /proc directory of a process that had exited at the dump (its
+// dentry unhashed: getcwd fails with ENOENT): while a short-lived child
+// holds that PID, then gone again.
+func (b *builder) procGoneCwd() error {
+	ref := b.p.Misc.CwdRef
+	if ref == nil || ref.ProcGone == 0 {
+		return nil
+	}
+	return target{b}.HoldPID(ref.ProcGone, func() error {
+		if err := b.writeString(scratchPathOff, b.p.Misc.Cwd); err != nil {
+			return err
+		}
+		_, err := b.call("chdir "+b.p.Misc.Cwd, unix.SYS_CHDIR, b.gadget+scratchPathOff)
+		return err
+	})
 }
 
 // prepareCwd checks the working and root directories, and makes again

@@ -89,6 +89,7 @@ var cases = []fcase{
 	{name: "fd_epoll_closed", src: "fd_epoll_closed.c"},
 	// Files of the /proc directory of a child that exited since.
 	{name: "fd_procgone", src: "fd_procgone.c"},
+	{name: "fd_procgone_cwd", src: "fd_procgone.c", args: []string{"cwd"}},
 	{name: "fd_inotify", src: "fd_inotify.c", args: []string{"DIR/"}},
 	{name: "fd_inotify_deleted", src: "fd_inotify_deleted.c", args: []string{"open", "DIR/"}},
 	{name: "fd_notify_quiet", src: "fd_notify_quiet.c", args: []string{"DIR/"}},

@@ -5,6 +5,10 @@
  * links name the same paths, reading says ESRCH, nothing can be opened
  * below the directory, no process holds the PID, and no SIGCHLD came
  * (the restore opens them while a short-lived process holds the PID).
+ *
+ *   cwd   the process also works in /proc/PID (zdtm unhashed_proc): after
+ *         the restore getcwd still fails with ENOENT, /proc/self/cwd links
+ *         to the same path, nothing opens below it.
  */
 #include "fidelity.h"
 #include <sys/wait.h>
@@ -40,12 +44,20 @@ int main(int argc, char **argv)
 	snprintf(path, sizeof path, "/proc/%d", c);
 	int dir = open(path, O_RDONLY | O_DIRECTORY);
 	FID_SETUP(st >= 0 && dir >= 0, "open /proc/%d", c);
+	int in_cwd = argc > 2 && strcmp(argv[2], "cwd") == 0;
+	FID_SETUP(!in_cwd || chdir(path) == 0, "chdir %s: %s", path, strerror(errno));
 	FID_SETUP(write(go[1], "x", 1) == 1 && waitpid(c, NULL, 0) == c, "reap the child");
 	char st_link[128], dir_link[128];
 	link_of(st, st_link, sizeof st_link);
 	link_of(dir, dir_link, sizeof dir_link);
 	char buf[64];
 	FID_SETUP(read(st, buf, sizeof buf) < 0 && errno == ESRCH, "read of the gone child's status: %s", strerror(errno));
+	char cwd_link[128] = "", cwdbuf[256];
+	if (in_cwd) {
+		ssize_t n = readlink("/proc/self/cwd", cwd_link, sizeof cwd_link - 1);
+		cwd_link[n > 0 ? n : 0] = 0;
+		FID_SETUP(getcwd(cwdbuf, sizeof cwdbuf) == NULL && errno == ENOENT, "getcwd in the gone directory: %s", strerror(errno));
+	}
 	int before = chld;
 	fid_ready();
 	fid_wait();
@@ -58,6 +70,15 @@ int main(int argc, char **argv)
 	FID_EXPECT(read(st, buf, sizeof buf) < 0 && errno == ESRCH, "read of status: %s, want ESRCH", strerror(errno));
 	FID_EXPECT((fcntl(st, F_GETFD) & FD_CLOEXEC) && !(fcntl(dir, F_GETFD) & FD_CLOEXEC), "close-on-exec flags changed");
 	FID_EXPECT(openat(dir, "status", O_RDONLY) < 0, "a file opened below the gone directory");
+	if (in_cwd) {
+		ssize_t n = readlink("/proc/self/cwd", now, sizeof now - 1);
+		now[n > 0 ? n : 0] = 0;
+		FID_EXPECT(strcmp(now, cwd_link) == 0, "working directory links to %s, want %s", now, cwd_link);
+		errno = 0;
+		FID_EXPECT(getcwd(cwdbuf, sizeof cwdbuf) == NULL && errno == ENOENT, "getcwd: %s, want ENOENT",
+			   errno ? strerror(errno) : cwdbuf);
+		FID_EXPECT(open("status", O_RDONLY) < 0, "a file opened below the gone working directory");
+	}
 	FID_EXPECT(kill(c, 0) < 0 && errno == ESRCH, "a process holds PID %d", c);
 	FID_EXPECT(chld == before, "%d SIGCHLD since the dump", (int)(chld - before));
 	FID_EXPECT(waitpid(-1, NULL, WNOHANG) < 0 && errno == ECHILD, "a child to reap");
