@@ -203,6 +203,7 @@ var cases = []fcase{
 	// the kernel's garbage collector frees them and their names.
 	{name: "sock_scm_abstract", src: "sock_scm_abstract.c"},
 	{name: "sock_scm_abstract_one", src: "sock_scm_abstract.c", args: []string{"one"}},
+	{name: "sock_scm_pair_unheld", src: "sock_scm_abstract.c", args: []string{"unheld"}, refuse: "in flight, made by process"},
 	{name: "sock_scm_listener", src: "sock_scm.c", args: []string{"listener"}, refuse: "whose listener, peer or connections no process holds either"},
 	{name: "sock_ebpf_filter", src: "sock_refused.c", args: []string{"ebpf_filter"}, refuse: "an eBPF socket filter (SO_ATTACH_BPF) cannot be read back"},
 	{name: "sock_mptcp", src: "sock_refused.c", args: []string{"mptcp"}, refuse: "MPTCP socket"},

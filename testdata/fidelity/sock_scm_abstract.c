@@ -23,6 +23,11 @@
  * With "one", b is closed: it lives only in the queues, and is found
  * through a's.
  *
+ * With "unheld", only a datagram pair p-q made by socketpair (p bound to
+ * "\0\0...-p") is in flight, both ends, in the queue of y (x-y a
+ * stream pair), and closed: no process holds an end to make the pair
+ * again in (its SO_PEERCRED names the process): the dump must refuse it.
+ *
  * After the restore each read must give the same bytes, the sender's
  * name (every byte, its length), the same socket in flight (kcmp with a,
  * getsockname for b), both names and the connection (getpeername, a
@@ -137,10 +142,45 @@ static void expect_empty(int s, const char *what)
 	FID_EXPECT(recv(s, &c, 1, MSG_DONTWAIT) < 0 && errno == EAGAIN, "%s: more messages queued", what);
 }
 
+static int unheld(void)
+{
+	struct name np;
+	char text[64];
+	snprintf(text, sizeof text, "ckpt-scm-abstract-%d-p", getpid());
+	mkname(&np, text);
+	int pq[2], xy[2];
+	FID_SETUP(socketpair(AF_UNIX, SOCK_DGRAM, 0, pq) == 0 && socketpair(AF_UNIX, SOCK_STREAM, 0, xy) == 0, "socketpairs");
+	FID_SETUP(bind(pq[0], (struct sockaddr *)&np.a, np.len) == 0, "bind p");
+	sendfd(xy[0], "p", pq[0]);
+	sendfd(xy[0], "q", pq[1]);
+	close(pq[0]), close(pq[1]);
+	fid_ready();
+	fid_wait();
+	/* Refused: the original goes on untouched. */
+	int rp = -1, rq = -1;
+	char buf[2], cbuf[CMSG_SPACE(sizeof(int))];
+	for (int i = 0; i < 2; i++) {
+		struct iovec io = {buf, 1};
+		struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+		if (recvmsg(xy[1], &m, MSG_DONTWAIT) != 1 || !CMSG_FIRSTHDR(&m)) {
+			fid_fail("y: message %d: %s", i, strerror(errno));
+			break;
+		}
+		memcpy(i ? &rq : &rp, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof(int));
+	}
+	if (rp >= 0 && rq >= 0) {
+		expect_names(rp, "p", &np, &(struct name){.a.sun_family = AF_UNIX, .len = sizeof(sa_family_t)});
+		FID_EXPECT(send(rq, "z", 1, 0) == 1 && recv(rp, buf, 1, MSG_DONTWAIT) == 1 && buf[0] == 'z', "q to p");
+	}
+	return fid_done();
+}
+
 int main(int argc, char **argv)
 {
 	fid_init(argc, argv);
 	int one = argc > 2 && strcmp(argv[2], "one") == 0;
+	if (argc > 2 && strcmp(argv[2], "unheld") == 0)
+		return unheld();
 	struct name na, nb, nc, ne, ng, nh, unnamed_from = {.len = 0}, unnamed_peer = {.a.sun_family = AF_UNIX, .len = sizeof(sa_family_t)};
 	char text[64];
 	snprintf(text, sizeof text, "ckpt-scm-abstract-%d-a", getpid());
