@@ -176,9 +176,16 @@ func dumpJSON(b *testing.B, bin, img string, pid int, flags ...string) dumpResul
 // process is the reaper's) and returns its result.
 func restoreJSON(b *testing.B, r *testenv.Reaper, bin, dir, img string) restoreResult {
 	b.Helper()
+	return restoreJSONArgv(b, r, dir, filepath.Join(bin, "ckpt-redo"), "--json", img)
+}
+
+// restoreJSONArgv is restoreJSON with the command line given (ckpt-redo
+// --json IMG, after a command it runs under).
+func restoreJSONArgv(b *testing.B, r *testenv.Reaper, dir string, argv ...string) restoreResult {
+	b.Helper()
 	jf, ef := filepath.Join(dir, "restore.json"), filepath.Join(dir, "redo.err")
 	defer os.Remove(jf)
-	redo := r.Run(b, testenv.RunOpts{Stdout: jf, Stderr: ef}, filepath.Join(bin, "ckpt-redo"), "--json", img)
+	redo := r.Run(b, testenv.RunOpts{Stdout: jf, Stderr: ef}, argv...)
 	if st := r.WaitExit(b, redo, 5*time.Minute); st.Code != 0 {
 		msg, _ := os.ReadFile(ef)
 		b.Fatalf("ckpt-redo: %v: %s", st, msg)
