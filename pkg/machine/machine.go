@@ -64,7 +64,7 @@ func HashVDSO(b []byte) string {
 
 // OwnVDSO describes this process's vDSO, which is the running kernel's.
 func OwnVDSO() (image.VDSO, error) {
-	maps, err := proc.ReadSmaps(sys.Getpid())
+	maps, err := proc.ReadMaps(sys.Getpid()) // not smaps: no walk of our page tables
 	if err != nil {
 		return image.VDSO{}, fmt.Errorf("own vdso: %w", err)
 	}

@@ -249,3 +249,26 @@ func TestReadSmallGrows(t *testing.T) {
 		t.Fatalf("read %d bytes (%q...), want the %d of the whole file", len(got), got[:min(len(got), 40)], len(want))
 	}
 }
+
+func TestReadMapsSelfVDSO(t *testing.T) {
+	find := func(ms []Mapping) *Mapping {
+		for i := range ms {
+			if ms[i].Path == "[vdso]" {
+				return &ms[i]
+			}
+		}
+		return nil
+	}
+	sm, err := ReadSmaps(sys.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := ReadMaps(sys.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, b := find(sm), find(m)
+	if a == nil || b == nil || a.Start != b.Start || a.End != b.End || a.Perms != b.Perms {
+		t.Fatalf("vdso in smaps %+v, in maps %+v", a, b)
+	}
+}

@@ -489,3 +489,25 @@ func TestParseGroups(t *testing.T) {
 		})
 	}
 }
+
+func TestReadMapsTestdata(t *testing.T) {
+	// The maps file is the header lines of the captured smaps: the same
+	// mappings without VmFlags, protection keys and page sizes.
+	want, err := readSmaps(testRoot, testPID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range want {
+		want[i].VmFlags, want[i].ProtectionKey, want[i].KernelPageSize = nil, 0, 0
+	}
+	got, err := readMaps(testRoot, testPID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(want, got); d != "" {
+		t.Errorf("(-smaps +maps):\n%s", d)
+	}
+	if _, err := readMaps(testRoot, 1); err == nil {
+		t.Error("a missing process read without error")
+	}
+}

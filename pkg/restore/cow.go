@@ -108,7 +108,7 @@ func (b *builder) mapVDSO() error {
 	if _, err := b.call("arch_prctl(ARCH_MAP_VDSO_64)", unix.SYS_ARCH_PRCTL, archMapVDSO64, lo); err != nil {
 		return err
 	}
-	now, err := proc.ReadSmaps(b.target)
+	now, err := proc.ReadMaps(b.target)
 	if err != nil {
 		return err
 	}

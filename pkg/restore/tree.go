@@ -359,7 +359,7 @@ func (b *builder) dieOf(ws unix.WaitStatus) error {
 // image uses and the skeletons (copies of the helper, pid) do not use
 // either.
 func (t *tree) chooseGadget(pid sys.PID) (uint64, error) {
-	cur, err := proc.ReadSmaps(pid)
+	cur, err := proc.ReadMaps(pid)
 	if err != nil {
 		return 0, err
 	}
