@@ -50,10 +50,10 @@ func (d *dumper) collect() (*image.Process, error) {
 	if p.Exe, err = os.Readlink(proc.Path(pid, "exe")); err != nil {
 		return nil, fmt.Errorf("read exe link: %w", err)
 	}
-	if b, err := os.ReadFile(proc.Path(pid, "cmdline")); err == nil {
+	if b, err := proc.ReadFile(proc.Path(pid, "cmdline")); err == nil {
 		p.Cmdline = strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
 	}
-	if b, err := os.ReadFile(proc.Path(pid, "auxv")); err == nil {
+	if b, err := proc.ReadFile(proc.Path(pid, "auxv")); err == nil {
 		for i := 0; i+8 <= len(b); i += 8 {
 			p.Auxv = append(p.Auxv, binary.LittleEndian.Uint64(b[i:]))
 		}
@@ -113,7 +113,7 @@ func (d *dumper) collectMisc(p *image.Process, status *proc.Status) error {
 	if err := fdkind.DescribeDirs(pid, &p.Misc); err != nil {
 		return err
 	}
-	if b, err := os.ReadFile(proc.Path(pid, "personality")); err == nil {
+	if b, err := proc.ReadFile(proc.Path(pid, "personality")); err == nil {
 		p.Misc.Personality, _ = strconv.ParseUint(strings.TrimSpace(string(b)), 16, 64)
 	}
 	for _, t := range d.fz.tasks {

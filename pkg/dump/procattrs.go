@@ -3,7 +3,6 @@ package dump
 import (
 	"encoding/binary"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"unsafe"
@@ -102,7 +101,7 @@ func collectProcAttrs(pid sys.PID, p *image.Process) error {
 	if p.Misc.OOMScoreAdj, err = readOOMAdj(pid); err != nil {
 		return err
 	}
-	b, err := os.ReadFile(proc.Path(pid, "coredump_filter"))
+	b, err := proc.ReadFile(proc.Path(pid, "coredump_filter"))
 	if err != nil {
 		return fmt.Errorf("read coredump_filter: %w", err)
 	}
@@ -111,7 +110,7 @@ func collectProcAttrs(pid sys.PID, p *image.Process) error {
 		return fmt.Errorf("coredump_filter %q: %w", b, err)
 	}
 	p.Misc.CoredumpFilter = &cf
-	if b, err := os.ReadFile(proc.Path(pid, "loginuid")); err == nil {
+	if b, err := proc.ReadFile(proc.Path(pid, "loginuid")); err == nil {
 		v, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 32)
 		if err != nil {
 			return fmt.Errorf("loginuid %q: %w", b, err)
@@ -133,7 +132,7 @@ const noAuditSession = 4294967295
 // auditSession reads /proc/PID/sessionid; ok is false where the kernel has
 // no audit support.
 func auditSession(pid sys.PID) (id uint32, ok bool, err error) {
-	b, err := os.ReadFile(proc.Path(pid, "sessionid"))
+	b, err := proc.ReadFile(proc.Path(pid, "sessionid"))
 	if err != nil {
 		return 0, false, nil
 	}

@@ -68,7 +68,7 @@ func ownLimits() (*limits, error) {
 }
 
 func readOOMAdj(pid sys.PID) (int, error) {
-	b, err := os.ReadFile(proc.Path(pid, "oom_score_adj"))
+	b, err := proc.ReadFile(proc.Path(pid, "oom_score_adj"))
 	if err != nil {
 		return 0, fmt.Errorf("read oom_score_adj: %w", err)
 	}
@@ -207,7 +207,7 @@ func refuseOOMAdj(pid sys.PID, own *limits) error {
 // refused: restored from the same session, it is in that group again.
 // Without autogroup support the file is absent.
 func refuseAutogroupNice(pid sys.PID) error {
-	b, err := os.ReadFile(proc.Path(pid, "autogroup"))
+	b, err := proc.ReadFile(proc.Path(pid, "autogroup"))
 	if err != nil {
 		return nil
 	}
@@ -215,7 +215,7 @@ func refuseAutogroupNice(pid sys.PID) error {
 	if !ok {
 		return fmt.Errorf("/proc/%d/autogroup: %q: unknown format", pid, b)
 	}
-	own, _ := os.ReadFile(proc.Path(sys.Getpid(), "autogroup"))
+	own, _ := proc.ReadFile(proc.Path(sys.Getpid(), "autogroup"))
 	if nice != "0" && !bytes.Equal(b, own) {
 		return refuse(pid, "scheduling autogroup "+name, "its nice value was set to %s: the restore cannot give the process an autogroup of its own with it", nice)
 	}

@@ -1,7 +1,6 @@
 package dump
 
 import (
-	"os"
 	"strconv"
 	"strings"
 
@@ -27,11 +26,11 @@ const (
 // restartWchan returns where thread tid sleeps in the kernel if it is in
 // restart_syscall, "" otherwise.
 func restartWchan(tid sys.TID) string {
-	b, err := os.ReadFile(proc.ThreadPath(tid, "syscall"))
+	b, err := proc.ReadFile(proc.ThreadPath(tid, "syscall"))
 	if err != nil || !strings.HasPrefix(string(b), strconv.Itoa(sysRestart)+" ") {
 		return ""
 	}
-	w, err := os.ReadFile(proc.ThreadPath(tid, "wchan"))
+	w, err := proc.ReadFile(proc.ThreadPath(tid, "wchan"))
 	if err != nil {
 		return ""
 	}

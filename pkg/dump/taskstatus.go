@@ -1,7 +1,6 @@
 package dump
 
 import (
-	"os"
 	"runtime"
 
 	"github.com/ckpt/ckpt/internal/sys"
@@ -46,7 +45,7 @@ func (t *task) readFile(pid sys.PID, name string) ([]byte, error) {
 	if b, ok := t.files[name]; ok {
 		return b, nil
 	}
-	return os.ReadFile(t.path(pid, name))
+	return proc.ReadFile(t.path(pid, name))
 }
 
 // path is where the task's /proc file name is: timer slack only at
@@ -86,7 +85,7 @@ func (fz *frozen) prefetch() {
 				t.stat, _ = proc.ReadStat(fz.pid, t.tid)
 				t.files = map[string][]byte{}
 				for _, name := range prefetched {
-					if b, err := os.ReadFile(t.path(fz.pid, name)); err == nil {
+					if b, err := proc.ReadFile(t.path(fz.pid, name)); err == nil {
 						t.files[name] = b
 					}
 				}

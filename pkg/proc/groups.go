@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -95,13 +96,29 @@ func scanGroups(root string, fn func(Groups) error) error {
 	return nil
 }
 
+// ReadFile reads a small /proc file whole, as os.ReadFile does (its
+// errors are the same *fs.PathError), with bare system calls: os.File's
+// poller registration and size query are 6 more system calls per file,
+// which the per-thread files of a dump pay many times while the process
+// is frozen.
+func ReadFile(path string) ([]byte, error) {
+	b, err := readSmall(path, make([]byte, 512))
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
 // readSmall reads a whole file into buf, growing it as needed, with
 // bare system calls (no os.File: its poller registration costs more
 // than a small /proc file's read).
 func readSmall(path string, buf []byte) ([]byte, error) {
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	for errors.Is(err, unix.EINTR) {
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
 	if err != nil {
-		return nil, err
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	defer unix.Close(fd)
 	n := 0
@@ -114,7 +131,7 @@ func readSmall(path string, buf []byte) ([]byte, error) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			return nil, &fs.PathError{Op: "read", Path: path, Err: err}
 		}
 		if m == 0 {
 			return buf[:n], nil

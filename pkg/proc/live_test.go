@@ -272,3 +272,16 @@ func TestReadMapsSelfVDSO(t *testing.T) {
 		t.Fatalf("vdso in smaps %+v, in maps %+v", a, b)
 	}
 }
+
+func TestReadFileAsOS(t *testing.T) {
+	for _, name := range []string{"/proc/self/auxv", "/proc/self/cmdline", "/proc/self/personality", "/proc/self/no-such-file"} {
+		want, werr := os.ReadFile(name)
+		got, err := ReadFile(name)
+		if (werr == nil) != (err == nil) || (err != nil && err.Error() != werr.Error()) || !bytes.Equal(got, want) {
+			t.Errorf("%s: read %q, %v; os.ReadFile %q, %v", name, got, err, want, werr)
+		}
+		if werr != nil && !os.IsNotExist(err) {
+			t.Errorf("%s: %v is not a not-exist error", name, err)
+		}
+	}
+}

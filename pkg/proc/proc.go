@@ -76,7 +76,7 @@ func Children(pid sys.PID) ([]sys.PID, error) {
 	}
 	var out []sys.PID
 	for _, t := range tids {
-		b, err := os.ReadFile(Path(pid, "task", t.String(), "children"))
+		b, err := ReadFile(Path(pid, "task", t.String(), "children"))
 		if err != nil {
 			continue
 		}
