@@ -176,11 +176,11 @@ func openUnixSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		if s.PeerClosed && s.Creds != nil {
 			return openClosedIn(env, s, at, q)
 		}
-		fd, fill, err := sockets.OpenUnix(s, q)
+		sock, fill, err := sockets.OpenUnix(s, q)
 		if err != nil {
 			return Desc{}, fmt.Errorf("UNIX socket %s: %w", s.Local, err)
 		}
-		f := os.NewFile(uintptr(fd), "unix")
+		f := sock.File("unix")
 		if err := fillLater(env, at, fill, queue{s, q}); err != nil {
 			f.Close()
 			return Desc{}, err
@@ -211,7 +211,7 @@ func openUnixSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		if err != nil {
 			return nil, fmt.Errorf("UNIX socket pair: %w", err)
 		}
-		ends := map[uint32]*os.File{s.Ino: os.NewFile(uintptr(a), "unix"), s.Peer: os.NewFile(uintptr(b), "unix")}
+		ends := map[uint32]*os.File{s.Ino: a.File("unix"), s.Peer: b.File("unix")}
 		for _, e := range ends {
 			env.Keep(e)
 		}
@@ -234,11 +234,11 @@ type unixBoundKey uint32
 // boundUnix makes the unconnected socket s and binds it, once.
 func boundUnix(env RestoreEnv, s *image.Socket) (*os.File, error) {
 	v, err := env.Once(unixBoundKey(s.Ino), func() (any, error) {
-		fd, err := sockets.OpenUnixBound(s)
+		sock, err := sockets.OpenUnixBound(s)
 		if err != nil {
 			return nil, fmt.Errorf("UNIX socket %s: %w", s.Local, err)
 		}
-		f := os.NewFile(uintptr(fd), "unix")
+		f := sock.File("unix")
 		env.Keep(f)
 		return f, nil
 	})
@@ -278,14 +278,16 @@ func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Soc
 		return nil, fmt.Errorf("UNIX listener %d is not in the image: %w", lino, image.ErrCorrupt)
 	}
 	l := lf.Socket
-	fd, fill, err := sockets.OpenUnix(l, nil)
+	lsock, fill, err := sockets.OpenUnix(l, nil)
 	if err == nil {
+		defer lsock.Close() // if fill fails; handed over to ends otherwise
 		err = fill(nil)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("UNIX socket %s: %w", l.Local, err)
 	}
-	ends := map[uint32]*os.File{lino: os.NewFile(uintptr(fd), "unix")}
+	fd := lsock.Int()
+	ends := map[uint32]*os.File{lino: lsock.File("unix")}
 	env.Keep(ends[lino])
 	for _, sino := range l.Accepted {
 		sf := se.Peer(sino)
@@ -317,9 +319,15 @@ func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Soc
 		} else if target != nil {
 			how = connecting(target, at.PID, nil, srv.Creds, l.Backlog)
 		}
-		sfd, cfd, fill, err := sockets.AcceptedPair(fd, sockets.ReachName(l), srv, cli, qs, qc, how)
+		ssock, csock, fill, err := sockets.AcceptedPair(fd, sockets.ReachName(l), srv, cli, qs, qc, how)
 		if err != nil {
 			return nil, fmt.Errorf("UNIX connection accepted from %s: %w", l.Local, err)
+		}
+		ends[sino] = ssock.File("unix")
+		env.Keep(ends[sino])
+		if cli != nil {
+			ends[srv.Peer] = csock.File("unix")
+			env.Keep(ends[srv.Peer])
 		}
 		qq := []queue{{srv, qs}}
 		if cli != nil {
@@ -327,12 +335,6 @@ func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Soc
 		}
 		if err := fillLater(env, at, fill, qq...); err != nil {
 			return nil, fmt.Errorf("UNIX connection accepted from %s: %w", l.Local, err)
-		}
-		ends[sino] = os.NewFile(uintptr(sfd), "unix")
-		env.Keep(ends[sino])
-		if cli != nil {
-			ends[srv.Peer] = os.NewFile(uintptr(cfd), "unix")
-			env.Keep(ends[srv.Peer])
 		}
 	}
 	for _, c := range l.AcceptQueue {
@@ -344,11 +346,11 @@ func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Soc
 		if target != nil {
 			how = connecting(target, at.PID, cf.Socket.Creds, cf.Socket.Connector, l.Backlog)
 		}
-		cfd, err := sockets.ConnectUnix(cf.Socket, fd, sockets.ReachName(l), how)
+		csock, err := sockets.ConnectUnix(cf.Socket, fd, sockets.ReachName(l), how)
 		if err != nil {
 			return nil, fmt.Errorf("UNIX socket waiting in the accept queue of %s: %w", l.Local, err)
 		}
-		ends[c] = os.NewFile(uintptr(cfd), "unix")
+		ends[c] = csock.File("unix")
 		env.Keep(ends[c])
 	}
 	if target != nil && l.Creds != nil {
@@ -416,7 +418,7 @@ func openNamedPairIn(env RestoreEnv, s *image.Socket, at Where, msgs func(*image
 			if err != nil {
 				return fmt.Errorf("UNIX socket pair %d-%d: %w", s.Ino, s.Peer, err)
 			}
-			ends[s.Ino], ends[s.Peer] = os.NewFile(uintptr(a), "unix"), os.NewFile(uintptr(b), "unix")
+			ends[s.Ino], ends[s.Peer] = a.File("unix"), b.File("unix")
 			env.Keep(ends[s.Ino])
 			env.Keep(ends[s.Peer])
 			if err := fillLater(env, at, fill, queue{s, mine}, queue{p, theirs}); err != nil {
@@ -451,14 +453,15 @@ func openConnectedTo(env RestoreEnv, at Where, sino uint32, msgs func(*image.Soc
 	}
 	// Its messages from its clients go again from them (they hold their
 	// names).
-	fd, err := sockets.OpenUnixBound(srv)
+	ssock, err := sockets.OpenUnixBound(srv)
 	if err != nil {
 		return nil, fmt.Errorf("UNIX socket %s: %w", srv.Local, err)
 	}
+	fd := ssock.Int()
 	fill := func(hold sockets.Hold) error {
 		return sockets.FillUnix(fd, srv, q, unixSender(env, srv.Type), hold)
 	}
-	ends := map[uint32]*os.File{sino: os.NewFile(uintptr(fd), "unix")}
+	ends := map[uint32]*os.File{sino: ssock.File("unix")}
 	env.Keep(ends[sino])
 	if err := fillLater(env, at, fill, queue{srv, q}); err != nil {
 		return nil, fmt.Errorf("UNIX socket %s: %w", srv.Local, err)
@@ -472,11 +475,11 @@ func openConnectedTo(env RestoreEnv, at Where, sino uint32, msgs func(*image.Soc
 		if err != nil {
 			return nil, err
 		}
-		cfd, fill, err := sockets.ConnectDgram(cf.Socket, srv, fd, cq)
+		csock, fill, err := sockets.ConnectDgram(cf.Socket, srv, fd, cq)
 		if err != nil {
 			return nil, fmt.Errorf("UNIX socket connected to %s: %w", srv.Local, err)
 		}
-		ends[c] = os.NewFile(uintptr(cfd), "unix")
+		ends[c] = csock.File("unix")
 		env.Keep(ends[c])
 		if err := fillLater(env, at, fill, queue{cf.Socket, cq}); err != nil {
 			return nil, fmt.Errorf("UNIX socket connected to %s: %w", srv.Local, err)
@@ -499,19 +502,19 @@ func openExternal(env RestoreEnv, s *image.Socket, at Where) (Desc, error) {
 	if s.Connector != nil {
 		ends := map[uint32]*os.File{}
 		env.BeforeBuild(func(target func(sys.PID) (Target, bool)) error {
-			fd, err := sockets.OpenExternal(s, connecting(target, at.PID, nil, s.Connector, 0))
+			sock, err := sockets.OpenExternal(s, connecting(target, at.PID, nil, s.Connector, 0))
 			if err != nil {
 				return fmt.Errorf("UNIX socket %d: %w", s.Ino, err)
 			}
-			ends[s.Ino] = os.NewFile(uintptr(fd), "unix")
+			ends[s.Ino] = sock.File("unix")
 			env.Keep(ends[s.Ino])
 			return settleEnds(env, ends)
 		})
 		return endIn(ends, s.Ino), nil
 	}
-	fd, err := sockets.OpenExternal(s, sockets.Connecting{})
+	sock, err := sockets.OpenExternal(s, sockets.Connecting{})
 	if err != nil {
 		return Desc{}, fmt.Errorf("UNIX socket %d: %w", s.Ino, err)
 	}
-	return Desc{File: os.NewFile(uintptr(fd), "unix")}, nil
+	return Desc{File: sock.File("unix")}, nil
 }

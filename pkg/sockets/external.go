@@ -65,13 +65,13 @@ func DescribeExternal(fd int, ino uint32, all map[uint32]UnixInfo) (*image.Socke
 // ckpt-redo --inherit-fd must give it.
 //
 // how, if its Connect is set, connects from a process of the tree.
-func OpenExternal(s *image.Socket, how Connecting) (int, error) {
+func OpenExternal(s *image.Socket, how Connecting) (*sys.FD, error) {
 	if s.ExternalPeer == "" {
-		return -1, fmt.Errorf("connected to an unnamed socket outside the dump: %w", ErrState)
+		return nil, fmt.Errorf("connected to an unnamed socket outside the dump: %w", ErrState)
 	}
 	sock, err := sys.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, err
+		return nil, err
 	}
 	defer sock.Close()
 	fd := sock.Int()
@@ -88,9 +88,9 @@ func OpenExternal(s *image.Socket, how Connecting) (int, error) {
 		err = finishUnix(fd, s)
 	}
 	if err != nil {
-		return -1, err
+		return nil, err
 	}
-	return sock.Release(), nil
+	return sock.Move(), nil
 }
 
 // listening says whether a listener of type typ is bound to name.

@@ -99,9 +99,9 @@ func TestUnixSCMQueue(t *testing.T) {
 						must(t, err)
 						must(t, fill(nil))
 						CloseRights(sv[0].msgs)
-						want = append(want, readSCM(t, a, size))
-						unix.Close(a)
-						unix.Close(b)
+						want = append(want, readSCM(t, a.Int(), size))
+						a.Close()
+						b.Close()
 						continue
 					}
 					want = append(want, readSCM(t, fds[0], size))

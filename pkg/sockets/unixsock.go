@@ -172,21 +172,21 @@ func describeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 // UnixPair rebuilds two connected UNIX sockets of the dump, a and b, with
 // their early options; fill then refills the messages queued for each
 // (qa for a, sent by b) and sets their late options and shutdown state.
-func UnixPair(a, b *image.Socket, qa, qb []UnixMsg, how Connecting) (int, int, Fill, error) {
+func UnixPair(a, b *image.Socket, qa, qb []UnixMsg, how Connecting) (*sys.FD, *sys.FD, Fill, error) {
 	if a.Local != "" || b.Local != "" {
 		return namedPair(a, b, qa, qb, how)
 	}
 	fa, fb, err := sys.Socketpair(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, -1, nil, err
+		return nil, nil, nil, err
 	}
 	defer fa.Close()
 	defer fb.Close()
 	fds := [2]int{fa.Int(), fb.Int()}
 	if err := earlyPair(fds, [2]*image.Socket{a, b}); err != nil {
-		return -1, -1, nil, err
+		return nil, nil, nil, err
 	}
-	return fa.Release(), fb.Release(), func(hold Hold) error {
+	return fa.Move(), fb.Move(), func(hold Hold) error {
 		return fillAndFinish(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}, hold)
 	}, nil
 }
@@ -317,46 +317,48 @@ func sendNow(fd int, b []byte, to unix.Sockaddr) error {
 // messages fill sends to it again from their senders' names; or a
 // connected socket whose peer was closed (a pair whose other end fill
 // closes once the queue is refilled).
-func OpenUnix(s *image.Socket, queue []UnixMsg) (int, Fill, error) {
+func OpenUnix(s *image.Socket, queue []UnixMsg) (*sys.FD, Fill, error) {
 	if s.PeerClosed {
 		a, b, err := sys.Socketpair(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			return -1, nil, err
+			return nil, nil, err
 		}
-		// ClosedPeer owns both from here (it closes both on error).
+		// ClosedPeer owns both from here (it closes both on error),
+		// and gives fds[0] back.
 		fds := [2]int{a.Release(), b.Release()}
 		fill, err := ClosedPeer(fds, s, queue)
 		if err != nil {
-			return -1, nil, err
+			return nil, nil, err
 		}
-		return fds[0], fill, nil
+		end, err := sys.NewFD(fds[0])
+		return end, fill, err
 	}
 	sock, err := sys.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, nil, err
+		return nil, nil, err
 	}
 	defer sock.Close()
 	fd := sock.Int()
 	if err := bindUnconnected(fd, s); err != nil {
-		return -1, nil, err
+		return nil, nil, err
 	}
-	return sock.Release(), func(hold Hold) error { return FillUnix(fd, s, queue, nil, hold) }, nil
+	return sock.Move(), func(hold Hold) error { return FillUnix(fd, s, queue, nil, hold) }, nil
 }
 
 // OpenUnixBound makes an unconnected UNIX socket with its early options,
 // bound to its name and listening if it was: its queue is filled later
 // by FillUnix, once every socket whose name a queued message bears is
 // there too.
-func OpenUnixBound(s *image.Socket) (int, error) {
+func OpenUnixBound(s *image.Socket) (*sys.FD, error) {
 	sock, err := sys.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, err
+		return nil, err
 	}
 	defer sock.Close()
 	if err := bindUnconnected(sock.Int(), s); err != nil {
-		return -1, err
+		return nil, err
 	}
-	return sock.Release(), nil
+	return sock.Move(), nil
 }
 
 // ClosedPeer makes of a pair (made elsewhere: in the process its peer
@@ -506,10 +508,10 @@ func (c Connecting) connect(fd int, name string) error {
 // queue of a listener lfd: a new socket with its options and name,
 // connected to the rebuilt listener's name (so that the listener's queue
 // holds the connection again, in the order of the calls).
-func ConnectUnix(s *image.Socket, lfd int, listener string, how Connecting) (int, error) {
+func ConnectUnix(s *image.Socket, lfd int, listener string, how Connecting) (*sys.FD, error) {
 	sock, err := sys.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
-		return -1, err
+		return nil, err
 	}
 	defer sock.Close()
 	fd := sock.Int()
@@ -529,9 +531,9 @@ func ConnectUnix(s *image.Socket, lfd int, listener string, how Connecting) (int
 		err = finishUnix(fd, s)
 	}
 	if err != nil {
-		return -1, err
+		return nil, err
 	}
-	return sock.Release(), nil
+	return sock.Move(), nil
 }
 
 // bindUnix binds a rebuilt socket to its name; a socket file left at a
@@ -556,39 +558,39 @@ func bindUnix(fd int, name string) error {
 // options and shutdown state. A closed client is closed once the queue is
 // refilled (by fill, which does the queues and what follows). The
 // listener's queue must hold no other connection.
-func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []UnixMsg, how Connecting) (int, int, Fill, error) {
+func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []UnixMsg, how Connecting) (*sys.FD, *sys.FD, Fill, error) {
 	ctmp := &image.Socket{Type: srv.Type}
 	if cli != nil {
 		ctmp = cli
 	}
 	client, err := sys.Socket(unix.AF_UNIX, srv.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
-		return -1, -1, nil, err
+		return nil, nil, nil, err
 	}
 	defer client.Close()
 	cfd := client.Int()
 	if err := setOptions(cfd, ctmp.Options, early, nil); err != nil {
-		return -1, -1, nil, err
+		return nil, nil, nil, err
 	}
 	if cli != nil && cli.Local != "" {
 		if err := bindName(cfd, cli); err != nil {
-			return -1, -1, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	if err := how.listen(lfd); err != nil {
-		return -1, -1, nil, err
+		return nil, nil, nil, err
 	}
 	if err := how.connect(cfd, listener); err != nil {
-		return -1, -1, nil, fmt.Errorf("connect to the listener %s: %w", listener, err)
+		return nil, nil, nil, fmt.Errorf("connect to the listener %s: %w", listener, err)
 	}
 	server, err := sys.Accept4(lfd, unix.SOCK_CLOEXEC)
 	if err != nil {
-		return -1, -1, nil, fmt.Errorf("accept from %s: %w", listener, err)
+		return nil, nil, nil, fmt.Errorf("accept from %s: %w", listener, err)
 	}
 	defer server.Close()
 	sfd := server.Int()
 	if err := setOptions(sfd, srv.Options, early, nil); err != nil {
-		return -1, -1, nil, err
+		return nil, nil, nil, err
 	}
 	var closed *sys.FD // a closed client: fill's, closed once the queue is refilled
 	if cli == nil {
@@ -598,7 +600,7 @@ func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []Uni
 		defer closed.Close()
 		return fillAndFinish([2]int{sfd, cfd}, [2]*image.Socket{srv, cli}, [2][]UnixMsg{qs, qc}, hold)
 	}
-	return server.Release(), client.Release(), fill, nil
+	return server.Move(), client.Move(), fill, nil
 }
 
 // ConnectDgram rebuilds a UNIX datagram socket that was connected one way
@@ -606,17 +608,17 @@ func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []Uni
 // connected to it again, with its queued messages (those from the server
 // sent by sfd itself, others from their senders' names) and its shutdown
 // state.
-func ConnectDgram(s, srv *image.Socket, sfd int, queue []UnixMsg) (int, Fill, error) {
+func ConnectDgram(s, srv *image.Socket, sfd int, queue []UnixMsg) (*sys.FD, Fill, error) {
 	sock, err := sys.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, nil, err
+		return nil, nil, err
 	}
 	defer sock.Close()
 	fd := sock.Int()
 	if err := connectDgram(fd, s, srv); err != nil {
-		return -1, nil, err
+		return nil, nil, err
 	}
-	return sock.Release(), func(hold Hold) error { return fillDgram(fd, s, srv.Local, sfd, queue, hold) }, nil
+	return sock.Move(), func(hold Hold) error { return fillDgram(fd, s, srv.Local, sfd, queue, hold) }, nil
 }
 
 func connectDgram(fd int, s, srv *image.Socket) error {
@@ -682,7 +684,7 @@ func connectedTo(all map[uint32]UnixInfo, ino uint32) bool {
 // connection is made through a temporary listener on the name of the end
 // that was accepted (its listener is gone), the other end connecting to
 // it from its own name, if any.
-func namedPair(a, b *image.Socket, qa, qb []UnixMsg, how Connecting) (int, int, Fill, error) {
+func namedPair(a, b *image.Socket, qa, qb []UnixMsg, how Connecting) (*sys.FD, *sys.FD, Fill, error) {
 	var ends [2]*sys.FD // closed on error, released on success
 	defer func() {
 		ends[0].Close()
@@ -690,24 +692,24 @@ func namedPair(a, b *image.Socket, qa, qb []UnixMsg, how Connecting) (int, int, 
 	}()
 	if a.Type == unix.SOCK_DGRAM {
 		if a.Local == "" || b.Local == "" {
-			return -1, -1, nil, fmt.Errorf("a datagram pair with one name: %w", ErrState)
+			return nil, nil, nil, fmt.Errorf("a datagram pair with one name: %w", ErrState)
 		}
 		for i, s := range []*image.Socket{a, b} {
 			end, err := sys.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 			if err != nil {
-				return -1, -1, nil, err
+				return nil, nil, nil, err
 			}
 			ends[i] = end
 			if err := setOptions(end.Int(), s.Options, early, nil); err != nil {
-				return -1, -1, nil, err
+				return nil, nil, nil, err
 			}
 			if err := bindName(end.Int(), s); err != nil {
-				return -1, -1, nil, err
+				return nil, nil, nil, err
 			}
 		}
 		for i, to := range []string{ReachName(b), ReachName(a)} {
 			if err := unix.Connect(ends[i].Int(), unixAddr(to)); err != nil {
-				return -1, -1, nil, fmt.Errorf("connect to %s: %w", to, err)
+				return nil, nil, nil, fmt.Errorf("connect to %s: %w", to, err)
 			}
 		}
 	} else {
@@ -718,44 +720,44 @@ func namedPair(a, b *image.Socket, qa, qb []UnixMsg, how Connecting) (int, int, 
 		ss := [2]*image.Socket{a, b}
 		listener, err := sys.Socket(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC, 0)
 		if err != nil {
-			return -1, -1, nil, err
+			return nil, nil, nil, err
 		}
 		defer listener.Close()
 		l := listener.Int()
 		undo, err := bindAside(l, ss[srv].Local)
 		if err != nil {
-			return -1, -1, nil, err
+			return nil, nil, nil, err
 		}
 		defer undo()
 		if err := unix.Listen(l, 1); err != nil {
-			return -1, -1, nil, fmt.Errorf("listen: %w", err)
+			return nil, nil, nil, fmt.Errorf("listen: %w", err)
 		}
 		if err := how.listen(l); err != nil {
-			return -1, -1, nil, err
+			return nil, nil, nil, err
 		}
 		if ends[cli], err = sys.Socket(unix.AF_UNIX, a.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0); err != nil {
-			return -1, -1, nil, err
+			return nil, nil, nil, err
 		}
 		if err := setOptions(ends[cli].Int(), ss[cli].Options, early, nil); err != nil {
-			return -1, -1, nil, err
+			return nil, nil, nil, err
 		}
 		if ss[cli].Local != "" {
 			if err := bindName(ends[cli].Int(), ss[cli]); err != nil {
-				return -1, -1, nil, err
+				return nil, nil, nil, err
 			}
 		}
 		if err := how.connect(ends[cli].Int(), absName(ss[srv].Local)); err != nil {
-			return -1, -1, nil, fmt.Errorf("connect to %s: %w", ss[srv].Local, err)
+			return nil, nil, nil, fmt.Errorf("connect to %s: %w", ss[srv].Local, err)
 		}
 		if ends[srv], err = sys.Accept4(l, unix.SOCK_CLOEXEC); err != nil {
-			return -1, -1, nil, err
+			return nil, nil, nil, err
 		}
 		if err := setOptions(ends[srv].Int(), ss[srv].Options, early, nil); err != nil {
-			return -1, -1, nil, err
+			return nil, nil, nil, err
 		}
 	}
 	fds := [2]int{ends[0].Int(), ends[1].Int()}
-	return ends[0].Release(), ends[1].Release(), func(hold Hold) error {
+	return ends[0].Move(), ends[1].Move(), func(hold Hold) error {
 		return fillAndFinish(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}, hold)
 	}, nil
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
@@ -183,12 +184,12 @@ func TestUnixSockets(t *testing.T) {
 			for _, fd := range fds {
 				unix.Close(fd)
 			}
-			var rebuilt []int
+			var rebuilt []*sys.FD
 			if len(sv) == 2 && sv[0].s.Peer != 0 {
 				a, b, fill, err := UnixPair(sv[0].s, sv[1].s, sv[0].msgs, sv[1].msgs, Connecting{})
 				must(t, err)
 				must(t, fill(nil))
-				rebuilt = []int{a, b}
+				rebuilt = []*sys.FD{a, b}
 			} else {
 				for _, v := range sv {
 					fd, fill, err := OpenUnix(v.s, v.msgs)
@@ -197,8 +198,9 @@ func TestUnixSockets(t *testing.T) {
 					rebuilt = append(rebuilt, fd)
 				}
 			}
-			for i, fd := range rebuilt {
-				defer unix.Close(fd)
+			for i, sock := range rebuilt {
+				defer sock.Close()
+				fd := sock.Int()
 				checkCopy(t, fd, sv[i])
 				if sv[i].s.PeerClosed || sv[i].s.Peer == 0 {
 					if sa, err := unix.Getsockname(fd); err == nil && sv[i].local != "" {
@@ -278,16 +280,17 @@ func TestUnixAcceptQueue(t *testing.T) {
 	for _, fd := range []int{l, c1, c2} {
 		unix.Close(fd)
 	}
-	nl, fill, err := OpenUnix(sv[0].s, nil)
+	lsock, fill, err := OpenUnix(sv[0].s, nil)
 	must(t, err)
 	must(t, fill(nil))
-	defer unix.Close(nl)
+	defer lsock.Close()
+	nl := lsock.Int()
 	var clients []int
 	for _, v := range sv[1:] {
-		fd, err := ConnectUnix(v.s, nl, sv[0].s.Local, Connecting{})
+		sock, err := ConnectUnix(v.s, nl, sv[0].s.Local, Connecting{})
 		must(t, err)
-		defer unix.Close(fd)
-		clients = append(clients, fd)
+		defer sock.Close()
+		clients = append(clients, sock.Int())
 	}
 	for i, want := range []string{"@" /* unnamed, as x/sys shows it */, name + "-c2"} {
 		a, _, err := unix.Accept(nl)
