@@ -144,25 +144,25 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		return openUnix(env, f, at)
 	}
 	if s.Family == unix.AF_NETLINK {
-		fd, err := sockets.OpenNetlink(s)
+		sock, err := sockets.OpenNetlink(s)
 		if err != nil {
 			return Desc{}, err
 		}
-		return Desc{File: os.NewFile(uintptr(fd), "socket")}, nil
+		return Desc{File: sock.File("socket")}, nil
 	}
 	if s.Family == unix.AF_PACKET {
-		fd, err := sockets.OpenPacket(s)
+		sock, err := sockets.OpenPacket(s)
 		if err != nil {
 			return Desc{}, err
 		}
-		return Desc{File: os.NewFile(uintptr(fd), "socket")}, nil
+		return Desc{File: sock.File("socket")}, nil
 	}
 	if sockets.OtherInet(s.Family, s.Type, s.Protocol) {
-		fd, err := sockets.OpenOther(s)
+		sock, err := sockets.OpenOther(s)
 		if err != nil {
 			return Desc{}, fmt.Errorf("socket %s %s: %w", s.Local, s.Remote, err)
 		}
-		return Desc{File: os.NewFile(uintptr(fd), "socket")}, nil
+		return Desc{File: sock.File("socket")}, nil
 	}
 	se := env.Sockets()
 	queue := func(id int) ([]byte, error) {
@@ -236,7 +236,7 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 // own, so that its SYN never leaves (the reset the rebuild forges passes).
 func openInetSocket(s *image.Socket, recvQ, sendQ []byte) (*sys.FD, error) {
 	if !sockets.NeedsSYNDropped(s) {
-		return ownedOpen(s, recvQ, sendQ)
+		return sockets.Open(s, recvQ, sendQ)
 	}
 	local, err := netip.ParseAddrPort(s.Local)
 	if err != nil {
@@ -250,21 +250,12 @@ func openInetSocket(s *image.Socket, recvQ, sendQ []byte) (*sys.FD, error) {
 	if err != nil {
 		return nil, fmt.Errorf("a lock to rebuild the closed socket: %w", err)
 	}
-	sock, err := ownedOpen(s, recvQ, sendQ)
+	sock, err := sockets.Open(s, recvQ, sendQ)
 	if rerr := netlock.Release(l.Table, -1); rerr != nil && err == nil {
 		sock.Close()
 		return nil, fmt.Errorf("lift the lock of the rebuilt closed socket: %w", rerr)
 	}
 	return sock, err
-}
-
-// ownedOpen is sockets.Open, its socket owned.
-func ownedOpen(s *image.Socket, recvQ, sendQ []byte) (*sys.FD, error) {
-	fd, err := sockets.Open(s, recvQ, sendQ)
-	if err != nil {
-		return nil, err
-	}
-	return sys.NewFD(fd)
 }
 
 // RewriteEndpoints applies the rewrite rules to a socket's endpoints.

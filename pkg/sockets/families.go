@@ -186,16 +186,16 @@ func readOther(fd int, o otherOption) (image.SockOpt, error) {
 // OpenOther builds a socket DescribeOther saved: options, its own
 // options, bound to its address (a ping socket with its identifier),
 // connected to its peer, shut down as it was.
-func OpenOther(s *image.Socket) (int, error) {
+func OpenOther(s *image.Socket) (*sys.FD, error) {
 	sock, err := sys.Socket(s.Family, s.Type|unix.SOCK_CLOEXEC, s.Protocol)
 	if err != nil {
-		return -1, err
+		return nil, err
 	}
 	defer sock.Close()
 	if err := openOther(sock.Int(), s); err != nil {
-		return -1, fmt.Errorf("%s: %w", OtherName(s.Family, s.Type, s.Protocol), err)
+		return nil, fmt.Errorf("%s: %w", OtherName(s.Family, s.Type, s.Protocol), err)
 	}
-	return sock.Release(), nil
+	return sock.Move(), nil
 }
 
 func openOther(fd int, s *image.Socket) error {

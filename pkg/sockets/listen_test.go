@@ -47,17 +47,19 @@ func TestListenerAfterItsConnection(t *testing.T) {
 	f.Close() // in repair mode: silent
 	ln.Close()
 
-	cfd, err := RestoreTCP(st, recvQ, sendQ)
+	csock, err := RestoreTCP(st, recvQ, sendQ)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer unix.Close(cfd)
-	lfd, err := Open(&image.Socket{Family: unix.AF_INET, Type: unix.SOCK_STREAM, Protocol: unix.IPPROTO_TCP,
+	defer csock.Close()
+	cfd := csock.Int()
+	lsock, err := Open(&image.Socket{Family: unix.AF_INET, Type: unix.SOCK_STREAM, Protocol: unix.IPPROTO_TCP,
 		State: StateListen, Local: addr, Backlog: 4}, nil, nil)
 	if err != nil {
 		t.Fatalf("listener rebuilt after its accepted connection: %v", err)
 	}
-	defer unix.Close(lfd)
+	defer lsock.Close()
+	lfd := lsock.Int()
 	if err := Resume(cfd, st, sendQ); err != nil {
 		t.Fatal(err)
 	}

@@ -98,15 +98,15 @@ func DescribeNetlink(fd int) (*image.Socket, error) {
 
 // OpenNetlink builds a netlink socket DescribeNetlink saved: options,
 // bound to its port id, its groups joined, connected.
-func OpenNetlink(s *image.Socket) (int, error) {
+func OpenNetlink(s *image.Socket) (*sys.FD, error) {
 	sock, err := sys.Socket(unix.AF_NETLINK, s.Type|unix.SOCK_CLOEXEC, s.Protocol)
 	if err != nil {
-		return -1, fmt.Errorf("netlink socket: %w", err)
+		return nil, fmt.Errorf("netlink socket: %w", err)
 	}
 	defer sock.Close()
 	fd := sock.Int()
-	fail := func(err error) (int, error) {
-		return -1, fmt.Errorf("netlink socket (protocol %d): %w", s.Protocol, err)
+	fail := func(err error) (*sys.FD, error) {
+		return nil, fmt.Errorf("netlink socket (protocol %d): %w", s.Protocol, err)
 	}
 	if err := setOptions(fd, s.Options, early, nil); err != nil {
 		return fail(err)
@@ -138,5 +138,5 @@ func OpenNetlink(s *image.Socket) (int, error) {
 	if err := setOptions(fd, s.Options, late, nil); err != nil {
 		return fail(err)
 	}
-	return sock.Release(), nil
+	return sock.Move(), nil
 }

@@ -191,11 +191,12 @@ func TestOptionsListenUDP(t *testing.T) {
 				t.Fatal(err)
 			}
 			unix.Close(fd)
-			nfd, err := Open(s, nil, nil)
+			nsock, err := Open(s, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer unix.Close(nfd)
+			defer nsock.Close()
+			nfd := nsock.Int()
 			compareAll(t, want, readAll(t, nfd))
 		})
 	}
@@ -238,11 +239,12 @@ func TestOptionsConnection(t *testing.T) {
 			}
 			s.TCP = &st.TCPRepair
 			unix.Close(fd)
-			nfd, err := Open(s, recvQ, sendQ)
+			nsock, err := Open(s, recvQ, sendQ)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer unix.Close(nfd)
+			defer nsock.Close()
+			nfd := nsock.Int()
 			if err := Resume(nfd, st, sendQ); err != nil {
 				t.Fatal(err)
 			}

@@ -104,15 +104,15 @@ func DescribePacket(fd int, ino uint64) (*image.Socket, error) {
 }
 
 // OpenPacket builds a packet socket DescribePacket saved.
-func OpenPacket(s *image.Socket) (int, error) {
+func OpenPacket(s *image.Socket) (*sys.FD, error) {
 	sock, err := sys.Socket(unix.AF_PACKET, s.Type|unix.SOCK_CLOEXEC, s.Protocol)
 	if err != nil {
-		return -1, fmt.Errorf("packet socket: %w", err)
+		return nil, fmt.Errorf("packet socket: %w", err)
 	}
 	defer sock.Close()
 	fd := sock.Int()
-	fail := func(err error) (int, error) {
-		return -1, fmt.Errorf("packet socket: %w", err)
+	fail := func(err error) (*sys.FD, error) {
+		return nil, fmt.Errorf("packet socket: %w", err)
 	}
 	if err := setOptions(fd, s.Options, early, nil); err != nil {
 		return fail(err)
@@ -157,7 +157,7 @@ func OpenPacket(s *image.Socket) (int, error) {
 	if err := setOptions(fd, s.Options, late, nil); err != nil {
 		return fail(err)
 	}
-	return sock.Release(), nil
+	return sock.Move(), nil
 }
 
 // packetDiag is what sock_diag says of a packet socket: its memberships

@@ -209,21 +209,21 @@ func shutdown(fd, bits int) error {
 // Open builds a socket from its image. An established TCP connection comes
 // back in repair mode (see RestoreTCP); the caller calls Resume once every
 // socket is built. Flags (O_NONBLOCK) are the file's status flags.
-func Open(s *image.Socket, recvQ, sendQ []byte) (int, error) {
+func Open(s *image.Socket, recvQ, sendQ []byte) (*sys.FD, error) {
 	sock, err := sys.Socket(s.Family, s.Type|unix.SOCK_CLOEXEC, s.Protocol)
 	if err != nil {
-		return -1, err
+		return nil, err
 	}
 	defer sock.Close()
 	fd := sock.Int()
 	if s.TCP != nil {
 		local, err := netip.ParseAddrPort(s.Local)
 		if err != nil {
-			return -1, fmt.Errorf("local address %q: %w", s.Local, err)
+			return nil, fmt.Errorf("local address %q: %w", s.Local, err)
 		}
 		remote, err := netip.ParseAddrPort(s.Remote)
 		if err != nil {
-			return -1, fmt.Errorf("remote address %q: %w", s.Remote, err)
+			return nil, fmt.Errorf("remote address %q: %w", s.Remote, err)
 		}
 		st := &TCPState{Local: local, Remote: remote, State: s.State, TCPRepair: *s.TCP}
 		open := openConn
@@ -240,9 +240,9 @@ func Open(s *image.Socket, recvQ, sendQ []byte) (int, error) {
 		}
 		if err := open(fd, s, st, recvQ, sendQ); err != nil {
 			setRepair(fd, true) // closing must stay silent
-			return -1, err
+			return nil, err
 		}
-		return sock.Release(), nil
+		return sock.Move(), nil
 	}
 	open := openPlain
 	if s.PortFree && s.Protocol == unix.IPPROTO_TCP && s.State == StateClose && s.Local != "" {
@@ -255,9 +255,9 @@ func Open(s *image.Socket, recvQ, sendQ []byte) (int, error) {
 		}
 	}
 	if err := open(fd, s); err != nil {
-		return -1, err
+		return nil, err
 	}
-	return sock.Release(), nil
+	return sock.Move(), nil
 }
 
 // openConn rebuilds an established connection in repair mode with its

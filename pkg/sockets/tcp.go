@@ -246,9 +246,9 @@ func ReuseAddr(fd int) int {
 // RestoreTCP builds a socket in repair mode that takes over the connection
 // described by st: same 4-tuple, sequence numbers, options, window and
 // queues. It stays in repair mode, and so silent, until Resume.
-func RestoreTCP(st *TCPState, recvQ, sendQ []byte) (int, error) {
+func RestoreTCP(st *TCPState, recvQ, sendQ []byte) (*sys.FD, error) {
 	if st.Unsent > len(sendQ) || st.Unsent < 0 {
-		return -1, fmt.Errorf("%d unsent bytes of a %d byte send queue: %w", st.Unsent, len(sendQ), ErrState)
+		return nil, fmt.Errorf("%d unsent bytes of a %d byte send queue: %w", st.Unsent, len(sendQ), ErrState)
 	}
 	family := unix.AF_INET
 	if st.Local.Addr().Is6() {
@@ -256,7 +256,7 @@ func RestoreTCP(st *TCPState, recvQ, sendQ []byte) (int, error) {
 	}
 	sock, err := sys.Socket(family, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return -1, err
+		return nil, err
 	}
 	defer sock.Close()
 	fd := sock.Int()
@@ -269,9 +269,9 @@ func RestoreTCP(st *TCPState, recvQ, sendQ []byte) (int, error) {
 	}
 	if err != nil {
 		setRepair(fd, true) // closing must stay silent
-		return -1, err
+		return nil, err
 	}
-	return sock.Release(), nil
+	return sock.Move(), nil
 }
 
 // restoreTCP rebuilds a connection on a socket in repair mode. Repair

@@ -79,11 +79,12 @@ func TestDumpRestoreTCP(t *testing.T) {
 			}
 			unix.Close(fd) // in repair mode: no FIN, no RST
 
-			nfd, err := RestoreTCP(st, recvQ, sendQ)
+			nsock, err := RestoreTCP(st, recvQ, sendQ)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer unix.Close(nfd)
+			defer nsock.Close()
+			nfd := nsock.Int()
 			if err := Resume(nfd, st, sendQ); err != nil {
 				t.Fatal(err)
 			}

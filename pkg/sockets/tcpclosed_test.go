@@ -359,10 +359,10 @@ func openClosed(t *testing.T, s *image.Socket, recvQ []byte) int {
 		must(t, err)
 		defer netlock.Release(l.Table, -1)
 	}
-	nfd, err := sockets.Open(s, recvQ, nil)
+	nsock, err := sockets.Open(s, recvQ, nil)
 	must(t, err)
-	t.Cleanup(func() { unix.Close(nfd) })
-	return nfd
+	t.Cleanup(func() { nsock.Close() })
+	return nsock.Int()
 }
 
 // TestTCPClosedPendingError checks that a closed socket whose error was

@@ -284,9 +284,10 @@ func TestTCPStates(t *testing.T) {
 					t.Fatalf("dumped state %s, want %s", sockets.StateName(st.State), sockets.StateName(c.want))
 				}
 				unix.Close(e.cli) // in repair mode: silent
-				fd, err := sockets.RestoreTCP(st, recvQ, sendQ)
+				sock, err := sockets.RestoreTCP(st, recvQ, sendQ)
 				must(t, err)
-				defer unix.Close(fd)
+				defer sock.Close()
+				fd := sock.Int()
 				must(t, sockets.Resume(fd, st, sendQ))
 				if s, _ := sockets.State(fd); s != c.want {
 					t.Fatalf("restored in state %s, want %s", sockets.StateName(s), sockets.StateName(c.want))
@@ -390,14 +391,12 @@ func TestTCPSynSent(t *testing.T) {
 				t.Fatalf("saved peer %v, want %v", st.Remote, sockets.AddrPort(la))
 			}
 			unix.Close(fd)
-			nfd, err := unix.Socket(dom, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
-			must(t, err)
-			defer unix.Close(nfd)
 			s := &image.Socket{Family: dom, Type: unix.SOCK_STREAM, Protocol: unix.IPPROTO_TCP, State: st.State,
 				Local: st.Local.String(), Remote: st.Remote.String(), TCP: &st.TCPRepair}
-			unix.Close(nfd)
-			nfd, err = sockets.Open(s, recvQ, sendQ)
+			nsock, err := sockets.Open(s, recvQ, sendQ)
 			must(t, err)
+			defer nsock.Close()
+			nfd := nsock.Int()
 			must(t, sockets.ResumeSocket(nfd, s, sendQ))
 			if s, _ := sockets.State(nfd); s != sockets.StateSynSent {
 				t.Fatalf("restored in state %s, want SYN_SENT", sockets.StateName(s))

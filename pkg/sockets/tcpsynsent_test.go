@@ -45,9 +45,10 @@ func TestTCPPortGivenBack(t *testing.T) {
 		st, recvQ, sendQ, err := sockets.DumpTCP(e.cli)
 		must(t, err)
 		unix.Close(e.cli) // in repair mode: silent
-		nfd, err := sockets.RestoreTCP(st, recvQ, sendQ)
+		nsock, err := sockets.RestoreTCP(st, recvQ, sendQ)
 		must(t, err)
-		defer unix.Close(nfd)
+		defer nsock.Close()
+		nfd := nsock.Int()
 		must(t, sockets.Resume(nfd, st, sendQ))
 		reset(t, nfd, e.srv)
 		unix.GetsockoptInt(nfd, unix.SOL_SOCKET, unix.SO_ERROR)
@@ -73,9 +74,10 @@ func TestTCPPortGivenBack(t *testing.T) {
 		unix.Close(fd)
 		s := &image.Socket{Family: unix.AF_INET, Type: unix.SOCK_STREAM, Protocol: unix.IPPROTO_TCP, State: st.State,
 			Local: st.Local.String(), Remote: st.Remote.String(), TCP: &st.TCPRepair}
-		nfd, err := sockets.Open(s, nil, nil)
+		nsock, err := sockets.Open(s, nil, nil)
 		must(t, err)
-		defer unix.Close(nfd)
+		defer nsock.Close()
+		nfd := nsock.Int()
 		must(t, sockets.ResumeSocket(nfd, s, nil))
 		if la, err := unix.Getsockname(nfd); err != nil || sockets.AddrPort(la) != st.Local {
 			t.Fatalf("rebuilt from %v, want %s", sockets.AddrPort(la), st.Local)
