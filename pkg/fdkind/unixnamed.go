@@ -231,11 +231,11 @@ func openClosedIn(env RestoreEnv, s *image.Socket, at Where, q []sockets.UnixMsg
 			if err != nil {
 				return err
 			}
-			fill, err := sockets.ClosedPeer([2]int{a, b}, s, q)
+			fill, err := sockets.ClosedPeer(a, b, s, q) // b is fill's now
 			if err != nil {
 				return err
 			}
-			ends[s.Ino] = os.NewFile(uintptr(a), "unix")
+			ends[s.Ino] = a.File("unix")
 			env.Keep(ends[s.Ino])
 			return fillLater(env, at, fill, queue{s, q})
 		}

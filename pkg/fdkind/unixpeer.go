@@ -99,7 +99,7 @@ func openCredPair(env RestoreEnv, f *image.File, at Where, msgs func(*image.Sock
 		ends := map[uint32]*os.File{}
 		env.BeforeBuild(func(target func(sys.PID) (Target, bool)) error {
 			cred := s.PeerCred
-			var a, b int
+			var a, b *sys.FD
 			pair := func(t Target) (err error) {
 				a, b, err = socketpairIn(t, s.Type, cred)
 				return err
@@ -115,24 +115,27 @@ func openCredPair(env RestoreEnv, f *image.File, at Where, msgs func(*image.Sock
 				err = fmt.Errorf("no process to hold PID %d: %w", cred.PID, image.ErrCorrupt)
 			}
 			if err != nil {
+				a.Close() // made before the holder failed, if at all
+				b.Close()
 				return fmt.Errorf("UNIX socket pair %d-%d in process %d: %w", s.Ino, s.Peer, cred.PID, err)
 			}
-			fa, fb := os.NewFile(uintptr(a), "unix"), os.NewFile(uintptr(b), "unix")
+			raw := [2]int{a.Int(), b.Int()}
+			fa, fb := a.File("unix"), b.File("unix")
 			env.Keep(fa)
 			env.Keep(fb)
 			ends[s.Ino], ends[s.Peer] = fa, fb
-			if err := sockets.BindPairNames([2]int{a, b}, s, pf.Socket); err != nil {
+			if err := sockets.BindPairNames(raw, s, pf.Socket); err != nil {
 				return fmt.Errorf("UNIX socket pair %d-%d: %w", s.Ino, s.Peer, err)
 			}
 			for _, e := range []struct {
 				fd int
 				s  *image.Socket
-			}{{a, s}, {b, pf.Socket}} {
+			}{{raw[0], s}, {raw[1], pf.Socket}} {
 				if e.s.File != nil && e.s.File.Gone {
 					env.Sockets().Finally(func() error { return sockets.ForgetName(e.fd, e.s) })
 				}
 			}
-			fill, err := sockets.FinishPair([2]int{a, b}, s, pf.Socket, qa, qb)
+			fill, err := sockets.FinishPair(raw, s, pf.Socket, qa, qb)
 			if err != nil {
 				return fmt.Errorf("UNIX socket pair: %w", err)
 			}
@@ -171,20 +174,20 @@ func openCredPair(env RestoreEnv, f *image.File, at Where, msgs func(*image.Sock
 // with the effective ids of cred, and returns ckpt-redo's copies of both
 // ends (the process's own are closed). The process is still root: its
 // effective ids are set for the call and put back.
-func socketpairIn(t Target, typ int, cred *image.PeerCred) (int, int, error) {
+func socketpairIn(t Target, typ int, cred *image.PeerCred) (*sys.FD, *sys.FD, error) {
 	const keep = ^uint64(0) // -1: unchanged
 	restoreGroups, err := setGroupsIn(t, cred.Groups)
 	if err != nil {
-		return -1, -1, err
+		return nil, nil, err
 	}
 	defer restoreGroups()
 	ids := cred.UID != 0 || cred.GID != 0
 	if ids {
 		if _, err := t.Call("setresgid", unix.SYS_SETRESGID, keep, uint64(cred.GID), keep); err != nil {
-			return -1, -1, err
+			return nil, nil, err
 		}
 		if _, err := t.Call("setresuid", unix.SYS_SETRESUID, keep, uint64(cred.UID), keep); err != nil {
-			return -1, -1, err
+			return nil, nil, err
 		}
 	}
 	addr, err := t.Scratch(make([]byte, 8))
@@ -202,11 +205,11 @@ func socketpairIn(t Target, typ int, cred *image.PeerCred) (int, int, error) {
 		}
 	}
 	if err != nil {
-		return -1, -1, err
+		return nil, nil, err
 	}
 	buf := make([]byte, 8)
 	if n, err := unix.ProcessVMReadv(int(t.PID()), []unix.Iovec{{Base: &buf[0], Len: 8}}, []unix.RemoteIovec{{Base: uintptr(addr), Len: 8}}, 0); err != nil || n != 8 {
-		return -1, -1, fmt.Errorf("read the pair's fds: %d bytes, %v", n, err)
+		return nil, nil, fmt.Errorf("read the pair's fds: %d bytes, %v", n, err)
 	}
 	theirs := [2]int{int(binary.LittleEndian.Uint32(buf)), int(binary.LittleEndian.Uint32(buf[4:]))}
 	defer func() {
@@ -216,7 +219,7 @@ func socketpairIn(t Target, typ int, cred *image.PeerCred) (int, int, error) {
 	}()
 	pidfd, err := sys.PidfdOpen(t.PID(), 0)
 	if err != nil {
-		return -1, -1, err
+		return nil, nil, err
 	}
 	defer pidfd.Close()
 	var ours [2]*sys.FD // closed on error, released on success
@@ -226,10 +229,10 @@ func socketpairIn(t Target, typ int, cred *image.PeerCred) (int, int, error) {
 	}()
 	for i, fd := range theirs {
 		if ours[i], err = sys.PidfdGetfd(pidfd, sys.TargetFD(fd)); err != nil {
-			return -1, -1, err
+			return nil, nil, err
 		}
 	}
-	return ours[0].Release(), ours[1].Release(), nil
+	return ours[0].Move(), ours[1].Move(), nil
 }
 
 // installFrom has the process t take ckpt-redo's file f at fd

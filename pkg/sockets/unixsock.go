@@ -323,15 +323,11 @@ func OpenUnix(s *image.Socket, queue []UnixMsg) (*sys.FD, Fill, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		// ClosedPeer owns both from here (it closes both on error),
-		// and gives fds[0] back.
-		fds := [2]int{a.Release(), b.Release()}
-		fill, err := ClosedPeer(fds, s, queue)
+		fill, err := ClosedPeer(a, b, s, queue) // b is fill's now
 		if err != nil {
 			return nil, nil, err
 		}
-		end, err := sys.NewFD(fds[0])
-		return end, fill, err
+		return a, fill, nil
 	}
 	sock, err := sys.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -362,19 +358,19 @@ func OpenUnixBound(s *image.Socket) (*sys.FD, error) {
 }
 
 // ClosedPeer makes of a pair (made elsewhere: in the process its peer
-// credentials name, see fdkind) a socket s whose peer was closed: fds[0]
-// gets s's early options; fill refills its queue from fds[1], then
-// closes fds[1] (resetting fds[0] if s was reset). On error both are
-// closed.
-func ClosedPeer(fds [2]int, s *image.Socket, queue []UnixMsg) (Fill, error) {
-	end, _ := sys.NewFD(fds[0])  // the caller's again on success
-	peer, _ := sys.NewFD(fds[1]) // fill's on success
+// credentials name, see fdkind) a socket s whose peer was closed: end
+// gets s's early options; fill refills its queue from peer, then closes
+// peer (resetting end if s was reset). peer is fill's from the call on
+// (the caller's FD is left closed); end stays the caller's. On error both
+// are closed.
+func ClosedPeer(end, peer *sys.FD, s *image.Socket, queue []UnixMsg) (Fill, error) {
+	fds := [2]int{end.Int(), peer.Int()}
+	peer = peer.Move()
 	if err := earlyPair(fds, [2]*image.Socket{s, nil}); err != nil {
 		end.Close()
 		peer.Close()
 		return nil, err
 	}
-	end.Release()
 	return func(hold Hold) error {
 		defer peer.Close()
 		err := fillAndFinish(fds, [2]*image.Socket{s, nil}, [2][]UnixMsg{queue, nil}, hold)
