@@ -94,12 +94,15 @@ type queue struct {
 // the first fd of the socket: its process holds a PID for credentials
 // naming a process that no longer exists.
 func fillLater(env RestoreEnv, at Where, fill sockets.Fill, qs ...queue) error {
-	empty := true
+	empty, dgram := true, false
 	for _, q := range qs {
 		empty = empty && len(q.msgs) == 0
+		dgram = dgram || q.s.Type == unix.SOCK_DGRAM
 	}
-	if empty {
-		return fill(nil)
+	if empty && !dgram {
+		// (A datagram socket is finished with the others: it may
+		// have to send what another's queue holds first.)
+		return fill(sockets.Refill{})
 	}
 	v, err := env.Once(unixFillsKey{}, func() (any, error) {
 		l := &unixFills{}
@@ -133,6 +136,9 @@ type pendingFill struct {
 }
 
 func (l *unixFills) run(env RestoreEnv, target func(sys.PID) (Target, bool)) error {
+	// The datagram sockets' late options and shutdown come once every
+	// queue is filled (sockets.Refill).
+	var later []func() error
 	// Opening a file in flight may add fills: they run too.
 	for k := 0; k < len(l.fills); k++ {
 		p := l.fills[k]
@@ -158,8 +164,21 @@ func (l *unixFills) run(env RestoreEnv, target func(sys.PID) (Target, bool)) err
 			}
 			return t.HoldPID(sys.PID(pid), fn)
 		}
-		if err := p.fill(hold); err != nil {
+		r := sockets.Refill{Hold: hold, Later: func(step func() error) {
+			later = append(later, func() error {
+				if err := step(); err != nil {
+					return fmt.Errorf("%v: UNIX socket: %w", p.at, err)
+				}
+				return nil
+			})
+		}}
+		if err := p.fill(r); err != nil {
 			return fmt.Errorf("%v: UNIX socket queue: %w", p.at, err)
+		}
+	}
+	for _, step := range later {
+		if err := step(); err != nil {
+			return err
 		}
 	}
 	return nil

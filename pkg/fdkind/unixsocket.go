@@ -147,8 +147,8 @@ func openUnixSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 		if err != nil {
 			return Desc{}, err
 		}
-		fill := func(hold sockets.Hold) error {
-			if err := sockets.FillUnix(int(f.Fd()), s, q, unixSender(env, s.Type), hold); err != nil {
+		fill := func(r sockets.Refill) error {
+			if err := sockets.FillUnix(int(f.Fd()), s, q, unixSender(env, s.Type), r); err != nil {
 				return fmt.Errorf("UNIX socket %s: %w", s.Local, err)
 			}
 			return nil
@@ -281,7 +281,7 @@ func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Soc
 	lsock, fill, err := sockets.OpenUnix(l, nil)
 	if err == nil {
 		defer lsock.Close() // if fill fails; handed over to ends otherwise
-		err = fill(nil)
+		err = fill(sockets.Refill{})
 	}
 	if err != nil {
 		return nil, fmt.Errorf("UNIX socket %s: %w", l.Local, err)
@@ -458,8 +458,8 @@ func openConnectedTo(env RestoreEnv, at Where, sino uint32, msgs func(*image.Soc
 		return nil, fmt.Errorf("UNIX socket %s: %w", srv.Local, err)
 	}
 	fd := ssock.Int()
-	fill := func(hold sockets.Hold) error {
-		return sockets.FillUnix(fd, srv, q, unixSender(env, srv.Type), hold)
+	fill := func(r sockets.Refill) error {
+		return sockets.FillUnix(fd, srv, q, unixSender(env, srv.Type), r)
 	}
 	ends := map[uint32]*os.File{sino: ssock.File("unix")}
 	env.Keep(ends[sino])

@@ -25,7 +25,28 @@ type Hold func(pid int, fn func() error) error
 // Fill refills the queues of UNIX sockets already made and sets what
 // comes after (late options, shutdown). It runs once every process of
 // the tree exists: credentials name them.
-type Fill func(hold Hold) error
+type Fill func(r Refill) error
+
+// Refill is what a Fill is given. Hold, if not nil, sends as a PID that
+// no longer exists. Later, if not nil, takes the finishing steps of
+// datagram sockets (late options, shutdown) to run once every queue is
+// filled: a datagram queued on an unconnected socket goes again from its
+// sender's rebuilt socket, which must not be shut down for sending yet
+// (nil: they run at once).
+type Refill struct {
+	Hold  Hold
+	Later func(step func() error)
+}
+
+// finish sets the late options and shutdown state of a socket whose
+// queue is filled: at once, or later for a datagram socket.
+func (r Refill) finish(fd int, s *image.Socket) error {
+	if r.Later != nil && s.Type == unix.SOCK_DGRAM {
+		r.Later(func() error { return finishUnix(fd, s) })
+		return nil
+	}
+	return finishUnix(fd, s)
+}
 
 // CloseRights closes ckpt's copies of the files in flight of msgs (those
 // peekUnix installed); again, or on messages made at the restore, it does

@@ -97,7 +97,7 @@ func TestUnixSCMQueue(t *testing.T) {
 						unix.Close(fds[1])
 						a, b, fill, err := UnixPair(sv[0].s, sv[1].s, sv[0].msgs, sv[1].msgs, Connecting{})
 						must(t, err)
-						must(t, fill(nil))
+						must(t, fill(Refill{}))
 						CloseRights(sv[0].msgs)
 						want = append(want, readSCM(t, a.Int(), size))
 						a.Close()

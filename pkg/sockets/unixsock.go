@@ -186,8 +186,8 @@ func UnixPair(a, b *image.Socket, qa, qb []UnixMsg, how Connecting) (*sys.FD, *s
 	if err := earlyPair(fds, [2]*image.Socket{a, b}); err != nil {
 		return nil, nil, nil, err
 	}
-	return fa.Move(), fb.Move(), func(hold Hold) error {
-		return fillAndFinish(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}, hold)
+	return fa.Move(), fb.Move(), func(r Refill) error {
+		return fillAndFinish(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}, r)
 	}, nil
 }
 
@@ -199,8 +199,8 @@ func FinishPair(fds [2]int, a, b *image.Socket, qa, qb []UnixMsg) (Fill, error) 
 	if err := earlyPair(fds, [2]*image.Socket{a, b}); err != nil {
 		return nil, err
 	}
-	return func(hold Hold) error {
-		return fillAndFinish(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}, hold)
+	return func(r Refill) error {
+		return fillAndFinish(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}, r)
 	}, nil
 }
 
@@ -220,9 +220,9 @@ func earlyPair(fds [2]int, s [2]*image.Socket) error {
 
 // fillAndFinish refills the queues of a connected pair and sets their
 // late options and shutdown state (a nil image: that end is left as is).
-func fillAndFinish(fds [2]int, s [2]*image.Socket, q [2][]UnixMsg, hold Hold) error {
+func fillAndFinish(fds [2]int, s [2]*image.Socket, q [2][]UnixMsg, r Refill) error {
 	for i := range fds {
-		if err := fillUnix(fds[1-i], fds[i], q[i], func(m UnixMsg) error { return sendMsg(fds[1-i], m, nil, hold) }); err != nil {
+		if err := fillUnix(fds[1-i], fds[i], q[i], func(m UnixMsg) error { return sendMsg(fds[1-i], m, nil, r.Hold) }); err != nil {
 			return err
 		}
 	}
@@ -230,7 +230,7 @@ func fillAndFinish(fds [2]int, s [2]*image.Socket, q [2][]UnixMsg, hold Hold) er
 		if s[i] == nil {
 			continue
 		}
-		if err := finishUnix(fds[i], s[i]); err != nil {
+		if err := r.finish(fds[i], s[i]); err != nil {
 			return err
 		}
 	}
@@ -338,7 +338,7 @@ func OpenUnix(s *image.Socket, queue []UnixMsg) (*sys.FD, Fill, error) {
 	if err := bindUnconnected(fd, s); err != nil {
 		return nil, nil, err
 	}
-	return sock.Move(), func(hold Hold) error { return FillUnix(fd, s, queue, nil, hold) }, nil
+	return sock.Move(), func(r Refill) error { return FillUnix(fd, s, queue, nil, r) }, nil
 }
 
 // OpenUnixBound makes an unconnected UNIX socket with its early options,
@@ -371,9 +371,9 @@ func ClosedPeer(end, peer *sys.FD, s *image.Socket, queue []UnixMsg) (Fill, erro
 		peer.Close()
 		return nil, err
 	}
-	return func(hold Hold) error {
+	return func(r Refill) error {
 		defer peer.Close()
-		err := fillAndFinish(fds, [2]*image.Socket{s, nil}, [2][]UnixMsg{queue, nil}, hold)
+		err := fillAndFinish(fds, [2]*image.Socket{s, nil}, [2][]UnixMsg{queue, nil}, r)
 		if err == nil && s.PeerReset {
 			// Closing a socket with data unread resets its peer.
 			err = sendNow(fds[0], []byte{0}, nil)
@@ -404,7 +404,7 @@ func bindUnconnected(fd int, s *image.Socket) error {
 // whose sender's name sender finds among the rebuilt sockets (its fd) is
 // sent from that socket, which holds the name; any other from a temporary
 // socket bound to the name.
-func FillUnix(fd int, s *image.Socket, queue []UnixMsg, sender func(name string) (int, bool), hold Hold) error {
+func FillUnix(fd int, s *image.Socket, queue []UnixMsg, sender func(name string) (int, bool), r Refill) error {
 	if len(queue) > 0 {
 		if s.Local == "" || s.Type == unix.SOCK_STREAM {
 			return fmt.Errorf("queued data on an unconnected socket: %w", ErrState)
@@ -413,16 +413,16 @@ func FillUnix(fd int, s *image.Socket, queue []UnixMsg, sender func(name string)
 		send := func(m UnixMsg) error {
 			if sender != nil && m.From != "" {
 				if from, ok := sender(m.From); ok {
-					return sendMsg(from, m, to, hold)
+					return sendMsg(from, m, to, r.Hold)
 				}
 			}
-			return sendFrom(s.Type, m, to, hold)
+			return sendFrom(s.Type, m, to, r.Hold)
 		}
 		if err := fillUnix(-1, fd, queue, send); err != nil {
 			return err
 		}
 	}
-	return finishUnix(fd, s)
+	return r.finish(fd, s)
 }
 
 // sendFrom sends a datagram to to from a temporary socket bound to the
@@ -592,9 +592,9 @@ func AcceptedPair(lfd int, listener string, srv, cli *image.Socket, qs, qc []Uni
 	if cli == nil {
 		closed = client.Move()
 	}
-	fill := func(hold Hold) error {
+	fill := func(r Refill) error {
 		defer closed.Close()
-		return fillAndFinish([2]int{sfd, cfd}, [2]*image.Socket{srv, cli}, [2][]UnixMsg{qs, qc}, hold)
+		return fillAndFinish([2]int{sfd, cfd}, [2]*image.Socket{srv, cli}, [2][]UnixMsg{qs, qc}, r)
 	}
 	return server.Move(), client.Move(), fill, nil
 }
@@ -614,7 +614,7 @@ func ConnectDgram(s, srv *image.Socket, sfd int, queue []UnixMsg) (*sys.FD, Fill
 	if err := connectDgram(fd, s, srv); err != nil {
 		return nil, nil, err
 	}
-	return sock.Move(), func(hold Hold) error { return fillDgram(fd, s, srv.Local, sfd, queue, hold) }, nil
+	return sock.Move(), func(r Refill) error { return fillDgram(fd, s, srv.Local, sfd, queue, r) }, nil
 }
 
 func connectDgram(fd int, s, srv *image.Socket) error {
@@ -633,7 +633,7 @@ func connectDgram(fd int, s, srv *image.Socket) error {
 	return nil
 }
 
-func fillDgram(fd int, s *image.Socket, server string, sfd int, queue []UnixMsg, hold Hold) error {
+func fillDgram(fd int, s *image.Socket, server string, sfd int, queue []UnixMsg, r Refill) error {
 	if len(queue) > 0 {
 		if s.Local == "" {
 			return fmt.Errorf("messages queued on an unnamed datagram socket: %w", ErrState)
@@ -641,15 +641,15 @@ func fillDgram(fd int, s *image.Socket, server string, sfd int, queue []UnixMsg,
 		to := unixAddr(ReachName(s))
 		err := fillUnix(-1, fd, queue, func(m UnixMsg) error {
 			if m.From == server {
-				return sendMsg(sfd, m, to, hold)
+				return sendMsg(sfd, m, to, r.Hold)
 			}
-			return sendFrom(s.Type, m, to, hold)
+			return sendFrom(s.Type, m, to, r.Hold)
 		})
 		if err != nil {
 			return err
 		}
 	}
-	return finishUnix(fd, s)
+	return r.finish(fd, s)
 }
 
 // absName is a path name as absolute (the temporary listener bound it
@@ -753,7 +753,7 @@ func namedPair(a, b *image.Socket, qa, qb []UnixMsg, how Connecting) (*sys.FD, *
 		}
 	}
 	fds := [2]int{ends[0].Int(), ends[1].Int()}
-	return ends[0].Move(), ends[1].Move(), func(hold Hold) error {
-		return fillAndFinish(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}, hold)
+	return ends[0].Move(), ends[1].Move(), func(r Refill) error {
+		return fillAndFinish(fds, [2]*image.Socket{a, b}, [2][]UnixMsg{qa, qb}, r)
 	}, nil
 }

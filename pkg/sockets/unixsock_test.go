@@ -188,13 +188,13 @@ func TestUnixSockets(t *testing.T) {
 			if len(sv) == 2 && sv[0].s.Peer != 0 {
 				a, b, fill, err := UnixPair(sv[0].s, sv[1].s, sv[0].msgs, sv[1].msgs, Connecting{})
 				must(t, err)
-				must(t, fill(nil))
+				must(t, fill(Refill{}))
 				rebuilt = []*sys.FD{a, b}
 			} else {
 				for _, v := range sv {
 					fd, fill, err := OpenUnix(v.s, v.msgs)
 					must(t, err)
-					must(t, fill(nil))
+					must(t, fill(Refill{}))
 					rebuilt = append(rebuilt, fd)
 				}
 			}
@@ -282,7 +282,7 @@ func TestUnixAcceptQueue(t *testing.T) {
 	}
 	lsock, fill, err := OpenUnix(sv[0].s, nil)
 	must(t, err)
-	must(t, fill(nil))
+	must(t, fill(Refill{}))
 	defer lsock.Close()
 	nl := lsock.Int()
 	var clients []int

@@ -15,7 +15,10 @@
  * queued for e: "f:e" with f, for f: "e:f" with e.
  *
  * A socket g, unconnected, bound to "\0\0...-g", and h bound to
- * "\0\0...-h" connected to g: queued for g, "h:g" with h (sent by h).
+ * "\0\0...-h" connected to g: queued for g, "h:g" with h (sent by h);
+ * a socket k, unconnected, bound to "\0\0...-k": queued for k, "h:k"
+ * with g (sent by h); h then shut down for sending (the restore sends
+ * "h:k" again from h before it shuts h down).
  *
  * Both pairs were made by socketpair and bound since: their SO_PEERCRED
  * names the process (a pair connected through names would show none).
@@ -181,7 +184,7 @@ int main(int argc, char **argv)
 	int one = argc > 2 && strcmp(argv[2], "one") == 0;
 	if (argc > 2 && strcmp(argv[2], "unheld") == 0)
 		return unheld();
-	struct name na, nb, nc, ne, ng, nh, unnamed_from = {.len = 0}, unnamed_peer = {.a.sun_family = AF_UNIX, .len = sizeof(sa_family_t)};
+	struct name na, nb, nc, ne, ng, nh, nk, unnamed_from = {.len = 0}, unnamed_peer = {.a.sun_family = AF_UNIX, .len = sizeof(sa_family_t)};
 	char text[64];
 	snprintf(text, sizeof text, "ckpt-scm-abstract-%d-a", getpid());
 	mkname(&na, text);
@@ -195,6 +198,8 @@ int main(int argc, char **argv)
 	mkname(&ng, text);
 	snprintf(text, sizeof text, "ckpt-scm-abstract-%d-h", getpid());
 	mkname(&nh, text);
+	snprintf(text, sizeof text, "ckpt-scm-abstract-%d-k", getpid());
+	mkname(&nk, text);
 
 	int ab[2];
 	FID_SETUP(socketpair(AF_UNIX, SOCK_DGRAM, 0, ab) == 0, "socketpair");
@@ -219,6 +224,10 @@ int main(int argc, char **argv)
 	FID_SETUP(h >= 0 && bind(h, (struct sockaddr *)&nh.a, nh.len) == 0, "bind h");
 	FID_SETUP(connect(h, (struct sockaddr *)&ng.a, ng.len) == 0, "connect h to g");
 	sendfd(h, "h:g", h);
+	int k = socket(AF_UNIX, SOCK_DGRAM, 0);
+	FID_SETUP(k >= 0 && bind(k, (struct sockaddr *)&nk.a, nk.len) == 0, "bind k");
+	sendfd_to(h, "h:k", g, &nk);
+	FID_SETUP(shutdown(h, SHUT_WR) == 0, "shutdown h");
 	if (one)
 		close(b);
 
@@ -288,5 +297,12 @@ int main(int argc, char **argv)
 	}
 	expect_empty(g, "g");
 	expect_names(h, "h", &nh, &ng);
+	int rg = expect(k, "k", "h:k", &nh);
+	if (rg >= 0) {
+		FID_EXPECT(same(rg, g), "k: the socket in flight is not g");
+		close(rg);
+	}
+	expect_empty(k, "k");
+	FID_EXPECT(send(h, "x", 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno == EPIPE, "h: not shut down for sending");
 	return fid_done();
 }
