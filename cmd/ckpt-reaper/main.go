@@ -49,10 +49,12 @@
 //
 //	ok
 //
-// signal sends signal number SIG to PID if it is a child of the reaper not
-// reaped yet, and replies "ok", or "gone" if it is not (it has been reaped,
-// or was never a child: its PID may belong to another process by now, and
-// a kill by number would hit that one).
+// signal sends signal number SIG to PID if it is a process under the
+// reaper (a child, or a descendant of one) not reaped yet, and replies "ok",
+// or "gone" if it is not (it has been reaped, or was never under the
+// reaper: its PID may belong to another process by now, and a kill by
+// number would hit that one). A negative PID is the process group led by
+// the child -PID, signalled if that child is not reaped yet.
 //
 // sync reaps whatever has exited and replies
 //
@@ -92,6 +94,7 @@ import (
 	"time"
 
 	"github.com/ckpt/ckpt/internal/reap"
+	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
 )
 
@@ -177,41 +180,39 @@ func (r *reaper) killChildren() ([]int, error) {
 	return kids, nil
 }
 
-// signalChild sends sig to pid if it is a child of ours not reaped yet
-// (under r.mu nothing reaps it meanwhile), and tells whether it was: a
-// child that has been reaped is not signalled, since its PID may belong
-// to another process by now.
-func (r *reaper) signalChild(pid int, sig syscall.Signal) (bool, error) {
+// signal sends sig to pid if it is a process under the reaper (a child
+// or a descendant) that has not been reaped, and tells whether it was. A
+// process that has been reaped is not signalled: its PID may belong to
+// another process by now. A child is checked and signalled under r.mu,
+// where nothing reaps it; a descendant further down (a restored tree's
+// child, reaped by its own parent) through a pidfd opened before it is
+// checked. A negative pid names the process group of a child of ours that
+// leads it: while the child is not reaped its PID, hence its group, is
+// not anybody else's.
+func (r *reaper) signal(pid int, sig syscall.Signal) (bool, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if parentOf(pid) != os.Getpid() {
+	self := sys.PID(os.Getpid())
+	if pid < 0 {
+		if sys.ParentOf(sys.PID(-pid)) != self {
+			return false, nil
+		}
+		if err := syscall.Kill(pid, sig); err != nil {
+			return true, fmt.Errorf("kill %d: %w", pid, err)
+		}
+		return true, nil
+	}
+	if sys.ParentOf(sys.PID(pid)) == self {
+		if err := syscall.Kill(pid, sig); err != nil {
+			return true, fmt.Errorf("kill %d: %w", pid, err)
+		}
+		return true, nil
+	}
+	err := sys.SignalIf(sys.PID(pid), sig, func(p sys.PID) bool { return sys.DescendantOf(p, self) })
+	if errors.Is(err, sys.ErrNotThatProcess) {
 		return false, nil
 	}
-	if err := syscall.Kill(pid, sig); err != nil {
-		return true, fmt.Errorf("kill %d: %w", pid, err)
-	}
-	return true, nil
-}
-
-// parentOf returns the parent PID of pid (from /proc/PID/stat), 0 if pid
-// does not exist.
-func parentOf(pid int) int {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// "pid (comm) state ppid ...": comm may hold spaces and parens.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0
-	}
-	ppid, _ := strconv.Atoi(f[1])
-	return ppid
+	return err == nil, err
 }
 
 // children lists the processes (zombies included) whose parent is us.
@@ -224,7 +225,7 @@ func children() []int {
 		if err != nil {
 			continue
 		}
-		if parentOf(pid) == self {
+		if sys.ParentOf(sys.PID(pid)) == sys.PID(self) {
 			kids = append(kids, pid)
 		}
 	}
@@ -309,7 +310,7 @@ func execMode(argv []string, sigchld <-chan os.Signal) {
 		select {
 		case sig := <-sigs:
 			if sig == syscall.SIGTERM || sig == syscall.SIGHUP {
-				r.signalChild(cmdPid, sig.(syscall.Signal))
+				r.signal(cmdPid, sig.(syscall.Signal))
 			}
 		case ws := <-done:
 			if err := r.killAll(); err != nil {
@@ -422,9 +423,9 @@ func serveMode(sigchld <-chan os.Signal) {
 				say("ok")
 			case "signal":
 				var child bool
-				if req.PID <= 0 || req.Sig <= 0 || req.Sig > 64 {
+				if req.PID == 0 || req.PID == -1 || req.Sig <= 0 || req.Sig > 64 {
 					err = fmt.Errorf("signal: bad pid %d or signal %d", req.PID, req.Sig)
-				} else if child, err = r.signalChild(req.PID, syscall.Signal(req.Sig)); err == nil {
+				} else if child, err = r.signal(req.PID, syscall.Signal(req.Sig)); err == nil {
 					say("%s", map[bool]string{true: "ok", false: "gone"}[child])
 				}
 			case "kill-all":

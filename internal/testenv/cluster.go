@@ -134,7 +134,7 @@ func (c *Cluster) addNode(name, hostname string, host int, mac string) *Node {
 		c.t.Fatalf("node %s: %v", name, err)
 	}
 	if os.Getenv("GOCOVERDIR") != "" {
-		c.t.Cleanup(func() { stopAgent(n.Init) })
+		c.t.Cleanup(func() { c.stopAgent(n.Init) })
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -169,7 +169,7 @@ func (c *Cluster) mac(ns, dev string) string {
 // every process of its PID namespace, its network and its disk.
 func (c *Cluster) Lose(n *Node) {
 	c.t.Helper()
-	syscall.Kill(n.Agent, syscall.SIGKILL)
+	c.r.Signal(c.t, n.Agent, syscall.SIGKILL)
 	c.r.WaitExit(c.t, n.Agent, 10*time.Second)
 	exec.Command("ip", "netns", "del", n.NS).Run()
 	if err := os.RemoveAll(n.Root); err != nil {
@@ -301,8 +301,8 @@ func FindPID(words ...string) int {
 // program killed by SIGKILL, as the reaper ends what is left, writes
 // none). Only under $GOCOVERDIR: the tests' teardown is otherwise the
 // reaper's.
-func stopAgent(pid int) {
-	if syscall.Kill(pid, syscall.SIGTERM) != nil {
+func (c *Cluster) stopAgent(pid int) {
+	if !c.r.Signal(c.t, pid, syscall.SIGTERM) {
 		return // lost already
 	}
 	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {

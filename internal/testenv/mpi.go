@@ -1,7 +1,6 @@
 package testenv
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -11,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // MPILib is an MPI implementation installed on the machine. With MPICH and
@@ -232,50 +233,68 @@ func MPIReference(t testing.TB, lib MPILib, ranks int, prog MPIProg, timeout tim
 	if lib.Ptys {
 		defer HoldPtys(t)()
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
 	args := append([]string{log, strconv.Itoa(prog.Iters), "0", "-"}, prog.Args...)
 	argv := lib.Argv(ranks, bin, args...)
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Dir, cmd.Env = dir, append(os.Environ(), lib.Env...)
 	var out lockedBuffer
 	cmd.Stdout, cmd.Stderr = &out, &out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("%s: %v", strings.Join(argv, " "), err)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	// The launcher is reaped (cmd.Wait) only once it has exited by itself
+	// or its group has been killed: while it is not, its PID, hence the
+	// group's, is nobody else's, and killing the group by number is safe.
+	killGroup := func() { syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	deadline := time.Now().Add(timeout)
+	var hangSince time.Time
 	for {
-		select {
-		case err := <-done:
+		if exitedUnreaped(cmd.Process.Pid) {
+			err := cmd.Wait()
 			lines := ReadLines(log)
 			if err != nil || len(lines) == 0 || lines[len(lines)-1] != "done" {
+				if !hangSince.IsZero() {
+					return lines
+				}
 				t.Fatalf("reference run %s: %v; log ends with:\n%s\noutput:\n%s", strings.Join(argv, " "), err,
 					strings.Join(lines[max(0, len(lines)-5):], "\n"), Tail(out.String(), 2000))
 			}
 			return lines
-		case <-time.After(50 * time.Millisecond):
 		}
+		if time.Now().After(deadline) {
+			killGroup()
+			err := cmd.Wait()
+			t.Fatalf("reference run %s: not done in %v (killed: %v); output:\n%s", strings.Join(argv, " "), timeout, err, Tail(out.String(), 2000))
+		}
+		time.Sleep(50 * time.Millisecond)
 		lines := ReadLines(log)
 		for _, l := range lines {
 			if strings.HasPrefix(l, "FAIL") {
+				killGroup()
+				cmd.Wait()
 				t.Fatalf("reference run %s: %s", strings.Join(argv, " "), l)
 			}
 		}
 		if lib.FinalizeHangs && len(lines) > 0 && strings.HasPrefix(lines[len(lines)-1], "result ") {
 			// Give MPI_Finalize a moment, then end the job if it hangs.
-			select {
-			case <-done:
+			if hangSince.IsZero() {
+				hangSince = time.Now()
+			} else if time.Since(hangSince) > 2*time.Second {
+				killGroup()
+				cmd.Wait()
 				return ReadLines(log)
-			case <-time.After(2 * time.Second):
 			}
-			syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-			return ReadLines(log)
 		}
 	}
+}
+
+// exitedUnreaped tells whether child pid has exited, without reaping it
+// (waitid WNOWAIT): its PID stays its own until it is waited for.
+func exitedUnreaped(pid int) bool {
+	var info unix.Siginfo
+	err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOHANG|unix.WNOWAIT, nil)
+	return err == nil && info.Signo != 0
 }
 
 // Results returns the lines of an MPI log that a run without checkpoints

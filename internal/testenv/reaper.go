@@ -194,10 +194,14 @@ func (r *Reaper) KillAll(t testing.TB) {
 	}
 }
 
-// Signal sends sig to pid through the reaper, if pid is a child of the
-// reaper not reaped yet, and tells whether it was. A victim that has ended
-// is not signalled: its PID may be another process's by now (another test
-// package's, running in parallel), which a kill by number would hit.
+// Signal sends sig to pid through the reaper, if pid is a process under
+// the reaper (a child, or a descendant of one: a restored tree's members)
+// not reaped yet, and tells whether it was. A process that has ended is not
+// signalled: its PID may be another process's by now (another test
+// package's, running in parallel), which a kill by number would hit. A
+// negative pid is the process group led by the reaper's child -pid (a
+// victim started in a session of its own), signalled while that child is
+// not reaped.
 func (r *Reaper) Signal(t testing.TB, pid int, sig syscall.Signal) bool {
 	t.Helper()
 	switch rep := r.request(t, fmt.Sprintf("signal %d %d", pid, int(sig))); rep {

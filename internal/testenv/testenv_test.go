@@ -143,9 +143,9 @@ func TestVictims(t *testing.T) {
 			}
 			pid := r.Run(t, RunOpts{Stderr: filepath.Join(dir, "stderr")}, VictimArgv(t, tc.name, args...)...)
 			WaitForLine(t, log, func(l string) bool { return strings.HasPrefix(l+" ", "tick 3 ") }, 20*time.Second)
-			syscall.Kill(pid, syscall.SIGUSR1)
+			r.MustSignal(t, pid, syscall.SIGUSR1)
 			WaitForLine(t, log, func(l string) bool { return strings.HasPrefix(l, "check ") }, 20*time.Second)
-			syscall.Kill(pid, syscall.SIGUSR2)
+			r.MustSignal(t, pid, syscall.SIGUSR2)
 			if es := r.WaitExit(t, pid, 20*time.Second); es != (ExitStatus{Pid: pid}) {
 				t.Errorf("%v, want exit code 0; stderr: %q", es, ReadLines(filepath.Join(dir, "stderr")))
 			}
@@ -317,4 +317,73 @@ func TestReaperSignalGone(t *testing.T) {
 	if !lines.Scan() || lines.Text() != "signal 15" {
 		t.Errorf("the process that took PID %d: %q, want killed by its parent's SIGTERM (15)", pid, lines.Text())
 	}
+}
+
+// TestReaperSignalTree: a process further down the reaper's tree (a
+// child's child) is signalled through the reaper, and so is the process
+// group a child of the reaper leads.
+func TestReaperSignalTree(t *testing.T) {
+	RequireRoot(t)
+	r := StartReaper(t)
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	sh := r.Run(t, RunOpts{}, "/bin/sh", "-c", `sleep 100 & echo $! > `+pidFile+`.tmp && mv `+pidFile+`.tmp `+pidFile+`; wait $!; exit $?`)
+	var grandchild int
+	for deadline := time.Now().Add(10 * time.Second); grandchild == 0; time.Sleep(10 * time.Millisecond) {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			grandchild, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no pid file from the shell")
+		}
+	}
+	if !r.Signal(t, grandchild, syscall.SIGKILL) {
+		t.Fatalf("the reaper did not signal %d, a child of its child %d", grandchild, sh)
+	}
+	if es := r.WaitExit(t, sh, 10*time.Second); es != (ExitStatus{Pid: sh, Code: 128 + int(syscall.SIGKILL)}) {
+		t.Errorf("%v, want the shell to exit with code 137 (its child killed by SIGKILL)", es)
+	}
+	if r.Signal(t, grandchild, syscall.SIGKILL) {
+		t.Errorf("the reaper signalled %d, reaped by its parent", grandchild)
+	}
+	// A group led by a child (in a session of its own): every member gets it.
+	leader := r.Run(t, RunOpts{}, "/bin/sh", "-c", "sleep 100 & sleep 100 & wait")
+	for deadline := time.Now().Add(10 * time.Second); len(groupMembers(leader)) < 3; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("group %d: members %v, want the shell and two sleeps", leader, groupMembers(leader))
+		}
+	}
+	if !r.Signal(t, -leader, syscall.SIGTERM) {
+		t.Fatalf("the reaper did not signal the group of its child %d", leader)
+	}
+	if es := r.WaitExit(t, leader, 10*time.Second); es.Signal != int(syscall.SIGTERM) {
+		t.Errorf("%v, want killed by SIGTERM", es)
+	}
+	r.Sync(t)
+	for deadline := time.Now().Add(10 * time.Second); len(groupMembers(leader)) > 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("group %d: members %v left after SIGTERM", leader, groupMembers(leader))
+		}
+	}
+	if r.Signal(t, -leader, syscall.SIGTERM) {
+		t.Errorf("the reaper signalled group %d, whose leader it has reaped", leader)
+	}
+}
+
+// groupMembers lists the live processes of process group pgid.
+func groupMembers(pgid int) []int {
+	var out []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		zombie := strings.Contains(string(b), ") Z ")
+		if g, err := statField(pid, 5); err == nil && g == pgid && !zombie {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

@@ -18,6 +18,10 @@ type Victim struct {
 	Name string
 	PID  int
 	Log  string // the progress log
+	// R is the reaper the victim was started under: Check signals it
+	// through R while it is under R, else (restored as this binary's
+	// child) through Signal.
+	R *Reaper
 }
 
 // StartVictim runs victim name under r with argv LOG args... ("DIR/" at the
@@ -26,7 +30,7 @@ type Victim struct {
 func StartVictim(t testing.TB, r *Reaper, name string, args ...string) *Victim {
 	t.Helper()
 	dir := t.TempDir()
-	v := &Victim{Name: name, Log: filepath.Join(dir, "log")}
+	v := &Victim{Name: name, Log: filepath.Join(dir, "log"), R: r}
 	argv := []string{v.Log}
 	for _, a := range args {
 		if rest, ok := strings.CutPrefix(a, "DIR/"); ok {
@@ -73,8 +77,10 @@ func (v *Victim) WaitTicks(t testing.TB, n int) {
 func (v *Victim) Check(t testing.TB) {
 	t.Helper()
 	from := len(ReadLines(v.Log))
-	if err := syscall.Kill(v.PID, syscall.SIGUSR1); err != nil {
-		t.Fatalf("%s: kill -USR1 %d: %v", v.Name, v.PID, err)
+	if v.R == nil || !v.R.Signal(t, v.PID, syscall.SIGUSR1) {
+		if err := Signal(v.PID, syscall.SIGUSR1); err != nil {
+			t.Fatalf("%s: kill -USR1 %d: %v", v.Name, v.PID, err)
+		}
 	}
 	v.waitFor(t, "check ok", from, func(l string) (bool, error) {
 		if !strings.HasPrefix(l, "check ") {

@@ -72,9 +72,7 @@ func TestDumpKeepsSignals(t *testing.T) {
 	var report string
 	deadline := time.Now().Add(10 * time.Second)
 	for n := 0; ; n++ {
-		if err := syscall.Kill(pid, syscall.SIGUSR1); err != nil {
-			t.Fatal(err)
-		}
+		r.MustSignal(t, pid, syscall.SIGUSR1)
 		lines := testenv.ReadLines(log)
 		report = lines[len(lines)-1]
 		var timer, badTimer, queued, badQueued int

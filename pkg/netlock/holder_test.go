@@ -200,10 +200,13 @@ func TestHolderKilledDrops(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("holder process not found")
 	}
-	if err := unix.Kill(pid, syscall.SIGKILL); err != nil {
+	// The holder is this binary's child, reaped as soon as it exits
+	// (spawnHolder's cmd.Wait): signalled through testenv.Signal, never
+	// by a number it may have left to another package's process.
+	if err := testenv.Signal(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); unix.Kill(pid, 0) == nil; time.Sleep(10 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); testenv.Signal(pid, 0) == nil; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("holder still there 10 s after SIGKILL")
 		}
@@ -348,7 +351,7 @@ func TestHolderProcessLifetime(t *testing.T) {
 	if pid == 0 {
 		t.Fatal("holder process not found")
 	}
-	defer unix.Kill(pid, syscall.SIGKILL)
+	defer testenv.Signal(pid, syscall.SIGKILL) // gone by then if the test passes: not by number
 	unix.Close(pipe[1])
 	r := os.NewFile(uintptr(pipe[0]), "pipe")
 	defer r.Close()
@@ -361,7 +364,7 @@ func TestHolderProcessLifetime(t *testing.T) {
 	if out, err := exec.Command("ip", "netns", "del", ns).CombinedOutput(); err != nil {
 		t.Fatalf("ip netns del: %v: %s", err, out)
 	}
-	for deadline := time.Now().Add(10 * time.Second); unix.Kill(pid, 0) == nil; time.Sleep(50 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); testenv.Signal(pid, 0) == nil; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("holder still there 10 s after its network namespace was abandoned")
 		}

@@ -231,9 +231,7 @@ func TestRestoreErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Kill(v.PID, unix.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
+	r.MustSignal(t, v.PID, unix.SIGKILL)
 	r.WaitExit(t, v.PID, 10*time.Second)
 	for _, tc := range []struct {
 		name string
@@ -306,8 +304,11 @@ func killSession(sid int) {
 		if err != nil {
 			continue
 		}
-		if s, err := unix.Getsid(pid); err == nil && s == sid {
-			unix.Kill(pid, unix.SIGKILL)
-		}
+		// Through a pidfd, checked after it is open: a member that has
+		// ended meanwhile may have left its PID to another process.
+		sys.SignalIf(sys.PID(pid), unix.SIGKILL, func(p sys.PID) bool {
+			s, err := unix.Getsid(int(p))
+			return err == nil && s == sid
+		})
 	}
 }

@@ -233,7 +233,7 @@ func BenchmarkDumpRestore(b *testing.B) {
 				}
 
 				// Kill the original, restore it, until every page is resident.
-				unix.Kill(pid, unix.SIGKILL)
+				testenv.Signal(pid, unix.SIGKILL)
 				r.WaitExit(b, pid, time.Minute)
 				rr := restoreJSON(b, r, bin, dir, img)
 				if i >= 0 {
@@ -241,7 +241,7 @@ func BenchmarkDumpRestore(b *testing.B) {
 				}
 			}
 			// The restored process must hold the right memory.
-			unix.Kill(pid, unix.SIGUSR1)
+			testenv.Signal(pid, unix.SIGUSR1)
 			line := testenv.WaitForLine(b, log, func(l string) bool { return strings.HasPrefix(l, "check") }, 5*time.Minute)
 			if line != "check ok" {
 				b.Fatalf("restored memhog: %s", line)
@@ -300,9 +300,9 @@ func BenchmarkTasks(b *testing.B) {
 				dr := dumpJSON(b, bin, img, pid, "--leave-running")
 				pids := treePIDs(pid)
 				for _, p := range pids {
-					unix.Kill(p, unix.SIGKILL)
+					testenv.Signal(p, unix.SIGKILL)
 				}
-				unix.Kill(pid, unix.SIGKILL)
+				testenv.Signal(pid, unix.SIGKILL)
 				r.WaitExit(b, pid, time.Minute)
 				waitGone(b, pids)
 				rr := restoreJSON(b, r, bin, dir, img)
@@ -323,7 +323,7 @@ func BenchmarkTasks(b *testing.B) {
 			b.ReportMetric(median(dumpT), "dump-ms")
 			b.ReportMetric(median(restT), "restore-ms")
 			for _, p := range append(treePIDs(pid), pid) {
-				unix.Kill(p, unix.SIGKILL)
+				testenv.Signal(p, unix.SIGKILL)
 			}
 		})
 	}
@@ -367,9 +367,9 @@ func BenchmarkCOWTree(b *testing.B) {
 		}
 		pids := treePIDs(pid)
 		for _, p := range pids {
-			unix.Kill(p, unix.SIGKILL)
+			testenv.Signal(p, unix.SIGKILL)
 		}
-		unix.Kill(pid, unix.SIGKILL)
+		testenv.Signal(pid, unix.SIGKILL)
 		r.WaitExit(b, pid, time.Minute)
 		waitGone(b, pids)
 		rr := restoreJSON(b, r, bin, dir, img)
@@ -385,7 +385,7 @@ func BenchmarkCOWTree(b *testing.B) {
 		b.Fatalf("restored tree has %d processes, want %d", len(all), procs)
 	}
 	for _, p := range all {
-		unix.Kill(p, unix.SIGUSR1)
+		testenv.Signal(p, unix.SIGUSR1)
 	}
 	testenv.WaitForLine(b, log, func(string) bool {
 		n := 0
@@ -404,7 +404,7 @@ func BenchmarkCOWTree(b *testing.B) {
 	b.ReportMetric(median(dumpT), "dump-ms")
 	b.ReportMetric(median(restT), "restore-ms")
 	for _, p := range all {
-		unix.Kill(p, unix.SIGKILL)
+		testenv.Signal(p, unix.SIGKILL)
 	}
 }
 
@@ -514,7 +514,7 @@ func BenchmarkConnections(b *testing.B) {
 			b.ReportMetric(median(total), "dump-ms")
 			b.ReportMetric(median(frozen), "frozen-ms")
 			b.ReportMetric(median(rest), "restore-ms")
-			unix.Kill(pid, unix.SIGKILL)
+			testenv.Signal(pid, unix.SIGKILL)
 		})
 	}
 }

@@ -149,7 +149,7 @@ func BenchmarkMigrate(b *testing.B) {
 			if hogPID == 0 {
 				b.Fatalf("no memhog with %s", log)
 			}
-			syscall.Kill(hogPID, syscall.SIGUSR1)
+			testenv.Signal(hogPID, syscall.SIGUSR1)
 			if l := waitLine(b, log, "check", lines); l != "check ok" {
 				b.Fatalf("migrated memhog: %s", l)
 			}

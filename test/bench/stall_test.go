@@ -216,7 +216,7 @@ func BenchmarkClientStall(b *testing.B) {
 	b.ReportMetric(percentile(stalls, 0.5), "stall-p50-ms")
 	b.ReportMetric(percentile(stalls, 0.99), "stall-p99-ms")
 	b.ReportMetric(percentile(stalls, 0.99)-median(outages), "p99-beyond-outage-ms")
-	unix.Kill(pid, unix.SIGKILL)
+	testenv.Signal(pid, unix.SIGKILL)
 }
 
 // benchNetNS makes a network namespace with its loopback up, removed when

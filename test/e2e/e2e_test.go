@@ -190,9 +190,7 @@ func TestPendingSignal(t *testing.T) {
 			t.Parallel()
 			v := e.startVictim(t, name)
 			v.waitTick(t, 2)
-			if err := syscall.Kill(v.pid, syscall.SIGHUP); err != nil {
-				t.Fatal(err)
-			}
+			e.r.MustSignal(t, v.pid, syscall.SIGHUP)
 			if p := statusField(v.pid, "ShdPnd"); !sigBit(p, syscall.SIGHUP) {
 				t.Fatalf("before the dump: ShdPnd %s has no SIGHUP", p)
 			}

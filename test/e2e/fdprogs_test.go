@@ -89,7 +89,7 @@ func TestTailFollow(t *testing.T) {
 		return strings.Contains(readFile(out), "first line") && hasFD(pid, "inotify")
 	}, "tail", "-n", "+1", "-f", log)
 	defer func() {
-		syscall.Kill(pid, syscall.SIGKILL)
+		e.r.Signal(t, pid, syscall.SIGKILL)
 		e.r.WaitExit(t, pid, wait)
 	}()
 	t0 := time.Now()
@@ -125,7 +125,7 @@ func TestFlockWork(t *testing.T) {
 	pid := e.startProg(t, dir, func(int) bool { return ticks() >= 2 },
 		"flock", lock, "sh", "-c", fmt.Sprintf("while :; do echo tick >> %s; sleep 0.05; done", work))
 	defer func() {
-		syscall.Kill(-pid, syscall.SIGKILL)
+		e.r.Signal(t, -pid, syscall.SIGKILL) // flock's group, while flock is not reaped
 		e.r.WaitExit(t, pid, wait)
 	}()
 	tryLock := func() error { return exec.Command("flock", "-n", lock, "true").Run() }
@@ -287,7 +287,7 @@ func TestSqliteCLITransaction(t *testing.T) {
 		t.Fatalf("a second writer got in before the dump")
 	}
 	defer func() {
-		syscall.Kill(pid, syscall.SIGKILL)
+		e.r.Signal(t, pid, syscall.SIGKILL)
 		e.r.WaitExit(t, pid, wait)
 	}()
 	t0 := time.Now()

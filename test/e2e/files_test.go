@@ -67,9 +67,7 @@ func TestGhostSparse(t *testing.T) {
 func (e *env) fidelityVerdict(t *testing.T, v *victim) {
 	t.Helper()
 	from := len(v.lines())
-	if err := syscall.Kill(v.pid, syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	e.r.MustSignal(t, v.pid, syscall.SIGTERM)
 	es := e.r.WaitExit(t, v.pid, wait)
 	lines := v.lines()[from:]
 	if len(lines) == 0 || lines[len(lines)-1] != "PASS" || es.Code != 0 || es.Signal != 0 {

@@ -159,7 +159,9 @@ func tickOf(l string) (int, bool) {
 func (v *victim) check(t *testing.T) {
 	t.Helper()
 	from := len(v.lines())
-	if err := syscall.Kill(v.pid, syscall.SIGUSR1); err != nil {
+	// Not by number: a victim that has ended may have left its PID to a
+	// process of another test package (testenv.Signal).
+	if err := testenv.Signal(v.pid, syscall.SIGUSR1); err != nil {
 		t.Fatalf("%s: kill -USR1 %d: %v", v.name, v.pid, err)
 	}
 	deadline := time.Now().Add(wait)
@@ -185,9 +187,7 @@ func (v *victim) check(t *testing.T) {
 // must end with "bye N", N the last tick. It returns the log's lines.
 func (e *env) bye(t *testing.T, v *victim) []string {
 	t.Helper()
-	if err := syscall.Kill(v.pid, syscall.SIGUSR2); err != nil {
-		t.Fatalf("%s: kill -USR2 %d: %v", v.name, v.pid, err)
-	}
+	e.r.MustSignal(t, v.pid, syscall.SIGUSR2)
 	if es := e.r.WaitExit(t, v.pid, wait); es != (testenv.ExitStatus{Pid: v.pid}) {
 		t.Errorf("%s: %v after SIGUSR2, want exit code 0; stderr %q; log ends with:\n%s",
 			v.name, es, readFile(v.stderr), tail(v.lines(), 8))
@@ -230,10 +230,12 @@ func (e *env) expectAlive(t *testing.T, v *victim, why string) {
 	}
 }
 
-// killAndReap SIGKILLs the victim and takes the reaper's report of it.
+// killAndReap SIGKILLs the victim and takes the reaper's report of it. It
+// is signalled through the reaper, never by number: one that has ended
+// already may have left its PID to a process of another test package.
 func (e *env) killAndReap(t *testing.T, v *victim) {
 	t.Helper()
-	syscall.Kill(v.pid, syscall.SIGKILL)
+	e.r.Signal(t, v.pid, syscall.SIGKILL)
 	if es := e.r.WaitExit(t, v.pid, wait); es.Signal != int(syscall.SIGKILL) {
 		t.Fatalf("%s: %v, want killed by SIGKILL", v.name, es)
 	}

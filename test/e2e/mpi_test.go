@@ -217,7 +217,9 @@ func (e *env) mpiEnd(t *testing.T, job *testenv.MPIJob, pids []int) bool {
 		}
 		t.Logf("%s: the job hangs in MPI_Finalize (as without checkpoints); killing it", job.Lib.Name)
 		for _, pid := range pids {
-			syscall.Kill(pid, syscall.SIGKILL)
+			// Through the reaper: a process of the job that has ended
+			// (reaped) may have left its PID to another test's process.
+			e.r.Signal(t, pid, syscall.SIGKILL)
 		}
 		e.waitTreeGone(t, "the killed job", pids)
 		return true

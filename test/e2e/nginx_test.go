@@ -122,7 +122,7 @@ func TestNginx(t *testing.T) {
 				// accept queue with its request: --skip-in-flight drops
 				// it, the others go on.
 				worker := childOf(t, pid)
-				syscall.Kill(worker, syscall.SIGSTOP)
+				e.r.MustSignal(t, worker, syscall.SIGSTOP)
 				for deadline := time.Now().Add(wait); !strings.HasPrefix(procState(worker), "T"); time.Sleep(5 * time.Millisecond) {
 					if time.Now().After(deadline) {
 						t.Fatalf("worker %d: state %q, want stopped", worker, procState(worker))
@@ -140,7 +140,7 @@ func TestNginx(t *testing.T) {
 				if res := e.runRedo(t, nil, img); res.code != 0 {
 					t.Fatalf("ckpt-redo: %v; error.log %q", res, readFile(filepath.Join(dir, "error.log")))
 				}
-				syscall.Kill(worker, syscall.SIGCONT)
+				e.r.MustSignal(t, worker, syscall.SIGCONT)
 				waiting.c.SetDeadline(time.Now().Add(wait))
 				fmt.Fprintf(waiting.c, "GET /again HTTP/1.1\r\nHost: localhost\r\n\r\n")
 				if _, err := io.ReadAll(waiting.c); !errors.Is(err, syscall.ECONNRESET) {
@@ -173,7 +173,7 @@ func TestNginx(t *testing.T) {
 				}
 			}
 			dial().get(t, "a new client after "+mode)
-			syscall.Kill(pid, syscall.SIGKILL)
+			e.r.Signal(t, pid, syscall.SIGKILL)
 		})
 	}
 }

@@ -102,7 +102,7 @@ func TestPostgres(t *testing.T) {
 		"-c", "max_connections=10", "-c", "fsync=off", "-c", "logging_collector=off")...)
 	t.Cleanup(func() {
 		// A fast shutdown removes the SysV segment and the DSM files.
-		syscall.Kill(v.pid, syscall.SIGINT)
+		e.r.Signal(t, v.pid, syscall.SIGINT)
 		e.r.WaitExit(t, v.pid, 20*time.Second)
 	})
 	v.waitLine(t, func(l string) bool { return strings.Contains(l, "ready to accept connections") })

@@ -102,9 +102,7 @@ func TestSocketsOutsidePeer(t *testing.T) {
 				time.Sleep(10 * time.Millisecond)
 			}
 			m.run(t, pid)
-			if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
-				t.Fatal(err)
-			}
+			e.r.MustSignal(t, pid, syscall.SIGTERM)
 			conn.SetDeadline(time.Now().Add(30 * time.Second))
 			got, err := io.ReadAll(conn)
 			if err != nil {

@@ -125,7 +125,7 @@ func TestTCPStatesOutside(t *testing.T) {
 			if res := e.runRedo(t, nil, img); res.code != 0 {
 				t.Fatalf("ckpt-redo: %v", res)
 			}
-			tcpMust(t, unix.Kill(v.pid, unix.SIGTERM))
+			e.r.MustSignal(t, v.pid, unix.SIGTERM)
 			v.waitLine(t, func(l string) bool { return l == "checked" })
 			if c.mode == "syn_sent" {
 				// Room in the queue: the victim's next SYN is answered, as
@@ -197,7 +197,7 @@ func TestTCPClose(t *testing.T) {
 	if tables := lockTables(t, v.pid); len(tables) != 0 {
 		t.Fatalf("lock tables after ckpt-redo --tcp-close: %v", tables)
 	}
-	tcpMust(t, unix.Kill(v.pid, unix.SIGTERM))
+	e.r.MustSignal(t, v.pid, unix.SIGTERM)
 	verdict := v.waitLine(t, func(l string) bool { return l == "PASS" || strings.HasPrefix(l, "FAIL") })
 	if verdict != "PASS" {
 		t.Fatalf("restored program: %s", verdict)

@@ -704,9 +704,7 @@ func TestTreeUnsupportedFD(t *testing.T) {
 		t.Errorf("after the failed dump: bash %v", es)
 	}
 	// bash still waits for python3: when python3 dies, bash exits.
-	if err := syscall.Kill(py, syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
+	e.r.MustSignal(t, py, syscall.SIGTERM)
 	if es := e.r.WaitExit(t, root, wait); es != (testenv.ExitStatus{Pid: root}) {
 		t.Errorf("bash %v after its python3 child got SIGTERM, want exit code 0 (wait returns the exit of a background job)", es)
 	}

@@ -47,9 +47,7 @@ func TestVforkRefused(t *testing.T) {
 		}
 		v.waitNewTicks(t, 2)
 	}
-	if err := syscall.Kill(c, syscall.SIGUSR1); err != nil {
-		t.Fatal(err)
-	}
+	e.r.MustSignal(t, c, syscall.SIGUSR1)
 	v.waitLine(t, func(l string) bool { return l == fmt.Sprintf("vfork done c=%d", c) })
 	e.waitGone(t, c)
 	img := filepath.Join(t.TempDir(), "img")

@@ -434,8 +434,12 @@ func (e *env) start(t *testing.T, c fcase, bin string) *prog {
 // exit code 0.
 func (e *env) verify(t *testing.T, p *prog) {
 	t.Helper()
-	if err := syscall.Kill(p.pid, syscall.SIGTERM); err != nil {
-		t.Fatalf("%s: kill -TERM %d: %v", p.name, p.pid, err)
+	// Through the reaper, not by number: a program that has ended may
+	// have left its PID to a process of another test package.
+	if !e.r.Signal(t, p.pid, syscall.SIGTERM) {
+		es, _ := e.r.Poll(p.pid)
+		t.Fatalf("%s: kill -TERM %d: the program has ended already (%v); log %q; stderr %q", p.name, p.pid, es,
+			testenv.ReadLines(p.log), readFile(filepath.Join(p.dir, "stderr")))
 	}
 	es := e.r.WaitExit(t, p.pid, 20*time.Second)
 	lines := testenv.ReadLines(p.log)
