@@ -236,6 +236,17 @@ func (a *Agent) start(argv []string, env []string, cwd string, files []uintptr, 
 	return pid, ch, nil
 }
 
+// killChild SIGKILLs pid, a child the agent started, unless it has been
+// reaped already (reapOnce, under a.mu, drops its waiter when it reaps
+// it): its PID may be another process's by then.
+func (a *Agent) killChild(pid int) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if _, ok := a.waiters[pid]; ok {
+		unix.Kill(pid, unix.SIGKILL)
+	}
+}
+
 // startTool runs a ckpt tool with a control socket at fd 3 and its
 // stdout and stderr captured.
 func (a *Agent) startTool(argv []string) (*child, error) {
@@ -406,49 +417,36 @@ func (a *Agent) exec(req *Request) (Event, error) {
 
 // kill SIGKILLs pids, each with its descendants (a member is a process
 // tree), and waits until they are all gone (reaped, by the agent or by
-// their parent).
+// their parent). The processes are held by pidfds from before they are
+// signalled until they are reaped: one that ends by itself meanwhile is
+// not confused with whatever takes its PID afterwards.
 func (a *Agent) kill(pids []int) error {
-	var all []int
+	var all []held
+	defer func() {
+		for _, h := range all {
+			unix.Close(h.fd)
+		}
+	}()
 	for _, pid := range pids {
 		if pid <= 1 {
 			return fmt.Errorf("kill: refusing pid %d", pid)
 		}
-		all = append(all, tree(pid)...)
+		all = append(all, holdTree(pid)...)
 	}
-	for _, pid := range all {
-		unix.Kill(pid, unix.SIGKILL)
+	for _, h := range all {
+		unix.PidfdSendSignal(h.fd, unix.SIGKILL, nil, 0)
 	}
 	deadline := time.Now().Add(10 * time.Second)
-	for _, pid := range all {
-		for unix.Kill(pid, 0) == nil {
+	for _, h := range all {
+		for alive(h.fd) {
 			if time.Now().After(deadline) {
-				return fmt.Errorf("kill: %d is still there after 10s", pid)
+				return fmt.Errorf("kill: %d is still there after 10s", h.pid)
 			}
 			a.reapOnce()
 			time.Sleep(5 * time.Millisecond)
 		}
 	}
 	return nil
-}
-
-// tree returns pid and its descendants, parents first: the children of
-// every thread, from /proc/PID/task/TID/children. A process forked while
-// it is read is missed; kill's SIGKILL stops the parents from forking
-// more, and their orphans come to the agent (as PID 1, or subreaper).
-func tree(pid int) []int {
-	out := []int{pid}
-	for i := 0; i < len(out); i++ {
-		tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", out[i]))
-		for _, t := range tasks {
-			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", out[i], t.Name()))
-			for _, f := range strings.Fields(string(b)) {
-				if c, err := strconv.Atoi(f); err == nil {
-					out = append(out, c)
-				}
-			}
-		}
-	}
-	return out
 }
 
 // relay runs a tool's control protocol: each event line is passed to the
@@ -507,7 +505,7 @@ func (a *Agent) relay(c *Conn, ch *child, barriers map[string]string) {
 			// Not at a barrier: only an abort (or a lost coordinator)
 			// can come now.
 			a.logf("coordinator aborted (connection %v): killing %d", map[bool]string{true: "open", false: "closed"}[ok], ch.pid)
-			unix.Kill(ch.pid, unix.SIGKILL)
+			a.killChild(ch.pid)
 			for range lines {
 			}
 			return

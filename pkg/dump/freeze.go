@@ -62,6 +62,11 @@ type task struct {
 type frozen struct {
 	pid   sys.PID
 	tasks []*task
+	// pidfd holds the process from the seizure of its leader (traced, it
+	// is reaped by nobody else): the signals release sends again after
+	// the detach go through it, never to a PID number the process may
+	// have left by then (detached, it can end and be reaped at once).
+	pidfd *sys.FD
 }
 
 // checkTarget refuses PIDs that cannot be dumped, with the reason.
@@ -144,6 +149,9 @@ func freeze(pid sys.PID) (*frozen, error) {
 			err := t.waitSeized(deadline)
 			if err == nil {
 				fz.tasks = append(fz.tasks, t)
+				if t.tid == pid.Leader() && fz.pidfd == nil {
+					fz.pidfd, _ = sys.PidfdOpen(pid, 0) // nil: by number, as before
+				}
 			} else if !errors.Is(err, unix.ESRCH) || t.tid == pid.Leader() {
 				return fail(err) // detaches it too, and the ones not waited for
 			}
@@ -281,11 +289,7 @@ func (fz *frozen) release() {
 				waitStopped(t.tid)
 			}
 			for _, s := range t.signals {
-				if t.sharedQueue(s.Sig) {
-					unix.Kill(int(fz.pid), s.Sig)
-				} else {
-					unix.Tgkill(int(fz.pid), int(t.tid), s.Sig)
-				}
+				fz.resend(t.tid, s.Sig, t.sharedQueue(s.Sig))
 			}
 			continue
 		}
@@ -296,10 +300,39 @@ func (fz *frozen) release() {
 		}
 		ptrace.Detach(t.tid, first)
 		for _, s := range rest {
-			unix.Tgkill(int(fz.pid), int(t.tid), s.Sig)
+			fz.resend(t.tid, s.Sig, false)
 		}
 	}
 	fz.tasks = nil
+	fz.pidfd.Close()
+	fz.pidfd = nil
+}
+
+// resend sends sig again, after the detach, to the process (shared) or
+// to its thread tid. Through the pidfd: the process, running again, may
+// have ended and been reaped, and its PID taken by another. A thread
+// other than the leader is named by tgkill, which also checks that it
+// is in a thread group of the process's PID.
+func (fz *frozen) resend(tid sys.TID, sig unix.Signal, shared bool) {
+	switch {
+	case fz.pidfd == nil:
+		if shared {
+			unix.Kill(int(fz.pid), sig)
+		} else {
+			unix.Tgkill(int(fz.pid), int(tid), sig)
+		}
+	case shared:
+		unix.PidfdSendSignal(fz.pidfd.Int(), sig, nil, 0)
+	case tid == fz.pid.Leader():
+		err := unix.PidfdSendSignal(fz.pidfd.Int(), sig, nil, unix.PIDFD_SIGNAL_THREAD)
+		if err == unix.EINVAL && sys.PidfdSendSignal(fz.pidfd, 0) == nil { // before Linux 6.9
+			unix.Tgkill(int(fz.pid), int(tid), sig)
+		}
+	default:
+		if sys.PidfdSendSignal(fz.pidfd, 0) == nil { // not reaped: fz.pid is still its
+			unix.Tgkill(int(fz.pid), int(tid), sig)
+		}
+	}
 }
 
 // stopSignals are the signals whose default action stops a process.
@@ -329,6 +362,13 @@ func waitStopped(tid sys.TID) {
 
 // kill kills the frozen process; it dies without running again.
 func (fz *frozen) kill() error {
+	if fz.pidfd != nil {
+		defer func() { fz.pidfd.Close(); fz.pidfd = nil }()
+		if err := sys.PidfdSendSignal(fz.pidfd, unix.SIGKILL); err != nil {
+			return fmt.Errorf("kill %d: %w", fz.pid, err)
+		}
+		return nil
+	}
 	if err := unix.Kill(int(fz.pid), unix.SIGKILL); err != nil {
 		return fmt.Errorf("kill %d: %w", fz.pid, err)
 	}

@@ -47,8 +47,13 @@ type builder struct {
 	cwdFD sys.TargetFD // the deleted working directory made again (Misc.CwdRef)
 
 	target sys.PID // pid of the process being built, 0 once handed over
-	tasks  []sys.TID
-	in     ptrace.Injector
+	// pidfd holds the process being built from its fork, while ckpt-redo
+	// traces it (nobody else can reap it): kill signals it through pidfd,
+	// never by a PID number that may be free, or another process's, if
+	// it has died and been reaped meanwhile.
+	pidfd *sys.FD
+	tasks []sys.TID
+	in    ptrace.Injector
 	// scratch is memory for the arguments of injected calls: the
 	// helper's scratch page in a skeleton, in the gadget area once laid
 	// out (a fork inherits its parent's).
@@ -120,6 +125,11 @@ func (b *builder) clone(c *builder) error {
 	}
 	c.target = c.p.PID
 	c.tasks = []sys.TID{c.p.PID.Leader()}
+	if c.pidfd, err = sys.PidfdOpen(c.target, 0); err != nil {
+		// Traced by us, so not reaped: its PID is still its own.
+		unix.Kill(int(c.target), unix.SIGKILL)
+		return fmt.Errorf("clone3 with pid %d: %w", c.p.PID, err)
+	}
 	if err := waitNewTask(c.target.Leader()); err != nil {
 		return err
 	}
@@ -129,6 +139,16 @@ func (b *builder) clone(c *builder) error {
 		c.from = b
 	}
 	return nil
+}
+
+// kill SIGKILLs the process being built through its pidfd (a process
+// reaped already is not signalled) and lets the pidfd go.
+func (b *builder) kill() {
+	if b.pidfd != nil {
+		sys.PidfdSendSignal(b.pidfd, unix.SIGKILL) // ESRCH: reaped already
+		b.pidfd.Close()
+		b.pidfd = nil
+	}
 }
 
 // call runs a syscall in the new process and names it in errors.

@@ -58,6 +58,10 @@ func helperELF() []byte {
 type helper struct {
 	pid sys.PID
 	in  ptrace.Injector
+	// pidfd holds the helper from its fork (our child, reaped by nobody
+	// else): kill signals it through pidfd, not by a PID number an
+	// injector's wait may have freed already, had the helper died.
+	pidfd *sys.FD
 }
 
 // startHelper starts the helper with the given files at the given fd
@@ -93,6 +97,11 @@ func startHelper(files []*os.File) (*helper, error) {
 	pid := sys.PID(raw)
 	tid := pid.Leader()
 	h := &helper{pid: pid, in: ptrace.Injector{TID: tid, Gadget: helperGadget}}
+	if h.pidfd, err = sys.PidfdOpen(pid, 0); err != nil {
+		unix.Kill(raw, unix.SIGKILL) // our child, not reaped yet
+		unix.Wait4(raw, nil, unix.WALL, nil)
+		return nil, fmt.Errorf("restore helper: %w", err)
+	}
 	if err := ptrace.Seize(tid, ptrace.OptTraceFork|ptrace.OptTraceClone|ptrace.OptExitKill|ptrace.OptSuspendSeccomp); err != nil {
 		h.kill()
 		return nil, err
@@ -108,6 +117,7 @@ func startHelper(files []*os.File) (*helper, error) {
 			return nil, err
 		}
 		if st.Exited() {
+			h.pidfd.Close()
 			return nil, fmt.Errorf("restore helper %s", st)
 		}
 		if st.IsEventStop() {
@@ -119,7 +129,10 @@ func startHelper(files []*os.File) (*helper, error) {
 
 // kill kills and reaps the helper.
 func (h *helper) kill() {
-	unix.Kill(int(h.pid), unix.SIGKILL)
+	defer h.pidfd.Close()
+	if err := sys.PidfdSendSignal(h.pidfd, unix.SIGKILL); err != nil {
+		return // reaped already
+	}
 	var ws unix.WaitStatus
 	for {
 		_, err := unix.Wait4(int(h.pid), &ws, unix.WALL, nil)

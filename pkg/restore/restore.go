@@ -146,7 +146,18 @@ type Restored struct {
 	// they die silently (no FIN to a peer, no TIME_WAIT holding the
 	// 4-tuple against a retry).
 	conns []*os.File
-	done  bool
+	// pidfds hold the restored processes (not zombies) from their fork:
+	// Kill signals them through these, not by PID numbers that a process
+	// released, ended and reaped may have left to another.
+	pidfds []*sys.FD
+	done   bool
+}
+
+func (r *Restored) closePidfds() {
+	for _, fd := range r.pidfds {
+		fd.Close()
+	}
+	r.pidfds = nil
 }
 
 func (r *Restored) closeConns() {
@@ -189,6 +200,7 @@ func (r *Restored) Release() error {
 		}
 	}
 	r.closeConns()
+	r.closePidfds()
 	// The connections are live and their processes run: let packets in.
 	if err := r.unlock(); err != nil {
 		return fmt.Errorf("released, but the network lock stays: %w", err)
@@ -205,12 +217,13 @@ func (r *Restored) Kill() {
 	for _, f := range r.conns {
 		sockets.EnterRepair(int(f.Fd()))
 	}
-	for _, t := range r.tasks {
-		unix.Kill(int(t), unix.SIGKILL)
+	for _, fd := range r.pidfds {
+		sys.PidfdSendSignal(fd, unix.SIGKILL) // ESRCH: reaped already
 	}
 	for _, t := range r.tasks {
 		ptrace.Detach(t, 0)
 	}
+	r.closePidfds()
 	r.closeConns()
 	// Back to how things were: a lock this restore took goes, the dump's
 	// stays for a retry.
@@ -321,6 +334,10 @@ func Build(rd io.Reader, opts Options) (r *Restored, err error) {
 	}
 	r.Warnings = t.warnings
 	for _, b := range t.procs {
+		if b.target != 0 && b.pidfd != nil {
+			r.pidfds = append(r.pidfds, b.pidfd)
+			b.pidfd = nil
+		}
 		b.target = 0 // owned by r now
 	}
 	return r, nil

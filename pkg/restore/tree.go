@@ -120,6 +120,10 @@ func (t *tree) warnf(format string, args ...any) {
 
 func (t *tree) cleanup() {
 	t.runFinally() // a failed restore's (a successful one ran them)
+	for _, b := range t.procs {
+		b.pidfd.Close() // zombies', and a failed restore's
+		b.pidfd = nil
+	}
 	for _, f := range t.owned {
 		f.Close()
 	}
@@ -141,7 +145,7 @@ func (t *tree) kill() {
 	defer t.removeSysV()
 	for _, b := range t.procs {
 		if b.target != 0 {
-			unix.Kill(int(b.target), unix.SIGKILL)
+			b.kill()
 		}
 	}
 	for _, b := range t.procs {
@@ -186,8 +190,9 @@ func (t *tree) create(pr *image.PagesReader) error {
 	defer func() {
 		for _, h := range helpers {
 			if h.b.target != 0 {
-				unix.Kill(int(h.b.target), unix.SIGKILL)
+				h.b.kill()
 			}
+			h.b.pidfd.Close()
 		}
 	}()
 	if err != nil {
