@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ckpt/ckpt/internal/sys"
 )
 
 // Reaper is a running `ckpt-reaper serve`: a child subreaper that starts
@@ -24,14 +26,28 @@ type Reaper struct {
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
 	stderr  lockedBuffer
-	replies chan string   // reaper's answers to requests, in order
+	replies chan reply    // reaper's answers to requests, in order
 	done    chan struct{} // closed when the reaper's stdout ends
 	reqMu   sync.Mutex    // one request at a time
 	close   sync.Once
 
 	mu      sync.Mutex
-	exits   map[int][]ExitStatus // reported, not yet taken by WaitExit/Poll
-	changed chan struct{}        // closed (and replaced) when exits grows
+	exits   map[int][]report // reported, not yet taken by WaitExit/Poll
+	seq     int              // exit reports read so far
+	changed chan struct{}    // closed (and replaced) when exits grows
+}
+
+// report is an exit report, numbered in the order the reaper made them.
+type report struct {
+	es  ExitStatus
+	seq int
+}
+
+// reply is an answer to a request, with the number of exit reports read
+// before it: the reaper answers after reporting every exit it has reaped.
+type reply struct {
+	line string
+	seq  int
 }
 
 // RunOpts are the options of Reaper.Run. Empty Stdout/Stderr mean
@@ -72,9 +88,9 @@ func StartReaper(t testing.TB) *Reaper {
 	r := &Reaper{
 		t:       t,
 		cmd:     exec.Command(ReaperBinary(t), "serve"),
-		replies: make(chan string, 16),
+		replies: make(chan reply, 16),
 		done:    make(chan struct{}),
-		exits:   make(map[int][]ExitStatus),
+		exits:   make(map[int][]report),
 		changed: make(chan struct{}),
 	}
 	var err error
@@ -102,22 +118,75 @@ func StartReaper(t testing.TB) *Reaper {
 // Pid returns the reaper's pid: the parent of its children and orphans.
 func (r *Reaper) Pid() int { return r.cmd.Process.Pid }
 
-// read dispatches the reaper's output lines until it ends.
+// read dispatches the reaper's output lines until it ends. A "pid P"
+// reply to run drops the reports of P queued so far: they are of earlier
+// processes that had the PID (PIDs wrap within minutes here), never of
+// the one just started, whose exit the reaper reports after this line.
 func (r *Reaper) read(stdout io.Reader) {
 	defer close(r.done)
 	sc := bufio.NewScanner(stdout)
 	for sc.Scan() {
 		line := sc.Text()
+		r.mu.Lock()
 		if es, ok := parseExit(line); ok {
-			r.mu.Lock()
-			r.exits[es.Pid] = append(r.exits[es.Pid], es)
+			r.seq++
+			r.exits[es.Pid] = append(r.exits[es.Pid], report{es, r.seq})
 			close(r.changed)
 			r.changed = make(chan struct{})
 			r.mu.Unlock()
 			continue
 		}
-		r.replies <- line
+		if pid, err := strconv.Atoi(strings.TrimPrefix(line, "pid ")); err == nil && strings.HasPrefix(line, "pid ") {
+			r.dropLocked(pid, r.seq)
+		}
+		rep := reply{line, r.seq}
+		r.mu.Unlock()
+		r.replies <- rep
 	}
+}
+
+// dropLocked forgets the reports of pid numbered up to seq: those of
+// processes that had the PID before the one now meant.
+func (r *Reaper) dropLocked(pid, seq int) {
+	q := r.exits[pid]
+	i := 0
+	for i < len(q) && q[i].seq <= seq {
+		i++
+	}
+	if i == len(q) {
+		delete(r.exits, pid)
+	} else {
+		r.exits[pid] = q[i:]
+	}
+}
+
+// observe drops the reports of pid made before pid was seen in /proc as a
+// process under the reaper not reaped yet: they are of earlier processes
+// with that PID. Without this, a test waiting for a process would take the
+// report of another one long gone (a victim's child, killed by a dump and
+// reaped by the reaper, that nobody waited for), as if its own process had
+// died: "killed by signal 9" for a process that was never signalled.
+func (r *Reaper) observe(pid int) {
+	r.mu.Lock()
+	seq := r.seq
+	r.mu.Unlock()
+	// Reports up to seq were made before the check below: if pid is then
+	// one of ours not reaped, they cannot be of that process.
+	if pid == r.Pid() || !sys.DescendantOf(sys.PID(pid), sys.PID(r.Pid())) {
+		return
+	}
+	r.mu.Lock()
+	r.dropLocked(pid, seq)
+	r.mu.Unlock()
+}
+
+// Alive tells whether pid is a process under the reaper not reaped yet,
+// and if it is, forgets the exit reports of earlier processes with its
+// PID: WaitExit and Poll then take this process's. A harness calls it when
+// a process it did not start with Run appears (a restored one).
+func (r *Reaper) Alive(pid int) bool {
+	r.observe(pid)
+	return pid != r.Pid() && sys.DescendantOf(sys.PID(pid), sys.PID(r.Pid()))
 }
 
 // parseExit parses "exit PID code=N" or "exit PID signal=N".
@@ -147,6 +216,13 @@ func parseExit(line string) (ExitStatus, bool) {
 // request sends one request line and returns the reply.
 func (r *Reaper) request(t testing.TB, line string) string {
 	t.Helper()
+	return r.requestSeq(t, line).line
+}
+
+// requestSeq sends one request line and returns the reply, with the
+// number of exit reports made before it.
+func (r *Reaper) requestSeq(t testing.TB, line string) reply {
+	t.Helper()
 	r.reqMu.Lock()
 	defer r.reqMu.Unlock()
 	if _, err := io.WriteString(r.stdin, line+"\n"); err != nil {
@@ -154,7 +230,7 @@ func (r *Reaper) request(t testing.TB, line string) string {
 	}
 	select {
 	case rep := <-r.replies:
-		if msg, ok := strings.CutPrefix(rep, "error "); ok {
+		if msg, ok := strings.CutPrefix(rep.line, "error "); ok {
 			t.Fatalf("ckpt-reaper: %s: %s", line, msg)
 		}
 		return rep
@@ -204,13 +280,20 @@ func (r *Reaper) KillAll(t testing.TB) {
 // not reaped.
 func (r *Reaper) Signal(t testing.TB, pid int, sig syscall.Signal) bool {
 	t.Helper()
-	switch rep := r.request(t, fmt.Sprintf("signal %d %d", pid, int(sig))); rep {
+	switch rep := r.requestSeq(t, fmt.Sprintf("signal %d %d", pid, int(sig))); rep.line {
 	case "ok":
+		// The process was there, not reaped, after the reports made
+		// before the answer: those of its PID are of earlier processes.
+		if pid > 0 {
+			r.mu.Lock()
+			r.dropLocked(pid, rep.seq)
+			r.mu.Unlock()
+		}
 		return true
 	case "gone":
 		return false
 	default:
-		t.Fatalf("ckpt-reaper: unexpected reply %q to signal", rep)
+		t.Fatalf("ckpt-reaper: unexpected reply %q to signal", rep.line)
 	}
 	panic("unreachable")
 }
@@ -225,8 +308,12 @@ func (r *Reaper) Sync(t testing.TB) {
 	}
 }
 
-// Poll takes the oldest exit report for pid not yet taken, if any.
+// Poll takes the oldest exit report for pid not yet taken, if any, among
+// those of the last process with that PID the reaper was seen to have: a
+// report made before pid was last seen alive under the reaper (Run, Signal,
+// Alive, Poll, WaitExit) is of an earlier process and is dropped.
 func (r *Reaper) Poll(pid int) (ExitStatus, bool) {
+	r.observe(pid)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	q := r.exits[pid]
@@ -238,13 +325,15 @@ func (r *Reaper) Poll(pid int) (ExitStatus, bool) {
 	} else {
 		r.exits[pid] = q[1:]
 	}
-	return q[0], true
+	return q[0].es, true
 }
 
 // WaitExit waits for the reaper to report the exit of pid and takes that
 // report (a PID reused later, e.g. by a restore, gets its own report). It
-// fails the test if none comes within timeout. Reports that came earlier,
-// even before pid was known to the test, are found too.
+// fails the test if none comes within timeout. A report that came earlier,
+// even before pid was known to the test, is found too, unless the process
+// was seen alive under the reaper after it (see Poll): that report is of
+// an earlier process with the same PID.
 func (r *Reaper) WaitExit(t testing.TB, pid int, timeout time.Duration) ExitStatus {
 	t.Helper()
 	timer := time.NewTimer(timeout)

@@ -228,7 +228,8 @@ func sessionOf(pid int) (int, error) { return statField(pid, 6) }
 // atPIDSource is a program that makes a child with the PID it is given
 // (clone3 set_tid), as a restore does: the child pauses (and dies with
 // it); the program prints "ready", and at the end of its stdin SIGTERMs
-// the child, waits for it and prints how it ended.
+// the child, waits for it and prints how it ended. With a second argument
+// it pauses for ever instead, leaving its child to whoever ends it.
 const atPIDSource = `#define _GNU_SOURCE
 #include <linux/sched.h>
 #include <signal.h>
@@ -255,6 +256,9 @@ int main(int argc, char **argv) {
 	}
 	printf("ready\n");
 	fflush(stdout);
+	if (argc > 2)
+		for (;;)
+			pause();
 	char b[64];
 	while (read(0, b, sizeof b) > 0)
 		;
@@ -386,4 +390,63 @@ func groupMembers(pgid int) []int {
 		}
 	}
 	return out
+}
+
+// TestReaperStaleReport: the exit report of a process nobody waited for
+// (a victim's child, killed and reaped by the reaper) is not taken for the
+// report of a later process with the same PID. Here the PID is taken at
+// once (clone3 set_tid, as a restore does); in the suites PIDs wrap within
+// minutes, and the fidelity harness took such reports for its programs'
+// ("killed by signal 9" for programs and ckpt-redo runs nobody signalled).
+func TestReaperStaleReport(t *testing.T) {
+	RequireRoot(t)
+	dir := t.TempDir()
+	src, bin := filepath.Join(dir, "atpid.c"), filepath.Join(dir, "atpid")
+	if err := os.WriteFile(src, []byte(atPIDSource), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("gcc", "-Wall", "-Werror", "-o", bin, src).CombinedOutput(); err != nil {
+		t.Fatalf("gcc: %v\n%s", err, out)
+	}
+	r := StartReaper(t)
+	pidFile := filepath.Join(dir, "pid")
+	sh := r.Run(t, RunOpts{}, "/bin/sh", "-c", "sleep 100 & echo $! > "+pidFile+".tmp && mv "+pidFile+".tmp "+pidFile)
+	if es := r.WaitExit(t, sh, 10*time.Second); es != (ExitStatus{Pid: sh}) {
+		t.Fatalf("shell: %v", es)
+	}
+	b, err := os.ReadFile(pidFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	// The orphan sleep, now the reaper's, is killed and reaped: its report
+	// stays, nobody takes it.
+	r.MustSignal(t, orphan, syscall.SIGKILL)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(fmt.Sprintf("/proc/%d", orphan)); err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d not reaped 10 s after SIGKILL", orphan)
+		}
+	}
+	r.Sync(t)
+	// A new process under the reaper takes the PID.
+	out := filepath.Join(dir, "out")
+	holder := r.Run(t, RunOpts{Stdout: out, Stderr: out}, bin, strconv.Itoa(orphan), "stay")
+	WaitForLine(t, out, func(l string) bool { return l == "ready" || strings.HasPrefix(l, "clone3") }, 10*time.Second)
+	if l := ReadLines(out); len(l) == 0 || l[0] != "ready" {
+		t.Skipf("pid %d taken by another process before clone3: %q", orphan, l)
+	}
+	if es, ok := r.Poll(orphan); ok {
+		t.Fatalf("Poll(%d) while a new process has the PID: %v, the report of the one before", orphan, es)
+	}
+	// The new one ends (SIGTERM; its parent, killed, leaves it to the
+	// reaper): its own report is the one WaitExit takes.
+	r.MustSignal(t, orphan, syscall.SIGTERM)
+	r.MustSignal(t, holder, syscall.SIGKILL)
+	if es := r.WaitExit(t, orphan, 10*time.Second); es.Signal != int(syscall.SIGTERM) {
+		t.Errorf("WaitExit(%d): %v, want the new process's report: killed by SIGTERM", orphan, es)
+	}
+	r.WaitExit(t, holder, 10*time.Second)
 }

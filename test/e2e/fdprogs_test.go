@@ -48,8 +48,8 @@ func (e *env) dumpRestorePID(t *testing.T, pid int) {
 	if res := e.runRedo(t, nil, img); res.code != 0 {
 		t.Fatalf("ckpt-redo %s: %v", img, res)
 	}
-	if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
-		t.Fatalf("restored pid %d: %v", pid, err)
+	if !e.r.Alive(pid) {
+		t.Fatalf("restored pid %d is not a process under the reaper", pid)
 	}
 }
 

@@ -367,6 +367,8 @@ func (e *env) restore(t *testing.T, v *victim, dir string) {
 	if rr.PID != v.pid {
 		t.Errorf("ckpt-redo --json: pid %d, want the old pid %d", rr.PID, v.pid)
 	}
+	// Forgets the reports of earlier processes with the PID (see Alive).
+	e.r.Alive(v.pid)
 	if c := comm(v.pid); c != v.comm {
 		t.Errorf("restored pid %d: comm %q, want %q", v.pid, c, v.comm)
 	}

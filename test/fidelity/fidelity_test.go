@@ -488,8 +488,11 @@ func (e *env) redo(t *testing.T, p *prog) {
 	if es != (testenv.ExitStatus{Pid: pid}) {
 		t.Fatalf("ckpt-redo %s: %v; stdout %q; stderr %q", p.img, es, readFile(out), readFile(errf))
 	}
-	if _, err := os.Stat(fmt.Sprintf("/proc/%d", p.pid)); err != nil {
-		t.Fatalf("ckpt-redo succeeded but pid %d does not exist: %v", p.pid, err)
+	// Alive also makes the reaper forget the exit reports of earlier
+	// processes with this PID (PIDs wrap within minutes), which verify's
+	// WaitExit would otherwise take for the restored program's.
+	if !e.r.Alive(p.pid) {
+		t.Fatalf("ckpt-redo succeeded but pid %d is not a process under the reaper", p.pid)
 	}
 }
 
