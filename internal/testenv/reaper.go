@@ -26,7 +26,7 @@ type Reaper struct {
 	cmd     *exec.Cmd
 	stdin   io.WriteCloser
 	stderr  lockedBuffer
-	replies chan reply    // reaper's answers to requests, in order
+	replies chan string   // reaper's answers to requests, in order
 	done    chan struct{} // closed when the reaper's stdout ends
 	reqMu   sync.Mutex    // one request at a time
 	close   sync.Once
@@ -41,13 +41,6 @@ type Reaper struct {
 type report struct {
 	es  ExitStatus
 	seq int
-}
-
-// reply is an answer to a request, with the number of exit reports read
-// before it: the reaper answers after reporting every exit it has reaped.
-type reply struct {
-	line string
-	seq  int
 }
 
 // RunOpts are the options of Reaper.Run. Empty Stdout/Stderr mean
@@ -88,7 +81,7 @@ func StartReaper(t testing.TB) *Reaper {
 	r := &Reaper{
 		t:       t,
 		cmd:     exec.Command(ReaperBinary(t), "serve"),
-		replies: make(chan reply, 16),
+		replies: make(chan string, 16),
 		done:    make(chan struct{}),
 		exits:   make(map[int][]report),
 		changed: make(chan struct{}),
@@ -139,9 +132,8 @@ func (r *Reaper) read(stdout io.Reader) {
 		if pid, err := strconv.Atoi(strings.TrimPrefix(line, "pid ")); err == nil && strings.HasPrefix(line, "pid ") {
 			r.dropLocked(pid, r.seq)
 		}
-		rep := reply{line, r.seq}
 		r.mu.Unlock()
-		r.replies <- rep
+		r.replies <- line
 	}
 }
 
@@ -216,13 +208,6 @@ func parseExit(line string) (ExitStatus, bool) {
 // request sends one request line and returns the reply.
 func (r *Reaper) request(t testing.TB, line string) string {
 	t.Helper()
-	return r.requestSeq(t, line).line
-}
-
-// requestSeq sends one request line and returns the reply, with the
-// number of exit reports made before it.
-func (r *Reaper) requestSeq(t testing.TB, line string) reply {
-	t.Helper()
 	r.reqMu.Lock()
 	defer r.reqMu.Unlock()
 	if _, err := io.WriteString(r.stdin, line+"\n"); err != nil {
@@ -230,7 +215,7 @@ func (r *Reaper) requestSeq(t testing.TB, line string) reply {
 	}
 	select {
 	case rep := <-r.replies:
-		if msg, ok := strings.CutPrefix(rep.line, "error "); ok {
+		if msg, ok := strings.CutPrefix(rep, "error "); ok {
 			t.Fatalf("ckpt-reaper: %s: %s", line, msg)
 		}
 		return rep
@@ -280,20 +265,24 @@ func (r *Reaper) KillAll(t testing.TB) {
 // not reaped.
 func (r *Reaper) Signal(t testing.TB, pid int, sig syscall.Signal) bool {
 	t.Helper()
-	switch rep := r.requestSeq(t, fmt.Sprintf("signal %d %d", pid, int(sig))); rep.line {
+	r.mu.Lock()
+	before := r.seq
+	r.mu.Unlock()
+	switch rep := r.request(t, fmt.Sprintf("signal %d %d", pid, int(sig))); rep {
 	case "ok":
-		// The process was there, not reaped, after the reports made
-		// before the answer: those of its PID are of earlier processes.
+		// The process was there, not reaped, when it was signalled, after
+		// the reports made before the request: those of its PID are of
+		// earlier processes. (Its own may come before the answer.)
 		if pid > 0 {
 			r.mu.Lock()
-			r.dropLocked(pid, rep.seq)
+			r.dropLocked(pid, before)
 			r.mu.Unlock()
 		}
 		return true
 	case "gone":
 		return false
 	default:
-		t.Fatalf("ckpt-reaper: unexpected reply %q to signal", rep.line)
+		t.Fatalf("ckpt-reaper: unexpected reply %q to signal", rep)
 	}
 	panic("unreachable")
 }
