@@ -254,25 +254,40 @@ func (b *callBatch) finish() error {
 // time) where a mapping both writable and executable is refused (memory
 // deny-write-execute, a security module) or a thread could be killed by
 // its seccomp filter for a call the dump makes only in a batch (pause).
-func (d *dumper) mapBatchArea(r *remote) (uint64, error) {
+// It also returns the mlockall flags in effect (lockFuture): the area is
+// the probe, or a probe page is mapped and unmapped when there is none.
+// On error, the area it returns (if any) is still to be unmapped.
+func (d *dumper) mapBatchArea(r *remote) (area uint64, lockFlags int, err error) {
+	before, err := vmLck(r.pid)
+	if err != nil {
+		return 0, 0, err
+	}
+	batches := true
 	for _, t := range d.fz.tasks {
 		st, err := t.readStatus()
 		if err != nil {
-			return 0, fmt.Errorf("thread %d: read status: %w", t.tid, err)
+			return 0, 0, fmt.Errorf("thread %d: read status: %w", t.tid, err)
 		}
 		if st.Seccomp != 0 && !t.suspended {
-			return 0, nil
+			batches = false
 		}
 	}
-	ret, err := r.in.Syscall(unix.SYS_MMAP, 0, batchAreaSize, unix.PROT_READ|unix.PROT_WRITE|unix.PROT_EXEC,
-		unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE, ^uint64(0), 0)
-	if err != nil {
-		return 0, err
+	if batches {
+		ret, err := r.in.Syscall(unix.SYS_MMAP, 0, batchAreaSize, unix.PROT_READ|unix.PROT_WRITE|unix.PROT_EXEC,
+			unix.MAP_PRIVATE|unix.MAP_ANONYMOUS|unix.MAP_NORESERVE, ^uint64(0), 0)
+		if err != nil {
+			return 0, 0, err
+		}
+		if ptrace.Errno(ret) == nil {
+			area = ret
+		}
 	}
-	if ptrace.Errno(ret) != nil {
-		return 0, nil
+	if area == 0 {
+		lockFlags, err = lockFuture(r, before)
+		return 0, lockFlags, err
 	}
-	return ret, nil
+	lockFlags, err = lockedFlags(r.pid, before, area)
+	return area, lockFlags, err
 }
 
 func unmapBatchArea(r *remote, area uint64) error {
@@ -326,13 +341,9 @@ func (d *dumper) inject(p *image.Process) (err error) {
 		return err
 	}
 	ierr := r.block()
-	if ierr == nil {
-		// Before the batch area exists: the probe compares VmLck.
-		p.LockFuture, ierr = lockFuture(r)
-	}
 	var area uint64
 	if ierr == nil {
-		area, ierr = d.mapBatchArea(r)
+		area, p.LockFuture, ierr = d.mapBatchArea(r)
 	}
 	if ierr == nil {
 		var a asker = r
