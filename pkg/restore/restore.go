@@ -151,6 +151,16 @@ type Restored struct {
 	// released, ended and reaped may have left to another.
 	pidfds []*sys.FD
 	done   bool
+	// outgoing is closed once the lock lets the sockets' own packets out
+	// (nil without a lock).
+	outgoing chan struct{}
+}
+
+// waitOutgoing waits until the lock lets the sockets' own packets out.
+func (r *Restored) waitOutgoing() {
+	if r.outgoing != nil {
+		<-r.outgoing
+	}
 }
 
 func (r *Restored) closePidfds() {
@@ -184,12 +194,10 @@ func (r *Restored) Release() error {
 		return nil
 	}
 	r.done = true
-	if r.lock != "" {
-		// What the processes send as soon as they run (the answer to a
-		// request read before the dump) goes out rather than waiting for
-		// a retransmission; the peers' packets stay held until unlock.
-		netlock.OpenOutgoing(r.lock, -1)
-	}
+	// What the processes send as soon as they run (the answer to a
+	// request read before the dump) goes out rather than waiting for a
+	// retransmission; the peers' packets stay held until unlock.
+	r.waitOutgoing()
 	for i := len(r.tasks) - 1; i >= 0; i-- {
 		// A stopped process is in its group-stop already (see
 		// stopAgain): detached, it stays stopped.
@@ -214,6 +222,7 @@ func (r *Restored) Kill() {
 		return
 	}
 	r.done = true
+	r.waitOutgoing()
 	for _, f := range r.conns {
 		sockets.EnterRepair(int(f.Fd()))
 	}
@@ -294,6 +303,24 @@ func Build(rd io.Reader, opts Options) (r *Restored, err error) {
 	if err := t.takeLock(); err != nil {
 		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}
+	// The restored sockets send nothing while they are in repair mode, so
+	// their own packets are let out now (netlock.OpenOutgoing), while the
+	// tree is built, rather than at Release: a commit of the lock table
+	// waits for the kernel (10-20 ms) and would add to the time the
+	// processes and their peers wait.
+	var outgoing chan struct{}
+	if t.lock != "" {
+		outgoing = make(chan struct{})
+		go func(lock string) {
+			defer close(outgoing)
+			netlock.OpenOutgoing(lock, -1)
+		}(t.lock)
+		defer func() {
+			if err != nil {
+				<-outgoing // before the cleanup lifts a lock this restore took
+			}
+		}()
+	}
 	if err := t.prepareFiles(); err != nil {
 		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}
@@ -318,7 +345,7 @@ func Build(rd io.Reader, opts Options) (r *Restored, err error) {
 		t.kill()
 		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}
-	r = &Restored{lock: t.lock, ownLock: t.ownLock, conns: t.conns}
+	r = &Restored{lock: t.lock, ownLock: t.ownLock, conns: t.conns, outgoing: outgoing}
 	t.lock, t.conns = "", nil // owned by r now
 	r.PID = root.PID
 	for _, b := range t.procs {
