@@ -2,7 +2,6 @@ package proc
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -72,7 +71,7 @@ func readFDInfo(root string, pid sys.PID, fd sys.TargetFD) (*FDInfo, error) {
 		}
 		fi.Inotify = append(fi.Inotify, iw)
 	}
-	b, err := os.ReadFile(filepath.Join(root, pid.String(), "fdinfo", fd.String()))
+	b, err := ReadFile(filepath.Join(root, pid.String(), "fdinfo", fd.String()))
 	if err != nil {
 		return nil, err
 	}
