@@ -184,7 +184,12 @@ func (rb *RunningBatch) Finish() ([]uint64, error) {
 // runUntilMark waits until the mark at out+8n is set, then puts the
 // running task back in an interrupt stop and returns the results.
 func (in *Injector) runUntilMark(pid sys.PID, out uint64, n int, mark uint64, saved *unix.PtraceRegs) ([]uint64, error) {
-	buf := make([]byte, 8*(n+1))
+	// Only the mark is polled: the results are read once the task is
+	// stopped again. Read together with the mark while the task runs,
+	// a result could be copied before the task stored it and the mark
+	// after (a mapping that "landed at 0x0" was seen once).
+	buf := make([]byte, 8*n)
+	markBuf := make([]byte, 8)
 	deadline := time.Now().Add(batchTimeout)
 	sleep := time.Duration(0)
 	for i := 0; ; i++ {
@@ -199,10 +204,10 @@ func (in *Injector) runUntilMark(pid sys.PID, out uint64, n int, mark uint64, sa
 			i, sleep = 0, 0 // the batch goes on: poll closely again
 			continue
 		}
-		if err := ReadMem(pid, out, buf); err != nil {
-			return nil, fmt.Errorf("batch in %d: read results: %w", in.TID, err)
+		if err := ReadMem(pid, out+8*uint64(n), markBuf); err != nil {
+			return nil, fmt.Errorf("batch in %d: read mark: %w", in.TID, err)
 		}
-		if binary.LittleEndian.Uint64(buf[8*n:]) == mark {
+		if binary.LittleEndian.Uint64(markBuf) == mark {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -218,6 +223,9 @@ func (in *Injector) runUntilMark(pid sys.PID, out uint64, n int, mark uint64, sa
 	}
 	if err := in.waitInterrupt("batch"); err != nil {
 		return nil, err
+	}
+	if err := ReadMem(pid, out, buf); err != nil {
+		return nil, fmt.Errorf("batch in %d: read results: %w", in.TID, err)
 	}
 	res := make([]uint64, n)
 	for i := range res {
