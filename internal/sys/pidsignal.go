@@ -34,23 +34,23 @@ func SignalIf(pid PID, sig unix.Signal, ok func(PID) bool) error {
 	if pid <= 0 {
 		return fmt.Errorf("signal %d: bad pid: %w", pid, ErrNotThatProcess)
 	}
-	fd, err := unix.PidfdOpen(int(pid), 0)
-	if err == unix.ESRCH {
+	fd, err := PidfdOpen(pid, 0)
+	if errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("signal %d: %w", pid, ErrNotThatProcess)
 	}
 	if err != nil {
-		return fmt.Errorf("signal %d: %w", pid, os.NewSyscallError("pidfd_open", err))
+		return fmt.Errorf("signal %d: %w", pid, err)
 	}
-	defer unix.Close(fd)
+	defer fd.Close()
 	if !ok(pid) {
 		return fmt.Errorf("signal %d: %w", pid, ErrNotThatProcess)
 	}
-	err = unix.PidfdSendSignal(fd, sig, nil, 0)
-	if err == unix.ESRCH {
+	err = PidfdSendSignal(fd, sig)
+	if errors.Is(err, unix.ESRCH) {
 		return fmt.Errorf("signal %d: %w", pid, ErrNotThatProcess)
 	}
 	if err != nil {
-		return fmt.Errorf("signal %d: %w", pid, os.NewSyscallError("pidfd_send_signal", err))
+		return fmt.Errorf("signal %d: %w", pid, err)
 	}
 	return nil
 }

@@ -53,6 +53,7 @@ import (
 	"time"
 
 	"github.com/ckpt/ckpt/internal/reap"
+	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
 )
 
@@ -424,7 +425,7 @@ func (a *Agent) kill(pids []int) error {
 	var all []held
 	defer func() {
 		for _, h := range all {
-			unix.Close(h.fd)
+			h.fd.Close()
 		}
 	}()
 	for _, pid := range pids {
@@ -434,7 +435,7 @@ func (a *Agent) kill(pids []int) error {
 		all = append(all, holdTree(pid)...)
 	}
 	for _, h := range all {
-		unix.PidfdSendSignal(h.fd, unix.SIGKILL, nil, 0)
+		sys.PidfdSendSignal(h.fd, unix.SIGKILL)
 	}
 	deadline := time.Now().Add(10 * time.Second)
 	for _, h := range all {

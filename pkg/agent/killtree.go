@@ -7,19 +7,18 @@ import (
 	"strings"
 
 	"github.com/ckpt/ckpt/internal/sys"
-	"golang.org/x/sys/unix"
 )
 
 // held is a process of a tree being killed, held by a pidfd: signals go
 // to that process, never to a PID number it may have left to another.
 type held struct {
 	pid int
-	fd  int
+	fd  *sys.FD
 }
 
 // alive tells whether the process behind pidfd fd has not been reaped yet
 // (a zombie is still there; its PID is not free).
-func alive(fd int) bool { return unix.PidfdSendSignal(fd, 0, nil, 0) == nil }
+func alive(fd *sys.FD) bool { return sys.PidfdSendSignal(fd, 0) == nil }
 
 // holdTree opens a pidfd on pid, if it is the agent or one of its
 // descendants, and on each of its descendants, parents first: the
@@ -29,25 +28,25 @@ func alive(fd int) bool { return unix.PidfdSendSignal(fd, 0, nil, 0) == nil }
 // tree is read is missed; kill's SIGKILL stops the parents from forking
 // more, and their orphans come to the agent (as PID 1, or subreaper).
 func holdTree(pid int) []held {
-	fd, err := unix.PidfdOpen(pid, 0)
+	fd, err := sys.PidfdOpen(sys.PID(pid), 0)
 	if err != nil {
 		return nil
 	}
 	if !sys.DescendantOf(sys.PID(pid), sys.PID(os.Getpid())) || !alive(fd) {
-		unix.Close(fd)
+		fd.Close()
 		return nil
 	}
 	out := []held{{pid, fd}}
 	for i := 0; i < len(out); i++ {
 		for _, c := range children(out[i].pid) {
-			cfd, err := unix.PidfdOpen(c, 0)
+			cfd, err := sys.PidfdOpen(sys.PID(c), 0)
 			if err != nil {
 				continue
 			}
 			// /proc/c was cfd's process if it is still there after the
 			// read, and out[i] was its parent if it still is.
 			if sys.ParentOf(sys.PID(c)) != sys.PID(out[i].pid) || !alive(cfd) || !alive(out[i].fd) {
-				unix.Close(cfd)
+				cfd.Close()
 				continue
 			}
 			out = append(out, held{c, cfd})
@@ -76,7 +75,7 @@ func tree(pid int) []int {
 	var out []int
 	for _, h := range holdTree(pid) {
 		out = append(out, h.pid)
-		unix.Close(h.fd)
+		h.fd.Close()
 	}
 	return out
 }

@@ -113,20 +113,20 @@ func ReadFile(path string) ([]byte, error) {
 // bare system calls (no os.File: its poller registration costs more
 // than a small /proc file's read).
 func readSmall(path string, buf []byte) ([]byte, error) {
-	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := sys.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	for errors.Is(err, unix.EINTR) {
-		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		fd, err = sys.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	}
 	if err != nil {
-		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
+		return nil, err
 	}
-	defer unix.Close(fd)
+	defer fd.Close()
 	n := 0
 	for {
 		if n == len(buf) {
 			buf = append(buf, make([]byte, len(buf))...)
 		}
-		m, err := unix.Read(fd, buf[n:])
+		m, err := unix.Read(fd.Int(), buf[n:])
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}
