@@ -380,46 +380,25 @@ func openConnectingClosed(fd int, s *image.Socket, local, remote netip.AddrPort)
 // bound but chosen by connect, narrowed to it with IP_LOCAL_PORT_RANGE,
 // so that the kernel gives it back when the connection ends; the address
 // is bound (IP_BIND_ADDRESS_NO_PORT) only if the route would choose
-// another. The option is left to the caller to set back.
+// another. A port connect cannot choose is bound, and stays held: one
+// outside ip_local_port_range, and the port of a listener (an accepted
+// connection shares it, and connect never chooses a port a bind holds).
+// The option is left to the caller to set back.
 func connectAs(fd int, local, remote netip.AddrPort, free bool) error {
 	if free && ephemeral(local.Port()) {
-		p := int(local.Port())
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_LOCAL_PORT_RANGE, p|p<<16); err != nil {
-			return fmt.Errorf("IP_LOCAL_PORT_RANGE: %w", err)
+		// A packet from remote to local would reach the listener, or
+		// the pair's TIME_WAIT socket: one look-up by the pair (not a
+		// walk of every socket) tells an accepted connection, whose
+		// port is bound at once instead of after two connects refused.
+		owner, err := pairOwner(local, remote)
+		if err != nil {
+			return err
 		}
-		if src, err := routeSource(remote); err != nil || src != local.Addr() {
-			if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1); err != nil {
-				return fmt.Errorf("IP_BIND_ADDRESS_NO_PORT: %w", err)
+		if owner.state != StateListen {
+			done, err := connectChosen(fd, local, remote, owner)
+			if done || err != nil {
+				return err
 			}
-			if err := unix.Bind(fd, Sockaddr(netip.AddrPortFrom(local.Addr(), 0))); err != nil {
-				return fmt.Errorf("bind %s: %w", local.Addr(), err)
-			}
-		}
-		err := unix.Connect(fd, Sockaddr(remote))
-		if errors.Is(err, unix.EADDRNOTAVAIL) {
-			// The connection's TIME_WAIT socket (both FINs were
-			// exchanged) holds the pair: it is network state,
-			// which a restore elsewhere would not have either.
-			if gone, derr := destroyTimeWait(local, remote); derr != nil {
-				return derr
-			} else if gone {
-				err = unix.Connect(fd, Sockaddr(remote))
-			}
-		}
-		if err == nil {
-			if la, err := unix.Getsockname(fd); err != nil || AddrPort(la) != local {
-				return fmt.Errorf("connect %s in repair mode: bound to %v, want %s", remote, AddrPort(la), local)
-			}
-			return nil
-		}
-		if !errors.Is(err, unix.EADDRNOTAVAIL) {
-			return fmt.Errorf("connect %s in repair mode: %w", remote, err)
-		}
-		// The port is held by another socket bound to it (a listener
-		// the connection was accepted from), which connect will not
-		// share: the port is bound instead, and stays held.
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 0); err != nil {
-			return fmt.Errorf("IP_BIND_ADDRESS_NO_PORT: %w", err)
 		}
 	}
 	if err := unix.Bind(fd, Sockaddr(local)); err != nil {
@@ -429,6 +408,52 @@ func connectAs(fd int, local, remote netip.AddrPort, free bool) error {
 		return fmt.Errorf("connect %s in repair mode: %w", remote, err)
 	}
 	return nil
+}
+
+// connectChosen connects fd (in repair mode) from local to remote with the
+// port chosen by connect, narrowed to local's (see connectAs); owner is
+// what pairOwner found for the pair. It says not done when the port is
+// held by a socket bound to it, which connect will not share (the caller
+// binds it then).
+func connectChosen(fd int, local, remote netip.AddrPort, owner diagOwner) (done bool, err error) {
+	p := int(local.Port())
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_LOCAL_PORT_RANGE, p|p<<16); err != nil {
+		return false, fmt.Errorf("IP_LOCAL_PORT_RANGE: %w", err)
+	}
+	if src, err := routeSource(remote); err != nil || src != local.Addr() {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 1); err != nil {
+			return false, fmt.Errorf("IP_BIND_ADDRESS_NO_PORT: %w", err)
+		}
+		if err := unix.Bind(fd, Sockaddr(netip.AddrPortFrom(local.Addr(), 0))); err != nil {
+			return false, fmt.Errorf("bind %s: %w", local.Addr(), err)
+		}
+	}
+	err = unix.Connect(fd, Sockaddr(remote))
+	if errors.Is(err, unix.EADDRNOTAVAIL) && owner.state == stateTimeWait {
+		// The connection's TIME_WAIT socket (both FINs were
+		// exchanged) holds the pair: it is network state, which a
+		// restore elsewhere would not have either.
+		if gone, derr := destroyTimeWait(local, remote, owner); derr != nil {
+			return false, derr
+		} else if gone {
+			err = unix.Connect(fd, Sockaddr(remote))
+		}
+	}
+	if err == nil {
+		if la, err := unix.Getsockname(fd); err != nil || AddrPort(la) != local {
+			return false, fmt.Errorf("connect %s in repair mode: bound to %v, want %s", remote, AddrPort(la), local)
+		}
+		return true, nil
+	}
+	if !errors.Is(err, unix.EADDRNOTAVAIL) {
+		return false, fmt.Errorf("connect %s in repair mode: %w", remote, err)
+	}
+	// The port is held by another socket bound to it (a listener on
+	// another address, a socket the program bound): it is bound instead.
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_IP, unix.IP_BIND_ADDRESS_NO_PORT, 0); err != nil {
+		return false, fmt.Errorf("IP_BIND_ADDRESS_NO_PORT: %w", err)
+	}
+	return false, nil
 }
 
 // ephemeral says whether connect may choose port: it is in the network
@@ -559,31 +584,60 @@ const sockDestroy = 21
 
 const stateTimeWait = 6
 
+// diagOwner is the socket a packet of a pair would reach (pairOwner):
+// its TCP state and sock_diag cookie; state 0 when there is none.
+type diagOwner struct {
+	state  int
+	cookie [8]byte
+}
+
+// pairOwner looks up, through sock_diag, the socket a segment from remote
+// to local would reach: the pair's own socket (a TIME_WAIT one, say) or
+// else a listener on local. It is one hashed look-up, as the kernel does
+// for a packet, where a dump walks every socket of the namespace.
+func pairOwner(local, remote netip.AddrPort) (diagOwner, error) {
+	req := tcpPairRequest(local, remote, 0, unix.NLM_F_REQUEST)
+	nl, err := sockDiagRequest(req)
+	if err != nil {
+		return diagOwner{}, err
+	}
+	defer nl.Close()
+	msgs, err := sockDiagReceive(nl, make([]byte, 4096))
+	if err != nil {
+		return diagOwner{}, err
+	}
+	for _, m := range msgs {
+		switch {
+		case m.Header.Type == unix.NLMSG_ERROR && len(m.Data) >= 4:
+			switch e := unix.Errno(-int32(binary.LittleEndian.Uint32(m.Data))); e {
+			case 0, unix.ENOENT:
+				return diagOwner{}, nil
+			default:
+				return diagOwner{}, fmt.Errorf("sock_diag: look up %s-%s: %w", local, remote, e)
+			}
+		case m.Header.Type == sockDiagByFamily && len(m.Data) >= 52:
+			// inet_diag_msg: state at 1, the sockid at 4 (ports,
+			// addresses, if, cookie at 44).
+			return diagOwner{state: int(m.Data[1]), cookie: [8]byte(m.Data[44:52])}, nil
+		}
+	}
+	return diagOwner{}, fmt.Errorf("sock_diag: look up %s-%s: no answer", local, remote)
+}
+
 // destroyTimeWait ends the TIME_WAIT socket the connection local-remote
 // left (the one a socket closed after both FINs leaves on this machine),
-// so that the connection can be built again: it is reported whether one
-// was there. SOCK_DESTROY looks the pair up as a packet would, and would
-// find a listener on the local port when there is no such socket: the
-// request names the TIME_WAIT socket by its cookie, read first.
-func destroyTimeWait(local, remote netip.AddrPort) (bool, error) {
-	le := binary.LittleEndian
-	req := tcpPairRequest(local, remote, 1<<stateTimeWait, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-	id := req[24:72] // struct inet_diag_sockid as the kernel gives it for the pair
-	var cookie []byte
-	err := sockDiagDump(req, func(d []byte) bool {
-		// inet_diag_msg: the sockid at 4 (ports, addresses, if, cookie).
-		if len(d) >= 52 && string(d[4:40]) == string(id[:36]) {
-			cookie = append([]byte(nil), d[44:52]...)
-			return true
-		}
-		return false
-	})
-	if err != nil || cookie == nil {
-		return false, err
+// found by pairOwner as owner, so that the connection can be built again:
+// it is reported whether it was still there. SOCK_DESTROY looks the pair
+// up as a packet would, and would find a listener on the local port once
+// the TIME_WAIT socket is gone: the request names it by its cookie.
+func destroyTimeWait(local, remote netip.AddrPort, owner diagOwner) (bool, error) {
+	if owner.state != stateTimeWait {
+		return false, nil
 	}
-	copy(id[40:48], cookie)
+	le := binary.LittleEndian
+	req := tcpPairRequest(local, remote, 1<<stateTimeWait, unix.NLM_F_REQUEST|unix.NLM_F_ACK)
+	copy(req[24+40:24+48], owner.cookie[:])
 	le.PutUint16(req[4:], sockDestroy)
-	le.PutUint16(req[6:], unix.NLM_F_REQUEST|unix.NLM_F_ACK)
 	nl, err := sockDiagRequest(req)
 	if err != nil {
 		return false, err
