@@ -14,10 +14,11 @@ package sockets
 //     once, then 0; send says the error once, then EPIPE;
 //   - getsockname still gives the address and port of the connection,
 //     although the port is given back (another socket can bind it) unless
-//     it was bound explicitly (bind with a port, or accepted from such a
-//     listener); getpeername says ENOTCONN but SO_PEERNAME still gives
-//     the peer; TCP_MAXSEG and the tcp_info options (timestamps, SACK,
-//     window scales) stay those of the connection; TCP_TIMESTAMP goes on;
+//     it was bound explicitly (bind with a port; a connection accepted
+//     from a listener gives it back too); getpeername says ENOTCONN but
+//     SO_PEERNAME still gives the peer; TCP_MAXSEG and the tcp_info
+//     options (timestamps, SACK, window scales) stay those of the
+//     connection; TCP_TIMESTAMP goes on;
 //   - connect says EISCONN (the socket layer still calls it connected),
 //     listen EINVAL; bind succeeds when the port was given back.
 //
@@ -383,7 +384,10 @@ func openConnectingClosed(fd int, s *image.Socket, local, remote netip.AddrPort)
 // another. A port connect cannot choose is bound, and stays held: one
 // outside ip_local_port_range, and the port of a listener (an accepted
 // connection shares it, and connect never chooses a port a bind holds).
-// The option is left to the caller to set back.
+// An accepted connection gave its port back when it ended; rebuilt bound,
+// it keeps it (SOCK_BINDPORT_LOCK): only an accept puts a socket on a
+// listener's port without that lock. The option is left to the caller to
+// set back.
 func connectAs(fd int, local, remote netip.AddrPort, free bool) error {
 	if free && ephemeral(local.Port()) {
 		// A packet from remote to local would reach the listener, or
