@@ -276,5 +276,8 @@ func (t *tree) InTree(ino uint32) bool { return t.socks.inos[ino] || t.flight.so
 // Reuse is the SO_REUSEADDR of a connection ckpt put in repair mode.
 func (t *tree) Reuse(fd int) int { return t.socks.reuse[fd] }
 
+// Defaults is what every socket of the tree is compared with.
+func (t *tree) Defaults() *sockets.Defaults { return &t.socks.defs }
+
 // Dumped records a connection whose queues were read.
 func (t *tree) Dumped(fd int) { t.socks.conns = append(t.socks.conns, fd) }

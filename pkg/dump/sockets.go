@@ -35,6 +35,8 @@ type sockState struct {
 	guard *netlock.Guard
 	// silenced: the connections were put back in repair mode to die.
 	silenced bool
+	// defs is what sockets.DescribeWith compares every socket with.
+	defs sockets.Defaults
 }
 
 // takeSockets gets a copy of every socket of the tree and, if any is a

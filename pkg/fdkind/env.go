@@ -43,6 +43,9 @@ type SocketDumpEnv interface {
 	// Dumped records a connection whose queues were read: it goes back
 	// to repair mode just before the processes are killed.
 	Dumped(fd int)
+	// Defaults is what every socket of the dump is compared with (the
+	// options of new sockets, the machine's addresses), read once.
+	Defaults() *sockets.Defaults
 	// SkipInFlight tells whether the user gave --skip-in-flight: TCP
 	// connections waiting in a listener's accept queue are dropped
 	// instead of refused.

@@ -72,7 +72,11 @@ func describeSocket(env DumpEnv, src *Source, f *image.File) error {
 		f.Socket = o
 		return nil
 	}
-	s, err := sockets.Describe(our)
+	var defs *sockets.Defaults
+	if se := env.Sockets(); se != nil {
+		defs = se.Defaults()
+	}
+	s, err := sockets.DescribeWith(our, defs)
 	if errors.Is(err, sockets.ErrAcceptQueue) && s != nil && env.Sockets().SkipInFlight() {
 		// --skip-in-flight: the listener alone is saved; the
 		// connections waiting in its queue are dropped (the dump said

@@ -6,7 +6,8 @@ import (
 )
 
 // BenchmarkDescribe describes an established loopback connection (the
-// per-socket work of a dump of many connections).
+// per-socket work of a dump of many connections), reading the options of
+// a new socket each time or once (Defaults).
 func BenchmarkDescribe(b *testing.B) {
 	l, err := net.Listen("tcp4", "127.0.0.1:0")
 	if err != nil {
@@ -29,10 +30,16 @@ func BenchmarkDescribe(b *testing.B) {
 	}
 	defer f.Close()
 	fd := int(f.Fd())
-	b.ResetTimer()
-	for range b.N {
-		if _, err := Describe(fd); err != nil {
-			b.Fatal(err)
-		}
+	for _, c := range []struct {
+		name string
+		defs *Defaults
+	}{{"alone", nil}, {"defaults", &Defaults{}}} {
+		b.Run(c.name, func(b *testing.B) {
+			for range b.N {
+				if _, err := DescribeWith(fd, c.defs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -51,7 +51,7 @@ func DescribeExternal(fd int, ino uint32, all map[uint32]UnixInfo) (*image.Socke
 		return nil, fmt.Errorf("UNIX socket %d connected to %q outside the dump with %d bytes it sent unread: they cannot be put back into a new connection: %w", ino, s.ExternalPeer, n, ErrState)
 	}
 	var err error
-	if s.Options, err = readOptions(fd, unix.AF_UNIX, u.Type, 0, false, false); err != nil {
+	if s.Options, err = readOptions(fd, unix.AF_UNIX, u.Type, 0, false, false, nil); err != nil {
 		return nil, err
 	}
 	return s, nil

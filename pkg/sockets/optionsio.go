@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"net/netip"
+	"sync"
 	"unsafe"
 
 	"github.com/ckpt/ckpt/internal/sys"
@@ -94,12 +96,82 @@ func readFilter(fd int) ([]byte, error) {
 // back: an eBPF filter, an upper layer protocol (kTLS), TCP-AO keys, a
 // pending error or error queue.
 func ReadOptions(fd, family, typ, proto int, established bool) ([]image.SockOpt, error) {
-	return readOptions(fd, family, typ, proto, established, false)
+	return readOptions(fd, family, typ, proto, established, false, nil)
+}
+
+// Defaults are what Describe compares every socket with: the option
+// values of new sockets, by family, type and protocol, read from one new
+// socket of each kind instead of one a socket described, and which
+// addresses are the machine's (nonLocal). They are those of ckpt's
+// network namespace and sysctls at the time: one Defaults serves one
+// dump. Safe for concurrent use; the zero value is ready.
+type Defaults struct {
+	mu    sync.Mutex
+	kinds map[[3]int][]defaultRow
+	local map[netip.Addr]bool // address (v4-mapped as such) -> nonLocal
+}
+
+// nonLocal is nonLocal, kept (nil d: asked now).
+func (d *Defaults) nonLocal(family int, addr netip.Addr) bool {
+	if d == nil {
+		return nonLocal(family, addr)
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if v, ok := d.local[addr]; ok {
+		return v
+	}
+	v := nonLocal(family, addr)
+	if d.local == nil {
+		d.local = map[netip.Addr]bool{}
+	}
+	d.local[addr] = v
+	return v
+}
+
+// defaultRow is a new socket's value of the inventory row of that index.
+type defaultRow struct {
+	v  image.SockOpt
+	ok bool
+}
+
+// of gives a new socket's values of every row that applies to the kind
+// (nil d: read now, not kept).
+func (d *Defaults) of(family, typ, proto int) ([]defaultRow, error) {
+	key := [3]int{family, typ, proto}
+	if d != nil {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		if rows, ok := d.kinds[key]; ok {
+			return rows, nil
+		}
+	}
+	freshFD, err := sys.Socket(family, typ|unix.SOCK_CLOEXEC, proto)
+	if err != nil {
+		return nil, fmt.Errorf("new socket for the defaults: %w", err)
+	}
+	defer freshFD.Close()
+	rows := make([]defaultRow, len(Options))
+	for i := range Options {
+		o := &Options[i]
+		if !o.applies(family, proto, false) {
+			continue
+		}
+		rows[i].v, rows[i].ok, _ = readRow(freshFD.Int(), o)
+	}
+	if d != nil {
+		if d.kinds == nil {
+			d.kinds = map[[3]int][]defaultRow{}
+		}
+		d.kinds[key] = rows
+	}
+	return rows, nil
 }
 
 // readOptions is ReadOptions; errOK lets a pending error through (the
-// caller restores it).
-func readOptions(fd, family, typ, proto int, established, errOK bool) ([]image.SockOpt, error) {
+// caller restores it); defs keeps the defaults of new sockets (nil: read
+// from a new socket).
+func readOptions(fd, family, typ, proto int, established, errOK bool, defs *Defaults) ([]image.SockOpt, error) {
 	if !errOK && pendingError(fd) {
 		return nil, fmt.Errorf("a pending socket error or error queue (SO_ERROR, MSG_ERRQUEUE, MSG_ZEROCOPY completions) cannot be restored: %w", ErrState)
 	}
@@ -109,12 +181,10 @@ func readOptions(fd, family, typ, proto int, established, errOK bool) ([]image.S
 	if err := refuseOptions(fd, proto); err != nil {
 		return nil, err
 	}
-	freshFD, err := sys.Socket(family, typ|unix.SOCK_CLOEXEC, proto)
+	fresh, err := defs.of(family, typ, proto)
 	if err != nil {
-		return nil, fmt.Errorf("new socket for the defaults: %w", err)
+		return nil, err
 	}
-	defer freshFD.Close()
-	fresh := freshFD.Int()
 	var out []image.SockOpt
 	for i := range Options {
 		o := &Options[i]
@@ -128,8 +198,7 @@ func readOptions(fd, family, typ, proto int, established, errOK bool) ([]image.S
 		if !ok {
 			continue
 		}
-		def, dok, _ := readRow(fresh, o)
-		if dok && def.Value == v.Value && bytes.Equal(def.Bytes, v.Bytes) {
+		if def := fresh[i]; def.ok && def.v.Value == v.Value && bytes.Equal(def.v.Bytes, v.Bytes) {
 			continue
 		}
 		out = append(out, v)

@@ -14,7 +14,11 @@ import (
 // type, state, endpoints and options. The queues of an established
 // connection are read by DumpTCP. A listener with connections waiting to
 // be accepted is returned whole, with an error wrapping ErrAcceptQueue.
-func Describe(fd int) (*image.Socket, error) {
+func Describe(fd int) (*image.Socket, error) { return DescribeWith(fd, nil) }
+
+// DescribeWith is Describe with the options of new sockets kept in defs
+// (a dump describing many sockets reads them once; nil: read each time).
+func DescribeWith(fd int, defs *Defaults) (*image.Socket, error) {
 	s := &image.Socket{}
 	var err, inFlight error
 	if s.Family, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_DOMAIN); err != nil {
@@ -74,7 +78,7 @@ func Describe(fd int) (*image.Socket, error) {
 	if la, err := unix.Getsockname(fd); err == nil {
 		if ap := AddrPort(la); ap.Port() != 0 || s.State == StateListen {
 			s.Local = ap.String()
-			s.FreeBind = nonLocal(s.Family, ap.Addr())
+			s.FreeBind = defs.nonLocal(s.Family, ap.Addr())
 			if s.State == StateListen && s.Protocol == unix.IPPROTO_TCP {
 				n, err := listenersOn(s.Family, ap)
 				if err != nil {
@@ -103,7 +107,7 @@ func Describe(fd int) (*image.Socket, error) {
 			}
 		}
 	}
-	if s.Options, err = ReadOptions(fd, s.Family, s.Type, s.Protocol, tcpConn && s.State != StateSynSent); err != nil {
+	if s.Options, err = readOptions(fd, s.Family, s.Type, s.Protocol, tcpConn && s.State != StateSynSent, false, defs); err != nil {
 		return nil, err
 	}
 	switch {

@@ -142,7 +142,7 @@ func describeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 	// the same way.
 	s.PeerReset = s.PeerClosed && u.Type != unix.SOCK_DGRAM && pendingError(fd)
 	var err error
-	if s.Options, err = readOptions(fd, unix.AF_UNIX, u.Type, 0, false, s.PeerReset); err != nil {
+	if s.Options, err = readOptions(fd, unix.AF_UNIX, u.Type, 0, false, s.PeerReset, nil); err != nil {
 		return nil, nil, err
 	}
 	if u.State == UnixListenState || s.AcceptOf != 0 || u.Type != unix.SOCK_DGRAM && u.State != StateEstablished {
