@@ -389,16 +389,17 @@ func openConnectingClosed(fd int, s *image.Socket, local, remote netip.AddrPort)
 // listener's port without that lock. The option is left to the caller to
 // set back.
 func connectAs(fd int, local, remote netip.AddrPort, free bool) error {
-	if free && ephemeral(local.Port()) {
+	if free {
 		// A packet from remote to local would reach the listener, or
 		// the pair's TIME_WAIT socket: one look-up by the pair (not a
 		// walk of every socket) tells an accepted connection, whose
-		// port is bound at once instead of after two connects refused.
+		// port is bound at once instead of after two connects refused
+		// (and before ip_local_port_range is read).
 		owner, err := pairOwner(local, remote)
 		if err != nil {
 			return err
 		}
-		if owner.state != StateListen {
+		if owner.state != StateListen && ephemeral(local.Port()) {
 			done, err := connectChosen(fd, local, remote, owner)
 			if done || err != nil {
 				return err
