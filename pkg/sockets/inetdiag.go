@@ -1,7 +1,9 @@
 package sockets
 
 import (
+	"errors"
 	"net/netip"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -13,14 +15,13 @@ const inetDiagMD5Sig = 18
 // hasMD5Keys asks sock_diag whether the TCP socket local-remote (remote
 // invalid for a listener) has TCP-MD5 keys (TCP_MD5SIG).
 func hasMD5Keys(local, remote netip.AddrPort) (bool, error) {
-	req := tcpPairRequest(local, remote, 0xffffffff, unix.NLM_F_REQUEST) // every state
-	req[18] = 1 << (2 - 1)                                               // idiag_ext INET_DIAG_INFO: with the aux attributes
-	nl, err := sockDiagRequest(req)
-	if err != nil {
-		return false, err
+	// A reply without keys fits 4 KiB; one with many is asked again
+	// with room for it.
+	msgs, err := md5Reply(local, remote, 4096)
+	var cut *truncatedError
+	if errors.As(err, &cut) {
+		msgs, err = md5Reply(local, remote, cut.Size)
 	}
-	defer nl.Close()
-	msgs, err := sockDiagReceive(nl, make([]byte, 1<<16))
 	if err != nil {
 		return false, err
 	}
@@ -32,4 +33,17 @@ func hasMD5Keys(local, remote netip.AddrPort) (bool, error) {
 		diagAttrs(m.Data[72:], func(typ uint16, _ []byte) { md5 = md5 || typ == inetDiagMD5Sig })
 	}
 	return md5, nil
+}
+
+// md5Reply asks sock_diag for the TCP socket local-remote with its aux
+// attributes (the keys among them), read into a buffer of size bytes.
+func md5Reply(local, remote netip.AddrPort, size int) ([]syscall.NetlinkMessage, error) {
+	req := tcpPairRequest(local, remote, 0xffffffff, unix.NLM_F_REQUEST) // every state
+	req[18] = 1 << (2 - 1)                                               // idiag_ext INET_DIAG_INFO: with the aux attributes
+	nl, err := sockDiagRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	defer nl.Close()
+	return sockDiagReceive(nl, make([]byte, size))
 }

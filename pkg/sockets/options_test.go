@@ -305,6 +305,25 @@ func TestRefusedOptions(t *testing.T) {
 			must(t, unix.Listen(fd, 1))
 			return fd
 		}, "TCP-MD5"},
+		{"many TCP-MD5 keys", func(t *testing.T) int {
+			// 100 keys: sock_diag's reply (104 bytes a key) is larger
+			// than the first buffer it is read into.
+			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			must(t, err)
+			for i := range 100 {
+				var sig [216]byte
+				*(*uint16)(unsafe.Pointer(&sig[0])) = unix.AF_INET
+				copy(sig[4:8], []byte{127, 0, 1, byte(i)})
+				*(*uint16)(unsafe.Pointer(&sig[130])) = 6
+				copy(sig[136:], "secret")
+				if err := sys.Setsockopt(fd, unix.IPPROTO_TCP, unix.TCP_MD5SIG, unsafe.Pointer(&sig[0]), uintptr(len(sig))); err != nil {
+					t.Skipf("no TCP-MD5 key %d here: %v", i, err)
+				}
+			}
+			must(t, unix.Bind(fd, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+			must(t, unix.Listen(fd, 1))
+			return fd
+		}, "TCP-MD5"},
 		{"urgent data", func(t *testing.T) int {
 			fd, peer := connPair(t, "tcp4", "127.0.0.1:0")
 			f, err := peer.(*net.TCPConn).File()

@@ -79,11 +79,23 @@ func sockDiagRequest(req []byte) (*sys.FD, error) {
 	return nl, nil
 }
 
-// sockDiagReceive reads one batch of replies from nl.
+// truncatedError is a sock_diag reply larger than the buffer it was read
+// into: Size is its length.
+type truncatedError struct{ Size int }
+
+func (e *truncatedError) Error() string {
+	return fmt.Sprintf("sock_diag: a reply of %d bytes was cut", e.Size)
+}
+
+// sockDiagReceive reads one batch of replies from nl; one larger than buf
+// gives a *truncatedError.
 func sockDiagReceive(nl *sys.FD, buf []byte) ([]syscall.NetlinkMessage, error) {
-	n, _, err := unix.Recvfrom(nl.Int(), buf, 0)
+	n, _, err := unix.Recvfrom(nl.Int(), buf, unix.MSG_TRUNC)
 	if err != nil {
 		return nil, fmt.Errorf("sock_diag: receive: %w", err)
+	}
+	if n > len(buf) {
+		return nil, &truncatedError{Size: n}
 	}
 	msgs, err := syscall.ParseNetlinkMessage(buf[:n])
 	if err != nil {
