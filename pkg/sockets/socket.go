@@ -102,7 +102,13 @@ func DescribeWith(fd int, defs *Defaults) (*image.Socket, error) {
 	tcpConn := s.Protocol == unix.IPPROTO_TCP && Connected(s.State)
 	if tcpConn || s.Protocol == unix.IPPROTO_TCP && s.State == StateListen {
 		if la, err := unix.Getsockname(fd); err == nil {
-			if md5, err := hasMD5Keys(AddrPort(la), remote); err == nil && md5 {
+			// Only sock_diag shows the keys: a failed look-up cannot
+			// be taken for "none".
+			md5, err := hasMD5Keys(AddrPort(la), remote)
+			if err != nil {
+				return nil, fmt.Errorf("look for TCP-MD5 keys: %w", err)
+			}
+			if md5 {
 				return nil, fmt.Errorf("TCP-MD5 keys (TCP_MD5SIG) cannot be read back: %w", ErrState)
 			}
 		}
