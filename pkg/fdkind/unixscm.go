@@ -202,13 +202,7 @@ func inFlightFile(env RestoreEnv, r image.InFlight) (*os.File, error) {
 	if s.Peer != 0 {
 		keys = append(keys, credPairKey{min(s.Ino, s.Peer), max(s.Ino, s.Peer)}, unixPairKey{min(s.Ino, s.Peer), max(s.Ino, s.Peer)})
 	}
-	lino := s.AcceptOf | s.AcceptedFrom
-	if lino == 0 && (len(s.AcceptQueue) > 0 || len(s.Accepted) > 0) {
-		lino = s.Ino
-	}
-	if p := env.Sockets().Peer(s.Peer); lino == 0 && s.Peer != 0 && p != nil && p.Socket != nil {
-		lino = p.Socket.AcceptedFrom
-	}
+	lino := listenerOf(env, s)
 	if lino != 0 {
 		keys = append(keys, unixListenerKey(lino))
 	}

@@ -95,6 +95,20 @@ func openUnix(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	return d, nil
 }
 
+// listenerOf returns the inode of the UNIX listener whose group s is
+// rebuilt with (a listener, the connections it accepted and those waiting
+// in its queue, and the clients of either), 0 if none.
+func listenerOf(env RestoreEnv, s *image.Socket) uint32 {
+	lino := s.AcceptOf | s.AcceptedFrom
+	if lino == 0 && (len(s.AcceptQueue) > 0 || len(s.Accepted) > 0) {
+		lino = s.Ino
+	}
+	if p := env.Sockets().Peer(s.Peer); lino == 0 && s.Peer != 0 && p != nil && p.Socket != nil {
+		lino = p.Socket.AcceptedFrom
+	}
+	return lino
+}
+
 func openUnixSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	s := f.Socket
 	if s.External {
@@ -103,13 +117,7 @@ func openUnixSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	msgs := func(s *image.Socket) ([]sockets.UnixMsg, error) { return queueOf(env, s) }
 	// A listener, the connections it accepted and those waiting in its
 	// queue are rebuilt together.
-	lino := s.AcceptOf | s.AcceptedFrom
-	if lino == 0 && (len(s.AcceptQueue) > 0 || len(s.Accepted) > 0) {
-		lino = s.Ino
-	}
-	if p := env.Sockets().Peer(s.Peer); lino == 0 && s.Peer != 0 && p != nil && p.Socket != nil {
-		lino = p.Socket.AcceptedFrom
-	}
+	lino := listenerOf(env, s)
 	if lino != 0 {
 		if lf := env.Sockets().Peer(lino); lf != nil && lf.Socket != nil && lf.Socket.Creds != nil {
 			return openListenerIn(env, s, at, lino, msgs)

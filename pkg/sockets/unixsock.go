@@ -296,19 +296,7 @@ func freshBuffers(typ int) []image.SockOpt {
 
 // sendNow sends a message without blocking, to the socket's peer or to.
 func sendNow(fd int, b []byte, to unix.Sockaddr) error {
-	for {
-		n, err := unix.SendmsgN(fd, b, nil, to, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if to != nil || n == len(b) {
-			return nil
-		}
-		b = b[n:]
-	}
+	return sendWith(fd, UnixMsg{Data: b}, to)
 }
 
 // OpenUnix builds a UNIX socket that is not one end of a pair of the dump:
