@@ -86,6 +86,19 @@ func setQueue(fd, q int) error {
 	return nil
 }
 
+// setQueueSeq selects queue q of a socket in repair mode and sets the
+// sequence number its first byte has (TCP_QUEUE_SEQ). The queue stays
+// selected.
+func setQueueSeq(fd, q int, seq uint32) error {
+	if err := setQueue(fd, q); err != nil {
+		return err
+	}
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ, int(seq)); err != nil {
+		return fmt.Errorf("TCP_QUEUE_SEQ: %w", err)
+	}
+	return nil
+}
+
 func ptr(b *byte) unsafe.Pointer { return unsafe.Pointer(b) }
 
 // AddrPort converts a socket address.
@@ -286,11 +299,8 @@ func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
 		q   int
 		seq uint32
 	}{{tcpRecvQueue, st.recvSeq() - uint32(len(recvQ))}, {tcpSendQueue, st.sendSeq() - uint32(len(sendQ))}} {
-		if err := setQueue(fd, q.q); err != nil {
+		if err := setQueueSeq(fd, q.q, q.seq); err != nil {
 			return err
-		}
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ, int(q.seq)); err != nil {
-			return fmt.Errorf("TCP_QUEUE_SEQ: %w", err)
 		}
 	}
 	// The port is chosen by connect, as a program's connect chose it, so

@@ -213,11 +213,8 @@ func openClosed(fd int, s *image.Socket, local, remote netip.AddrPort, recvQ []b
 		q   int
 		seq uint32
 	}{{tcpRecvQueue, closedRcvISN}, {tcpSendQueue, closedSndISN}} {
-		if err := setQueue(fd, q.q); err != nil {
+		if err := setQueueSeq(fd, q.q, q.seq); err != nil {
 			return err
-		}
-		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ, int(q.seq)); err != nil {
-			return fmt.Errorf("TCP_QUEUE_SEQ: %w", err)
 		}
 	}
 	if err := setQueue(fd, tcpNoQueue); err != nil {
@@ -305,11 +302,8 @@ func openConnectingClosed(fd int, s *image.Socket, local, remote netip.AddrPort)
 	if err := setRepair(fd, true); err != nil {
 		return err
 	}
-	if err := setQueue(fd, tcpSendQueue); err != nil {
+	if err := setQueueSeq(fd, tcpSendQueue, closedSndISN); err != nil {
 		return err
-	}
-	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ, closedSndISN); err != nil {
-		return fmt.Errorf("TCP_QUEUE_SEQ: %w", err)
 	}
 	if err := setQueue(fd, tcpNoQueue); err != nil {
 		return err
@@ -524,11 +518,8 @@ func openDisconnected(fd int, s *image.Socket, local netip.AddrPort) error {
 	if err := setRepair(fd, true); err != nil {
 		return err
 	}
-	if err := setQueue(fd, tcpRecvQueue); err != nil {
+	if err := setQueueSeq(fd, tcpRecvQueue, closedRcvISN); err != nil {
 		return err
-	}
-	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ, closedRcvISN); err != nil {
-		return fmt.Errorf("TCP_QUEUE_SEQ: %w", err)
 	}
 	if err := setQueue(fd, tcpNoQueue); err != nil {
 		return err

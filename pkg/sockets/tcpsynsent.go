@@ -25,11 +25,8 @@ func prepareSynSent(fd int, st *TCPState) error {
 	if err := setRepair(fd, true); err != nil {
 		return err
 	}
-	if err := setQueue(fd, tcpSendQueue); err != nil {
+	if err := setQueueSeq(fd, tcpSendQueue, st.sendSeq()); err != nil {
 		return err
-	}
-	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_QUEUE_SEQ, int(st.sendSeq())); err != nil {
-		return fmt.Errorf("TCP_QUEUE_SEQ: %w", err)
 	}
 	return setQueue(fd, tcpNoQueue)
 }
