@@ -118,4 +118,33 @@ static __attribute__((unused)) unsigned char pattern(unsigned seed, size_t i)
 {
 	return (unsigned char)((i * 2654435761u + seed) >> 7);
 }
+/* loopback_addr fills ss with the loopback address and port: 127.0.0.1,
+ * or with v6 ::1 (mapped: ::ffff:127.0.0.1), and returns its length. */
+static __attribute__((unused)) socklen_t loopback_addr(struct sockaddr_storage *ss, int port, int v6, int mapped)
+{
+	memset(ss, 0, sizeof *ss);
+	if (!v6) {
+		struct sockaddr_in *a = (struct sockaddr_in *)ss;
+		a->sin_family = AF_INET;
+		a->sin_port = htons(port);
+		a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+		return sizeof *a;
+	}
+	struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+	a->sin6_family = AF_INET6;
+	a->sin6_port = htons(port);
+	inet_pton(AF_INET6, mapped ? "::ffff:127.0.0.1" : "::1", &a->sin6_addr);
+	return sizeof *a;
+}
+
+/* tcp_state is fd's TCP state (tcp_info), -1 if it cannot be read. */
+static __attribute__((unused)) int tcp_state(int fd)
+{
+	struct tcp_info ti;
+	socklen_t l = sizeof ti;
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0)
+		return -1;
+	return ti.tcpi_state;
+}
+
 #endif

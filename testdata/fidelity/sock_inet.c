@@ -13,22 +13,7 @@
 
 static int v6, mapped, udp;
 
-static socklen_t addr_of(struct sockaddr_storage *ss, int port)
-{
-	memset(ss, 0, sizeof *ss);
-	if (!v6) {
-		struct sockaddr_in *a = (struct sockaddr_in *)ss;
-		a->sin_family = AF_INET;
-		a->sin_port = htons(port);
-		a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		return sizeof *a;
-	}
-	struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
-	a->sin6_family = AF_INET6;
-	a->sin6_port = htons(port);
-	inet_pton(AF_INET6, mapped ? "::ffff:127.0.0.1" : "::1", &a->sin6_addr);
-	return sizeof *a;
-}
+static socklen_t addr_of(struct sockaddr_storage *ss, int port) { return loopback_addr(ss, port, v6, mapped); }
 
 static int port_of(int fd)
 {

@@ -31,20 +31,12 @@ static int tcp_pair(int *cli, int *srv, int *lst)
 	return 0;
 }
 
-static int state_of(int fd)
-{
-	struct tcp_info ti;
-	socklen_t l = sizeof ti;
-	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0)
-		return -1;
-	return ti.tcpi_state;
-}
 
 static void wait_state(int fd, int st)
 {
-	for (int i = 0; i < 1000 && state_of(fd) != st; i++)
+	for (int i = 0; i < 1000 && tcp_state(fd) != st; i++)
 		usleep(5000);
-	FID_SETUP(state_of(fd) == st, "TCP state %d, want %d", state_of(fd), st);
+	FID_SETUP(tcp_state(fd) == st, "TCP state %d, want %d", tcp_state(fd), st);
 }
 
 int main(int argc, char **argv)
@@ -153,13 +145,13 @@ int main(int argc, char **argv)
 		FID_SETUP(0, "unknown kind %s", kind);
 	}
 	if (fd >= 0 && (strcmp(kind, "close_wait") == 0 || strcmp(kind, "fin_wait2") == 0 || strcmp(kind, "reset") == 0))
-		st = state_of(fd);
+		st = tcp_state(fd);
 	(void)outside;
 	fid_ready();
 	fid_wait();
 	/* Untouched: the same state, queues and errors as before. */
 	if (st >= 0)
-		FID_EXPECT(state_of(fd) == st, "TCP state %d, want %d", state_of(fd), st);
+		FID_EXPECT(tcp_state(fd) == st, "TCP state %d, want %d", tcp_state(fd), st);
 	if (strcmp(kind, "scm_rights") == 0) {
 		char buf[4], cbuf[CMSG_SPACE(sizeof(int))];
 		struct iovec io = {buf, sizeof buf};

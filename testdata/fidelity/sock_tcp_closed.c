@@ -24,22 +24,7 @@
 
 static int v6, mapped;
 
-static socklen_t addr_of(struct sockaddr_storage *ss, int port)
-{
-	memset(ss, 0, sizeof *ss);
-	if (!v6) {
-		struct sockaddr_in *a = (struct sockaddr_in *)ss;
-		a->sin_family = AF_INET;
-		a->sin_port = htons(port);
-		a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		return sizeof *a;
-	}
-	struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
-	a->sin6_family = AF_INET6;
-	a->sin6_port = htons(port);
-	inet_pton(AF_INET6, mapped ? "::ffff:127.0.0.1" : "::1", &a->sin6_addr);
-	return sizeof *a;
-}
+static socklen_t addr_of(struct sockaddr_storage *ss, int port) { return loopback_addr(ss, port, v6, mapped); }
 
 static int port_of(const struct sockaddr_storage *ss)
 {
@@ -55,20 +40,12 @@ static int new_socket(void)
 	return fd;
 }
 
-static int state_of(int fd)
-{
-	struct tcp_info ti;
-	socklen_t l = sizeof ti;
-	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0)
-		return -1;
-	return ti.tcpi_state;
-}
 
 static void wait_state(int fd, int st)
 {
-	for (int i = 0; i < 5000 && state_of(fd) != st; i++)
+	for (int i = 0; i < 5000 && tcp_state(fd) != st; i++)
 		usleep(1000);
-	FID_SETUP(state_of(fd) == st, "TCP state %d, want %d", state_of(fd), st);
+	FID_SETUP(tcp_state(fd) == st, "TCP state %d, want %d", tcp_state(fd), st);
 }
 
 /* free_port is a port nobody holds now. */

@@ -26,22 +26,7 @@
 static int v6, mapped;
 static pid_t outside; /* syn_sent: the listener's process */
 
-static socklen_t addr_of(struct sockaddr_storage *ss, int port)
-{
-	memset(ss, 0, sizeof *ss);
-	if (!v6) {
-		struct sockaddr_in *a = (struct sockaddr_in *)ss;
-		a->sin_family = AF_INET;
-		a->sin_port = htons(port);
-		a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-		return sizeof *a;
-	}
-	struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
-	a->sin6_family = AF_INET6;
-	a->sin6_port = htons(port);
-	inet_pton(AF_INET6, mapped ? "::ffff:127.0.0.1" : "::1", &a->sin6_addr);
-	return sizeof *a;
-}
+static socklen_t addr_of(struct sockaddr_storage *ss, int port) { return loopback_addr(ss, port, v6, mapped); }
 
 static int new_socket(void)
 {
@@ -52,20 +37,12 @@ static int new_socket(void)
 	return fd;
 }
 
-static int state_of(int fd)
-{
-	struct tcp_info ti;
-	socklen_t l = sizeof ti;
-	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0)
-		return -1;
-	return ti.tcpi_state;
-}
 
 static int wait_state(int fd, int st)
 {
-	for (int i = 0; i < 5000 && state_of(fd) != st; i++)
+	for (int i = 0; i < 5000 && tcp_state(fd) != st; i++)
 		usleep(1000);
-	return state_of(fd) == st;
+	return tcp_state(fd) == st;
 }
 
 /* pair connects a client to a listener whose accepted sockets get rcvbuf
@@ -153,7 +130,7 @@ static void closed_behaviour(int fd, char *out, size_t len)
 	memset(&ss, 0, sizeof ss);
 	getsockname(fd, (struct sockaddr *)&ss, &l);
 	int port = ntohs(ss.ss_family == AF_INET6 ? ((struct sockaddr_in6 *)&ss)->sin6_port : ((struct sockaddr_in *)&ss)->sin_port);
-	snprintf(out, len, "state %d revents %#x read %zd/%d write %zd/%d port %d", state_of(fd), p.revents, r, re, w, we, port);
+	snprintf(out, len, "state %d revents %#x read %zd/%d write %zd/%d port %d", tcp_state(fd), p.revents, r, re, w, we, port);
 }
 
 /* full_listener starts a process outside the case's tree (a grandchild,
@@ -245,7 +222,7 @@ int main(int argc, char **argv)
 		toOther = fill(fd, 2);
 		FID_SETUP(shutdown(fd, SHUT_WR) == 0, "shutdown");
 		FID_SETUP(shutdown(other, SHUT_WR) == 0, "shutdown the peer");
-		FID_SETUP(wait_state(fd, TCP_CLOSING), "CLOSING (state %d)", state_of(fd));
+		FID_SETUP(wait_state(fd, TCP_CLOSING), "CLOSING (state %d)", tcp_state(fd));
 	} else if (strcmp(mode, "syn_sent") == 0) {
 		struct sockaddr_storage ss;
 		socklen_t l = full_listener(&ss);
@@ -253,7 +230,7 @@ int main(int argc, char **argv)
 		FID_SETUP(fcntl(fd, F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
 		FID_SETUP(connect(fd, (struct sockaddr *)&ss, l) < 0 && errno == EINPROGRESS, "connect in progress");
 		usleep(20000);
-		if (state_of(fd) != TCP_SYN_SENT) {
+		if (tcp_state(fd) != TCP_SYN_SENT) {
 			kill(outside, SIGKILL);
 			fid_skip("the SYN was answered: the accept queue did not fill");
 		}
@@ -297,14 +274,14 @@ int main(int argc, char **argv)
 	} else {
 		FID_SETUP(0, "unknown mode %s", mode);
 	}
-	int stFd = state_of(fd), stOther = other >= 0 ? state_of(other) : -1;
+	int stFd = tcp_state(fd), stOther = other >= 0 ? tcp_state(other) : -1;
 	if (closed)
 		closed_behaviour(fd, before, sizeof before);
 	fid_ready();
 	fid_wait();
-	FID_EXPECT(state_of(fd) == stFd, "state %d, want %d", state_of(fd), stFd);
+	FID_EXPECT(tcp_state(fd) == stFd, "state %d, want %d", tcp_state(fd), stFd);
 	if (other >= 0)
-		FID_EXPECT(state_of(other) == stOther, "peer state %d, want %d", state_of(other), stOther);
+		FID_EXPECT(tcp_state(other) == stOther, "peer state %d, want %d", tcp_state(other), stOther);
 	if (closed) {
 		char after[256];
 		closed_behaviour(fd, after, sizeof after);
@@ -324,7 +301,7 @@ int main(int argc, char **argv)
 		/* Room in the queue: the next SYN is answered, one connection. */
 		kill(outside, SIGUSR1);
 		struct pollfd p = {fd, POLLOUT, 0};
-		FID_EXPECT(poll(&p, 1, 15000) == 1, "not connected in 15 s (state %d)", state_of(fd));
+		FID_EXPECT(poll(&p, 1, 15000) == 1, "not connected in 15 s (state %d)", tcp_state(fd));
 		int err = 0;
 		socklen_t l = sizeof err;
 		getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l);
@@ -355,14 +332,14 @@ int main(int argc, char **argv)
 	} else {
 		expect_stream(other, "peer", 2, toOther, 1);
 		if (strcmp(mode, "fin_wait1") == 0) {
-			FID_EXPECT(wait_state(fd, TCP_FIN_WAIT2), "FIN not acknowledged: state %d", state_of(fd));
+			FID_EXPECT(wait_state(fd, TCP_FIN_WAIT2), "FIN not acknowledged: state %d", tcp_state(fd));
 			FID_EXPECT(shutdown(other, SHUT_WR) == 0, "shutdown");
 			expect_stream(fd, "FIN_WAIT1 end", 0, 0, 1);
 		}
 		if (strcmp(mode, "closing") == 0)
 			expect_stream(fd, "CLOSING end", 0, 0, 1);
 	}
-	FID_EXPECT(wait_state(fd, TCP_CLOSE), "connection end: state %d", state_of(fd));
+	FID_EXPECT(wait_state(fd, TCP_CLOSE), "connection end: state %d", tcp_state(fd));
 	int err = 0;
 	socklen_t l = sizeof err;
 	getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &l);
