@@ -258,10 +258,9 @@ func (b *callBatch) finish() error {
 // the probe, or a probe page is mapped and unmapped when there is none.
 // On error, the area it returns (if any) is still to be unmapped.
 func (d *dumper) mapBatchArea(r *remote) (area uint64, lockFlags int, err error) {
-	before, err := vmLck(r.pid)
-	if err != nil {
-		return 0, 0, err
-	}
+	// VmLck before the probe: the leader's status, read once frozen (the
+	// memory has not changed since).
+	before, leader := uint64(0), false
 	batches := true
 	for _, t := range d.fz.tasks {
 		st, err := t.readStatus()
@@ -270,6 +269,15 @@ func (d *dumper) mapBatchArea(r *remote) (area uint64, lockFlags int, err error)
 		}
 		if st.Seccomp != 0 && !t.suspended {
 			batches = false
+		}
+		if t.tid == r.pid.Leader() {
+			before, leader = st.VmLck, true
+		}
+	}
+	if !leader {
+		var err error
+		if before, err = vmLck(r.pid); err != nil {
+			return 0, 0, err
 		}
 	}
 	if batches {

@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,13 +13,11 @@ import (
 
 // Status is the part of /proc/PID/status ckpt uses.
 type Status struct {
-	// From procfs.ProcStatus.
 	TGID                                   sys.PID
 	UID, GID                               [4]int // real, effective, saved, fs
 	CapInh, CapPrm, CapEff, CapBnd, CapAmb uint64
-	VmLck                                  uint64 // locked memory, bytes
+	VmLck                                  uint64 // locked memory, bytes (0 without memory: a zombie)
 
-	// Parsed here (see parseStatus).
 	State                          byte
 	Umask                          int
 	TracerPID                      sys.PID
@@ -44,38 +41,29 @@ func ReadStatus(pid sys.PID) (*Status, error) { return readStatus(root, int(pid)
 // ReadThreadStatus parses /proc/TID/status: a thread's own.
 func ReadThreadStatus(tid sys.TID) (*Status, error) { return readStatus(root, int(tid)) }
 
-// readStatus reads the status of id (a PID or a TID) under root.
+// readStatus reads the status of id (a PID or a TID) under root, in one
+// read of the file (see parseStatus).
 func readStatus(root string, id int) (*Status, error) {
-	pid := id
-	p, err := procOf(root, pid)
-	if err != nil {
-		return nil, err
-	}
-	ps, err := p.NewStatus()
-	if err != nil {
-		return nil, fmt.Errorf("%s/%d/status: %w", root, pid, err)
-	}
-	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "status"))
+	path := filepath.Join(root, strconv.Itoa(id), "status")
+	b, err := readSmall(path, make([]byte, 2048))
 	if err != nil {
 		return nil, err
 	}
 	s, err := parseStatus(b)
 	if err != nil {
-		return nil, fmt.Errorf("%s/%d/status: %w", root, pid, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	s.TGID = sys.PID(ps.TGID)
-	for i := range 4 {
-		s.UID[i], s.GID[i] = int(ps.UIDs[i]), int(ps.GIDs[i])
-	}
-	s.CapInh, s.CapPrm, s.CapEff, s.CapBnd, s.CapAmb = ps.CapInh, ps.CapPrm, ps.CapEff, ps.CapBnd, ps.CapAmb
-	s.VmLck = ps.VmLck
 	return s, nil
 }
 
-// parseStatus parses the status fields procfs.ProcStatus does not have:
-// State, Umask, TracerPid, Groups, the signal masks (SigPnd, ShdPnd,
-// SigBlk, SigIgn, SigCgt), NoNewPrivs, Seccomp, untag_mask and
-// x86_Thread_features.
+// parseStatus parses the fields of Status. It is an own parser although
+// procfs.ProcStatus has some of them (Tgid, the IDs, capabilities, VmLck):
+// a dump reads the status of every thread while the tree is frozen, and
+// procfs reads the file on its own (after a stat of /proc and of the
+// process's directory), so that the fields it lacks (State, Umask,
+// TracerPid, Groups, the signal masks, NoNewPrivs, Seccomp, untag_mask,
+// x86_Thread_features) cost a second read: the kernel builds a status
+// file anew on every read, which is the dearest part of a thread's dump.
 func parseStatus(b []byte) (*Status, error) {
 	s := &Status{UntagMask: ^uint64(0)}
 	seen := map[string]bool{}
@@ -89,6 +77,32 @@ func parseStatus(b []byte) (*Status, error) {
 		var err error
 		hex := func(dst *uint64) { *dst, err = strconv.ParseUint(v, 16, 64) }
 		switch k {
+		case "Tgid":
+			var pid int
+			pid, err = strconv.Atoi(v)
+			s.TGID = sys.PID(pid)
+		case "Uid":
+			err = ids(v, &s.UID)
+		case "Gid":
+			err = ids(v, &s.GID)
+		case "CapInh":
+			hex(&s.CapInh)
+		case "CapPrm":
+			hex(&s.CapPrm)
+		case "CapEff":
+			hex(&s.CapEff)
+		case "CapBnd":
+			hex(&s.CapBnd)
+		case "CapAmb":
+			hex(&s.CapAmb)
+		case "VmLck":
+			kb, unit, _ := strings.Cut(v, " ")
+			if unit != "kB" {
+				err = fmt.Errorf("unit %q, want kB", unit)
+				break
+			}
+			s.VmLck, err = strconv.ParseUint(kb, 10, 64)
+			s.VmLck *= 1024
 		case "State":
 			if v == "" {
 				err = fmt.Errorf("empty")
@@ -145,10 +159,27 @@ func parseStatus(b []byte) (*Status, error) {
 	}
 	// Every kernel ckpt runs on writes these: a status without one of them
 	// is refused rather than read as zero.
-	for _, k := range []string{"State", "Umask", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt", "NoNewPrivs"} {
+	for _, k := range []string{"Tgid", "Uid", "Gid", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb",
+		"State", "Umask", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt", "NoNewPrivs"} {
 		if !seen[k] {
 			return nil, fmt.Errorf("no %s field", k)
 		}
 	}
 	return s, nil
+}
+
+// ids parses a Uid or Gid line: real, effective, saved and file-system IDs.
+func ids(v string, dst *[4]int) error {
+	f := strings.Fields(v)
+	if len(f) != 4 {
+		return fmt.Errorf("%d IDs, want 4", len(f))
+	}
+	for i := range f {
+		n, err := strconv.Atoi(f[i])
+		if err != nil {
+			return err
+		}
+		dst[i] = n
+	}
+	return nil
 }

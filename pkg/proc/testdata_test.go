@@ -78,9 +78,12 @@ func TestReadStatusTestdata(t *testing.T) {
 }
 
 func TestParseStatus(t *testing.T) {
-	const base = "Name:\tx\nUmask:\t0027\nState:\tS (sleeping)\nTracerPid:\t77\nGroups:\t4 24 27 \n" +
+	const base = "Name:\tx\nUmask:\t0027\nState:\tS (sleeping)\nTgid:\t812\nTracerPid:\t77\n" +
+		"Uid:\t1000\t1001\t1002\t1003\nGid:\t5\t6\t7\t8\nGroups:\t4 24 27 \nVmLck:\t      12 kB\n" +
 		"SigPnd:\t0000000000000100\nShdPnd:\t0000000000000200\nSigBlk:\t0000000000010000\n" +
-		"SigIgn:\t0000000000001000\nSigCgt:\t0000000180004002\nNoNewPrivs:\t1\nSeccomp:\t2\n" +
+		"SigIgn:\t0000000000001000\nSigCgt:\t0000000180004002\n" +
+		"CapInh:\t0000000000000001\nCapPrm:\t0000000000000002\nCapEff:\t0000000000000004\n" +
+		"CapBnd:\t000001ffffffffff\nCapAmb:\t0000000000000008\nNoNewPrivs:\t1\nSeccomp:\t2\n" +
 		"untag_mask:\t0x7e00000000000000\nx86_Thread_features:\tshstk wrss \n"
 	tests := []struct {
 		name    string
@@ -88,11 +91,14 @@ func TestParseStatus(t *testing.T) {
 		want    *Status
 		wantErr string
 	}{
-		{"all", base, &Status{State: 'S', Umask: 0o27, TracerPID: 77, Groups: []int{4, 24, 27},
+		{"all", base, &Status{State: 'S', Umask: 0o27, TracerPID: 77, Groups: []int{4, 24, 27}, TGID: 812,
+			UID: [4]int{1000, 1001, 1002, 1003}, GID: [4]int{5, 6, 7, 8}, VmLck: 12 << 10,
+			CapInh: 1, CapPrm: 2, CapEff: 4, CapBnd: 0x1ffffffffff, CapAmb: 8,
 			SigPnd: 0x100, ShdPnd: 0x200, SigBlk: 0x10000, SigIgn: 0x1000, SigCgt: 0x180004002,
 			NoNewPrivs: true, Seccomp: 2, UntagMask: 0x7e00000000000000, X86ThreadFeatures: "shstk wrss"}, ""},
 		{"no seccomp, LAM or shadow stack lines", strings.Split(base, "Seccomp:")[0], &Status{State: 'S', Umask: 0o27, TracerPID: 77,
-			Groups: []int{4, 24, 27}, SigPnd: 0x100, ShdPnd: 0x200, SigBlk: 0x10000, SigIgn: 0x1000, SigCgt: 0x180004002,
+			Groups: []int{4, 24, 27}, TGID: 812, UID: [4]int{1000, 1001, 1002, 1003}, GID: [4]int{5, 6, 7, 8}, VmLck: 12 << 10,
+			CapInh: 1, CapPrm: 2, CapEff: 4, CapBnd: 0x1ffffffffff, CapAmb: 8, SigPnd: 0x100, ShdPnd: 0x200, SigBlk: 0x10000, SigIgn: 0x1000, SigCgt: 0x180004002,
 			NoNewPrivs: true, UntagMask: ^uint64(0)}, ""},
 		{"bad untag_mask", strings.Replace(base, "0x7e00000000000000", "0xzz", 1), nil, "untag_mask"},
 		{"missing SigCgt", strings.Replace(base, "SigCgt:\t0000000180004002\n", "", 1), nil, "no SigCgt"},
@@ -100,6 +106,16 @@ func TestParseStatus(t *testing.T) {
 		{"bad umask", strings.Replace(base, "0027", "0089", 1), nil, "Umask"},
 		{"bad group", strings.Replace(base, "4 24 27", "4 x", 1), nil, "Groups"},
 		{"empty state", strings.Replace(base, "S (sleeping)", "", 1), nil, "State"},
+		{"missing Tgid", strings.Replace(base, "Tgid:\t812\n", "", 1), nil, "no Tgid"},
+		{"three uids", strings.Replace(base, "\t1003", "", 1), nil, "Uid"},
+		{"bad gid", strings.Replace(base, "\t7\t", "\tx\t", 1), nil, "Gid"},
+		{"bad cap", strings.Replace(base, "000001ffffffffff", "0000q1ffffffffff", 1), nil, "CapBnd"},
+		{"VmLck not in kB", strings.Replace(base, "12 kB", "12 MB", 1), nil, "VmLck"},
+		{"no VmLck (a zombie)", strings.Replace(base, "VmLck:\t      12 kB\n", "", 1), &Status{State: 'S', Umask: 0o27, TracerPID: 77,
+			Groups: []int{4, 24, 27}, TGID: 812, UID: [4]int{1000, 1001, 1002, 1003}, GID: [4]int{5, 6, 7, 8},
+			CapInh: 1, CapPrm: 2, CapEff: 4, CapBnd: 0x1ffffffffff, CapAmb: 8,
+			SigPnd: 0x100, ShdPnd: 0x200, SigBlk: 0x10000, SigIgn: 0x1000, SigCgt: 0x180004002,
+			NoNewPrivs: true, Seccomp: 2, UntagMask: 0x7e00000000000000, X86ThreadFeatures: "shstk wrss"}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
