@@ -31,6 +31,8 @@ type layout struct {
 	fpstateXFeatures, fpstateUserXF uint32 // in struct fpstate
 	fpstateUserSize                 uint32
 	fpstateRegs                     uint32 // the xsave image in struct fpstate
+	syscallWork                     uint32 // thread_info.syscall_work, in task_struct
+	sudBit                          uint32 // SYSCALL_WORK_BIT_SYSCALL_USER_DISPATCH
 }
 
 // errLayout means the kernel's BTF does not describe a field the reader
@@ -140,6 +142,7 @@ func loadLayout() (*layout, error) {
 		{&l.cred, task, 8, []string{"cred"}},
 		{&l.signal, task, 8, []string{"signal"}},
 		{&l.sighand, task, 8, []string{"sighand"}},
+		{&l.syscallWork, task, 8, []string{"thread_info", "syscall_work"}},
 	}
 	if _, _, err := member(task, "mempolicy"); err == nil {
 		fields = append(fields, field{&l.mempolicy, task, 8, []string{"mempolicy"}})
@@ -198,6 +201,19 @@ func loadLayout() (*layout, error) {
 	}
 	if l.realTimerStateSize == 0 {
 		return nil, fmt.Errorf("signal_struct.real_timer: no state: %w", errLayout)
+	}
+	var work *btf.Enum
+	if err := s.TypeByName("syscall_work_bit", &work); err != nil {
+		return nil, fmt.Errorf("BTF: enum syscall_work_bit: %w", err)
+	}
+	found := false
+	for _, v := range work.Values {
+		if v.Name == "SYSCALL_WORK_BIT_SYSCALL_USER_DISPATCH" && v.Value < 64 {
+			l.sudBit, found = uint32(v.Value), true
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("BTF: no SYSCALL_WORK_BIT_SYSCALL_USER_DISPATCH: %w", errLayout)
 	}
 	bit, t, err := member(sig, "is_child_subreaper")
 	if err != nil {

@@ -73,7 +73,7 @@ func TestVerifyStopped(t *testing.T) {
 		t.Fatalf("clear_child_tid %#x, fs base %#x: not in the thread's struct pthread", got.ClearTID, want.Regs.Fs_base)
 	}
 	want.ClearTID = got.ClearTID
-	if err := r.Verify(int(tid), want, 0); err != nil {
+	if _, err := r.Verify(int(tid), want, 0); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -35,6 +35,9 @@ type Task struct {
 	// AtomicFlags are the task's atomic flags (PFA_*: speculation
 	// controls among them).
 	AtomicFlags uint64
+	// SyscallUserDispatch tells that the task has syscall user dispatch
+	// on (PR_SET_SYSCALL_USER_DISPATCH).
+	SyscallUserDispatch bool
 	// MemPolicy is nonzero when the task has a NUMA memory policy of its
 	// own (set_mempolicy).
 	MemPolicy uint64
@@ -96,6 +99,7 @@ func (r *Reader) Read(tid int, ref []byte) (*Task, error) {
 	t.PdeathSig = int(int32(le.Uint32(task[l.pdeathSig:])))
 	t.Rseq = Rseq{Ptr: le.Uint64(task[l.rseq:]), Size: le.Uint32(task[l.rseqLen:]), Sig: le.Uint32(task[l.rseqSig:])}
 	t.AtomicFlags = le.Uint64(task[l.atomicFlags:])
+	t.SyscallUserDispatch = le.Uint64(task[l.syscallWork:])&(1<<l.sudBit) != 0
 	if l.mempolicy != 0 {
 		t.MemPolicy = le.Uint64(task[l.mempolicy:])
 	}

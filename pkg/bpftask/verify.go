@@ -15,11 +15,15 @@ var ErrMismatch = fmt.Errorf("BPF task reader does not read what ptrace reads")
 // reference image Read takes), its signal stack, TID address, parent
 // death signal, rseq registration, securebits, subreaper flag and the
 // actions of the signals in actions (a mask, signal 1 in bit 0).
-func (r *Reader) Verify(tid int, want *Task, actions uint64) error {
+func (r *Reader) Verify(tid int, want *Task, actions uint64) (*Task, error) {
 	got, err := r.Read(tid, want.XState)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	return got, r.compare(tid, got, want, actions)
+}
+
+func (r *Reader) compare(tid int, got, want *Task, actions uint64) error {
 	diff := func(what string, g, w any) error {
 		return fmt.Errorf("task %d: %s: read %+v, ptrace says %+v: %w", tid, what, g, w, ErrMismatch)
 	}

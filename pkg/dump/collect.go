@@ -74,6 +74,9 @@ func (d *dumper) collect() (*image.Process, error) {
 	if err := d.collectFiles(p); err != nil {
 		return nil, err
 	}
+	if m := d.t.member(pid); m != nil && m.vforkChild != 0 {
+		return d.collectVforkParent(p, status, m.vforkChild) // no thread to inject into
+	}
 	for _, t := range d.fz.tasks {
 		th, err := d.collectThread(t)
 		if err != nil {

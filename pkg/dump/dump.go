@@ -282,6 +282,9 @@ func runOnce(pid sys.PID, sink Sink, opts Options) (res *Result, err error) {
 			return nil, fmt.Errorf("process %d (%s): %w", m.pid, m.comm, err)
 		}
 	}
+	if err := t.finishVfork(); err != nil {
+		return nil, err
+	}
 	if err := t.finishFiles(); err != nil {
 		return nil, err
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ckpt/ckpt/internal/sys"
+	"github.com/ckpt/ckpt/pkg/bpftask"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -19,6 +20,9 @@ type member struct {
 	fz   *frozen        // nil for a zombie
 	p    *image.Process // set for zombies when frozen, for the others by collect
 	plan *memPlan
+	// vforkChild is, for a parent waiting in vfork() (not seized: fz
+	// holds its pidfd only), the child it waits for (vfork.go).
+	vforkChild sys.PID
 }
 
 // tree is the state shared by the dumpers of one tree's processes: the
@@ -35,6 +39,8 @@ type tree struct {
 	// stopUnreported holds the stopped processes whose parent has not
 	// collected their stop yet (asked in the parent, see stopReports).
 	stopUnreported map[sys.PID]bool
+	// bpf reads the parents waiting in vfork(), loaded for the first.
+	bpf *bpftask.Reader
 }
 
 func (t *tree) addData(b []byte) int {
@@ -48,6 +54,19 @@ func (t *tree) addData(b []byte) int {
 // more, so its list of children is final). Children that have exited and
 // wait to be reaped are kept as zombies.
 func (t *tree) freeze(root sys.PID) error {
+	for try := 0; ; try++ {
+		err := t.freezeOnce(root)
+		if !errors.Is(err, errVforkMoved) || try == 10 {
+			return err
+		}
+	}
+}
+
+// freezeOnce is one try of freeze: a vfork() child that calls exec or
+// exits before it is frozen lets its parent, taken as waiting for it, run
+// again (errVforkMoved, everything released).
+func (t *tree) freezeOnce(root sys.PID) error {
+	t.members = nil
 	queue := []sys.PID{root}
 	for len(queue) > 0 {
 		pid := queue[0]
@@ -66,9 +85,27 @@ func (t *tree) freeze(root sys.PID) error {
 			t.members = append(t.members, m)
 			continue
 		}
-		if err := sharedVM(pid, st, pid == root); err != nil {
+		kid, err := t.sharedVM(pid, st, pid == root)
+		if err != nil {
 			t.release()
 			return err
+		}
+		if kid != 0 {
+			// Waiting in vfork(): it cannot fork meanwhile, its list of
+			// children is final.
+			if m.fz, err = vforkFrozen(pid); err != nil {
+				t.release()
+				return err
+			}
+			m.vforkChild = kid
+			t.members = append(t.members, m)
+			kids, err := proc.Children(pid)
+			if err != nil {
+				t.release()
+				return fmt.Errorf("process %d: list children: %w", pid, err)
+			}
+			queue = append(queue, kids...)
+			continue
 		}
 		if m.fz, err = freeze(pid); err != nil {
 			// A child that exits meanwhile: seizing a zombie says EPERM
@@ -96,52 +133,58 @@ func (t *tree) freeze(root sys.PID) error {
 		}
 		queue = append(queue, kids...)
 	}
+	if err := t.checkVforks(); err != nil {
+		t.release()
+		return err
+	}
 	return nil
 }
 
 // vforkWait bounds the wait for a vfork() child to call exec or exit.
-const vforkWait = 2 * time.Second
+const vforkWait = 250 * time.Millisecond
 
-// sharedVM refuses a process that shares its memory with another process
-// (not a thread of it): a parent waiting in vfork() for its child, which
-// runs in the parent's memory until it calls exec or exits, or a
-// clone(CLONE_VM) child. Such a parent cannot even be stopped until then.
-// A vfork() child usually calls exec at once: the dump waits for that up
-// to vforkWait, then refuses, before anything of the process is seized.
-func sharedVM(pid sys.PID, st *proc.Stat, root bool) error {
-	deadline := time.Now().Add(vforkWait)
-	for {
-		kid, err := vmSharingChild(pid)
-		if err != nil || kid == 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("process %d (%s): its child %d shares its memory (a vfork() child before it calls exec or exits, or clone(CLONE_VM)) and did not call exec or exit within %v: cannot be dumped; retry once it has: %w",
-				pid, st.Comm, kid, vforkWait, ErrUnsupported)
-		}
-		time.Sleep(time.Millisecond)
-	}
+// sharedVM looks for children of a process that share its memory (not
+// threads of it): a vfork() child, which runs in the parent's memory
+// until it calls exec or exits while the parent waits in the kernel and
+// cannot even be stopped, or a clone(CLONE_VM) child. A vfork() child
+// usually calls exec at once: the dump waits for that up to vforkWait.
+// A child still sharing then is returned if the process waits in vfork()
+// for it (vforkChild: the tree is dumped with it), else refused before
+// anything of the process is seized. The root itself sharing its
+// parent's memory is refused.
+func (t *tree) sharedVM(pid sys.PID, st *proc.Stat, root bool) (sys.PID, error) {
 	if root && st.PPID > 0 {
 		if same, _ := sys.SameVM(pid, st.PPID); same {
-			return fmt.Errorf("process %d (%s) shares the memory of its parent %d (a vfork() child before it calls exec or exits, or clone(CLONE_VM)): cannot be dumped: %w",
+			return 0, fmt.Errorf("process %d (%s) shares the memory of its parent %d (a vfork() child before it calls exec or exits, or clone(CLONE_VM)): cannot be dumped without its parent (dump the parent): %w",
 				pid, st.Comm, st.PPID, ErrUnsupported)
 		}
 	}
-	return nil
+	deadline := time.Now().Add(vforkWait)
+	for {
+		kids, err := vmSharingChildren(pid)
+		if err != nil || len(kids) == 0 {
+			return 0, nil
+		}
+		if time.Now().After(deadline) {
+			return t.vforkChild(pid, st, kids)
+		}
+		time.Sleep(time.Millisecond)
+	}
 }
 
-// vmSharingChild returns a child of pid sharing its memory, 0 if none.
-func vmSharingChild(pid sys.PID) (sys.PID, error) {
+// vmSharingChildren lists the children of pid sharing its memory.
+func vmSharingChildren(pid sys.PID) ([]sys.PID, error) {
 	kids, err := proc.Children(pid)
 	if err != nil {
-		return 0, err // gone meanwhile: freeze says so
+		return nil, err // gone meanwhile: freeze says so
 	}
+	var out []sys.PID
 	for _, kid := range kids {
 		if same, _ := sys.SameVM(pid, kid); same {
-			return kid, nil
+			out = append(out, kid)
 		}
 	}
-	return 0, nil
+	return out, nil
 }
 
 func zombie(st *proc.Stat) *image.Process {
@@ -151,6 +194,7 @@ func zombie(st *proc.Stat) *image.Process {
 
 // release lets every process go on as before.
 func (t *tree) release() {
+	t.closeReader()
 	for i := len(t.members) - 1; i >= 0; i-- {
 		if fz := t.members[i].fz; fz != nil {
 			fz.release()
@@ -160,12 +204,13 @@ func (t *tree) release() {
 
 // kill kills every frozen process; none runs again.
 func (t *tree) kill() {
+	deadline := time.Now().Add(10 * time.Second)
+	t.killVforkParents(deadline)
 	for _, m := range t.members {
 		if m.fz != nil {
 			m.fz.kill()
 		}
 	}
-	deadline := time.Now().Add(10 * time.Second)
 	for _, m := range t.members {
 		if m.fz != nil {
 			m.fz.waitDead(deadline)

@@ -146,6 +146,9 @@ func (c *checker) process(p *Process) error {
 		}
 		c.files[f.ID] = true
 	}
+	if err := c.vforkParent(p); err != nil {
+		return err
+	}
 	if err := c.inherited(p); err != nil {
 		return err
 	}
@@ -173,6 +176,31 @@ func (c *checker) inherited(p *Process) error {
 		if !Inherits(p, v, parent, parent.VMAAt(v.Start, v.Len())) {
 			return fmt.Errorf("process %d: vma %#x-%#x holds pages of its parent %d, which has no such mapping to fork: %w",
 				p.PID, v.Start, v.End, p.PPID, ErrInvalid)
+		}
+	}
+	return nil
+}
+
+// sysVfork is the number of vfork(2) on x86-64.
+const sysVfork = 58
+
+// vforkParent checks the parent of a vfork() child (Process.VforkOf): an
+// earlier live process of the image, with one thread, inside the vfork
+// system call, and waiting for no other child.
+func (c *checker) vforkParent(p *Process) error {
+	if p.VforkOf == 0 {
+		return nil
+	}
+	parent := c.procs[p.VforkOf]
+	switch {
+	case parent == nil || parent.Zombie:
+		return fmt.Errorf("process %d: a vfork() child of %d, which is not a live process before it: %w", p.PID, p.VforkOf, ErrInvalid)
+	case len(parent.Threads) != 1 || parent.Threads[0].Regs.OrigRax != sysVfork || parent.VforkOf != 0:
+		return fmt.Errorf("process %d: a vfork() child of %d, which is not one thread inside vfork(): %w", p.PID, p.VforkOf, ErrInvalid)
+	}
+	for _, q := range c.procs {
+		if q.VforkOf == p.VforkOf {
+			return fmt.Errorf("process %d: a vfork() child of %d, whose vfork() child is %d: %w", p.PID, p.VforkOf, q.PID, ErrInvalid)
 		}
 	}
 	return nil
@@ -235,6 +263,9 @@ func (c *checker) pages(pg *Pages, dataLen int64) error {
 	}
 	if p.Zombie {
 		return fmt.Errorf("pages of process %d, a zombie: %w", pg.PID, ErrInvalid)
+	}
+	if p.VforkOf != 0 {
+		return fmt.Errorf("pages of process %d, a vfork() child in the memory of %d: %w", pg.PID, p.VforkOf, ErrInvalid)
 	}
 	if err := checkRuns(pg, dataLen); err != nil {
 		return err

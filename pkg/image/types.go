@@ -115,6 +115,15 @@ type Process struct {
 	// parent, and its FDs are the parent's.
 	FilesOf sys.PID `json:"files_of,omitempty"`
 
+	// VforkOf is, for a vfork() child that had not called exec or exited
+	// yet, the PID of its parent, which waits in vfork() for it: the
+	// child runs in the parent's memory (the image holds it once, with
+	// the parent: the child has no VMAs, MM, auxv or pages of its own),
+	// and the parent's one thread is inside the vfork system call (its
+	// registers those of the call: orig_rax 58). The restore makes the
+	// child again with vfork() from the rebuilt parent. 0 otherwise.
+	VforkOf sys.PID `json:"vfork_of,omitempty"`
+
 	// Zombie marks a child that had exited and was not reaped yet: only
 	// the IDs above and ExitStatus (a wait status) are set.
 	Zombie     bool `json:"zombie,omitempty"`

@@ -72,6 +72,9 @@ func checkProcess(p *Process) error {
 	if len(p.Threads) == 0 || p.Threads[0].TID != p.PID.Leader() {
 		return bad("no leader thread")
 	}
+	if p.VforkOf != 0 && (p.VforkOf != p.PPID || len(p.VMAs) != 0 || len(p.Mapped) != 0 || len(p.Auxv) != 0 || p.MM != (MM{}) || p.FilesOf != 0) {
+		return bad("a vfork() child of %d (parent %d) with memory, auxv or a shared fd table of its own", p.VforkOf, p.PPID)
+	}
 	tids := map[sys.TID]bool{}
 	for _, t := range p.Threads {
 		if t.TID <= 0 || t.TID > maxPID || tids[t.TID] {
