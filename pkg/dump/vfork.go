@@ -384,4 +384,3 @@ func vforkInherits(a, b *image.Process) error {
 	}
 	return nil
 }
-

@@ -270,6 +270,9 @@ func (b *builder) finish() error {
 			return fmt.Errorf("unexpected signal during restore: %v", sig.Sig)
 		}
 		th := &b.p.Threads[i]
+		if b.t.vforks[b.p.PID] != nil {
+			continue // inside vfork(): set as it makes its child (vfork.go)
+		}
 		regs := resumeRegs(th.Regs, th.Restart)
 		if err := ptrace.SetRegs(th.TID, (*unix.PtraceRegs)(unsafe.Pointer(&regs))); err != nil {
 			return err

@@ -276,6 +276,9 @@ func Build(rd io.Reader, opts Options) (r *Restored, err error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := t.splitVforks(); err != nil {
+		return nil, err
+	}
 	root := t.procs[0].p
 	if err := checkSysVSem(img.hdr.SysVSem); err != nil {
 		return nil, err

@@ -64,6 +64,9 @@ type tree struct {
 	// beforeBuild are the kinds' steps run once every process exists
 	// (fdkind.RestoreEnv.BeforeBuild).
 	beforeBuild []func(target func(pid sys.PID) (fdkind.Target, bool)) error
+	// vforks are the vfork() children, by their parents' PIDs: made
+	// from their parents once these are built (vfork.go).
+	vforks map[sys.PID]*builder
 }
 
 func newTree(img *imageMeta, opts *Options) (*tree, error) {
@@ -406,6 +409,11 @@ func (t *tree) build(pr *image.PagesReader) error {
 	for _, b := range t.live() {
 		if err := b.build(); err != nil {
 			return fmt.Errorf("process %d: %w", b.p.PID, err)
+		}
+		if c := t.vforks[b.p.PID]; c != nil {
+			if err := b.vfork(c); err != nil {
+				return fmt.Errorf("process %d: its vfork() child %d: %w", b.p.PID, c.p.PID, err)
+			}
 		}
 	}
 	return t.stopAgain()

@@ -1,0 +1,182 @@
+package restore
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"unsafe"
+
+	"github.com/ckpt/ckpt/internal/sys"
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"github.com/ckpt/ckpt/pkg/ptrace"
+	"golang.org/x/sys/unix"
+)
+
+// A vfork() child (image.Process.VforkOf) is not built like the other
+// processes: it is made again, once its parent is built but for its
+// registers, by a vfork() the parent makes, with the child's PID taken
+// through ns_last_pid. At the parent's PTRACE_EVENT_VFORK stop, before
+// it waits for the child, its registers, xstate and signal mask are set
+// to the dumped ones (inside vfork: once the child calls exec or exits,
+// vfork returns the child's PID with every other register as it was);
+// the parent stays in that stop until Release detaches it. The child
+// has the parent's memory, files, credentials and signal handlers (the
+// dump checked that it had them); its registers, xstate, signal mask and
+// timer slack are set like any thread's.
+
+// sysVfork is the number of vfork(2) on x86-64.
+const sysVfork = 58
+
+// splitVforks takes the vfork() children out of the processes built the
+// usual way: vforks maps each parent's PID to its child's builder.
+func (t *tree) splitVforks() error {
+	var keep []*builder
+	for _, b := range t.procs {
+		if b.p.VforkOf == 0 {
+			keep = append(keep, b)
+			continue
+		}
+		if len(b.p.Files) != 0 {
+			return fmt.Errorf("process %d, a vfork() child, opens files of its own: %w", b.p.PID, image.ErrCorrupt)
+		}
+		if err := checkPID(b.p.PID, b.p.Comm); err != nil {
+			return err
+		}
+		if t.vforks == nil {
+			t.vforks = map[sys.PID]*builder{}
+		}
+		t.vforks[b.p.VforkOf] = b
+		delete(t.byPID, b.p.PID)
+		delete(t.index, b.p.PID)
+	}
+	t.procs = keep
+	for i, b := range t.procs {
+		t.index[b.p.PID] = i
+	}
+	return nil
+}
+
+// addProc puts a process made after the tree was created into it.
+func (t *tree) addProc(b *builder) {
+	t.index[b.p.PID] = len(t.procs)
+	t.procs = append(t.procs, b)
+	t.byPID[b.p.PID] = b
+}
+
+// vfork makes c, the vfork() child of b, from b, which is built and
+// stopped (its registers are not set yet), and leaves b in its
+// PTRACE_EVENT_VFORK stop with its dumped registers.
+func (b *builder) vfork(c *builder) error {
+	a := b.target.Leader()
+	if len(b.p.Threads) != 1 || b.p.Threads[0].Regs.OrigRax != sysVfork {
+		return fmt.Errorf("the parent of the vfork() child %d is not one thread in vfork(): %w", c.p.PID, image.ErrCorrupt)
+	}
+	opts := ptrace.OptTraceFork | ptrace.OptTraceClone | ptrace.OptExitKill | ptrace.OptSuspendSeccomp |
+		unix.PTRACE_O_TRACESYSGOOD | unix.PTRACE_O_TRACEVFORK
+	if err := unix.PtraceSetOptions(int(a), opts); err != nil {
+		return fmt.Errorf("ptrace options: %w", err)
+	}
+	regs, err := ptrace.GetRegs(a)
+	if err != nil {
+		return err
+	}
+	regs.Rip, regs.Rax, regs.Orig_rax = b.in.Gadget, sysVfork, ^uint64(0)
+	if err := ptrace.SetRegs(a, &regs); err != nil {
+		return err
+	}
+	kid, err := vforkAs(a, c.p.PID)
+	if kid != 0 {
+		c.target = sys.PID(kid)
+		c.tasks = []sys.TID{kid}
+		c.pidfd, _ = sys.PidfdOpen(c.target, 0)
+		b.t.addProc(c) // killed with the tree from here on
+	}
+	if err != nil {
+		return err
+	}
+	if err := waitNewTask(kid); err != nil {
+		return fmt.Errorf("vfork() child %d: %w", kid, err)
+	}
+	if c.target != c.p.PID {
+		return fmt.Errorf("vfork() made pid %d, not %d: another process took it meanwhile: %w", kid, c.p.PID, ErrPIDInUse)
+	}
+	c.in = ptrace.Injector{TID: kid, Gadget: b.in.Gadget}
+	// The parent, inside vfork(), gets its dumped registers; the call's
+	// result (the child's PID, when the child calls exec or exits) goes
+	// into rax on the way out.
+	th := &b.p.Threads[0]
+	if err := ptrace.SetRegs(a, (*unix.PtraceRegs)(unsafe.Pointer(&th.Regs))); err != nil {
+		return err
+	}
+	if err := ptrace.SetXState(a, th.XState); err != nil {
+		return err
+	}
+	if err := ptrace.SetSigMask(a, th.SigMask); err != nil {
+		return err
+	}
+	ct := &c.p.Threads[0]
+	if ct.Sched != nil {
+		slack := strconv.FormatUint(ct.TimerSlack, 10)
+		if err := os.WriteFile(proc.ThreadPath(ct.TID, "timerslack_ns"), []byte(slack), 0); err != nil {
+			return fmt.Errorf("process %d: timer slack: %w", c.p.PID, err)
+		}
+	}
+	cr := resumeRegs(ct.Regs, ct.Restart)
+	if err := ptrace.SetRegs(kid, (*unix.PtraceRegs)(unsafe.Pointer(&cr))); err != nil {
+		return err
+	}
+	if err := ptrace.SetXState(kid, ct.XState); err != nil {
+		return err
+	}
+	return ptrace.SetSigMask(kid, ct.SigMask)
+}
+
+// vforkAs runs the vfork() set up in task a (stopped, its registers at a
+// syscall instruction with vfork's number) with ns_last_pid set for pid,
+// under the lock other restorers take on it, and returns the new child
+// once a is in its PTRACE_EVENT_VFORK stop.
+func vforkAs(a sys.TID, pid sys.PID) (sys.TID, error) {
+	f, err := os.OpenFile("/proc/sys/kernel/ns_last_pid", os.O_RDWR, 0)
+	if err != nil {
+		return 0, fmt.Errorf("ns_last_pid: %w", err)
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return 0, fmt.Errorf("lock ns_last_pid: %w", err)
+	}
+	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	if _, err := f.WriteAt([]byte(strconv.Itoa(int(pid)-1)), 0); err != nil {
+		return 0, fmt.Errorf("ns_last_pid %d: %w", pid-1, err)
+	}
+	entered := false
+	for {
+		if err := unix.PtraceSyscall(int(a), 0); err != nil {
+			return 0, fmt.Errorf("vfork in %d: resume: %w", a, err)
+		}
+		st, err := ptrace.Wait(a)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case st.Exited():
+			return 0, fmt.Errorf("vfork in %d: %s", a, st)
+		case st.Event == unix.PTRACE_EVENT_VFORK:
+			msg, err := ptrace.GetEventMsg(a)
+			if err != nil {
+				return 0, err
+			}
+			return sys.TID(msg), nil
+		case st.Sig() == unix.SIGTRAP|0x80 && st.Event == 0 && !entered:
+			entered = true // the call's entry stop
+		case st.Sig() == unix.SIGTRAP|0x80 && st.Event == 0:
+			regs, err := ptrace.GetRegs(a)
+			if err != nil {
+				return 0, err
+			}
+			return 0, fmt.Errorf("vfork in %d returned %d without a child", a, int64(regs.Rax))
+		default:
+			return 0, fmt.Errorf("vfork in %d: unexpected stop: %s", a, st)
+		}
+	}
+}
