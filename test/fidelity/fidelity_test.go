@@ -68,6 +68,7 @@ var cases = []fcase{
 	{name: "proc_rlimit", src: "proc_rlimit.c"},
 	{name: "proc_threadctl", src: "proc_threadctl.c"},
 	{name: "proc_rseq", src: "proc_rseq.c"},
+	{name: "proc_vfork", src: "proc_vfork.c"},
 	// File descriptors (pkg/fdkind): status flags, FD_CLOEXEC, positions,
 	// owners, shared descriptions.
 	{name: "fd_flags", src: "fd_flags.c"},
