@@ -16,8 +16,9 @@
 //
 // The tree's sessions and process groups must be led from inside it (or
 // by processes gone): a leader alive outside is refused by name unless
-// Options.ShellJob. A process sharing its memory with another (a parent
-// in vfork()) is refused before anything is seized; every wait for a
+// Options.ShellJob. A parent waiting in vfork(), which cannot be stopped,
+// is read from outside (vfork.go); other sharing of memory between
+// processes is refused before anything is seized; every wait for a
 // thread to stop is bounded.
 //
 // Nothing lost: the target's registers are changed only while an injected

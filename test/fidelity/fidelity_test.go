@@ -69,6 +69,7 @@ var cases = []fcase{
 	{name: "proc_threadctl", src: "proc_threadctl.c"},
 	{name: "proc_rseq", src: "proc_rseq.c"},
 	{name: "proc_vfork", src: "proc_vfork.c"},
+	{name: "proc_clone_vm", src: "proc_clone_vm.c", refuse: "shares its memory (a vfork() child before it calls exec or exits, or clone(CLONE_VM)): the parent is not waiting in vfork()"},
 	// File descriptors (pkg/fdkind): status flags, FD_CLOEXEC, positions,
 	// owners, shared descriptions.
 	{name: "fd_flags", src: "fd_flags.c"},
