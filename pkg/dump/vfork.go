@@ -49,6 +49,9 @@ func (t *tree) vforkChild(pid sys.PID, st *proc.Stat, kids []sys.PID) (sys.PID, 
 		return 0, shares("so do its children %v (clone(CLONE_VM))", kids[1:])
 	}
 	kid := kids[0]
+	if pm := t.member(st.PPID); pm != nil && pm.vforkChild == pid {
+		return 0, shares("the parent is itself the vfork() child of %d (nested vfork() is not restored)", st.PPID)
+	}
 	nr, err := syscallOf(pid)
 	if err != nil {
 		return 0, err
@@ -268,6 +271,11 @@ func (t *tree) finishVfork() error {
 		}
 		if err := t.checkReader(m, c); err != nil {
 			return err
+		}
+		for _, q := range t.members {
+			if q.p != nil && !q.p.Zombie && q.p.PPID == m.pid && q.p.Misc.Stopped {
+				return refuse(q.pid, "stop", "a stopped child of a parent waiting in vfork() (%d): whether the parent collected the stop can be asked only of a stopped process", m.pid)
+			}
 		}
 		a, b := m.p, c.p
 		a.LockFuture = b.LockFuture

@@ -13,7 +13,8 @@ import (
 // TestVforkRestore dumps a tree in which a parent P waits in vfork() for
 // its child C, which runs in P's memory and waits for SIGUSR1: the dump
 // must not hang (P cannot stop until C calls exec or exits), with
-// --leave-running everything goes on untraced, and after a dump and a
+// --leave-running (of the tree, or of P and C alone) everything goes on
+// untraced, and after a dump and a
 // restore P still waits in vfork() for C; once C exits, P's vfork()
 // returns C's PID (P logs it) and P goes on. Dumping C alone is refused:
 // its memory is its parent's.
@@ -31,9 +32,10 @@ func TestVforkRestore(t *testing.T) {
 	if res.code == 0 || !strings.Contains(res.stderr, want) || !strings.Contains(res.stderr, "vfork()") {
 		t.Fatalf("dump %d: %v; want a refusal saying %q", c, res, want)
 	}
-	for round := 0; round < 2; round++ {
+	// The whole tree twice, then P (waiting in vfork()) as the root.
+	for _, root := range []int{v.pid, v.pid, p} {
 		start := time.Now()
-		e.dump(t, v.pid, filepath.Join(t.TempDir(), "img"), "--leave-running")
+		e.dump(t, root, filepath.Join(t.TempDir(), "img"), "--leave-running", "--shell-job") // P's session is R's
 		if took := time.Since(start); took > 5*time.Second {
 			t.Errorf("dump --leave-running took %v", took)
 		}
