@@ -178,6 +178,9 @@ func printSummary(w io.Writer, s *imageSummary) {
 			fmt.Fprintf(w, "  thread %d (%s) state %s%s: rip %#x rsp %#x fs_base %#x, xstate %d bytes, sigmask %#x, %d pending\n",
 				t.TID, t.Comm, t.State, insys, t.Regs.Rip, t.Regs.Rsp, t.Regs.FsBase, len(t.XState), t.SigMask, len(t.Pending))
 		}
+		if p.VforkOf != 0 {
+			fmt.Fprintf(w, "  vfork() child of %d, which waits for it: runs in its memory\n", p.VforkOf)
+		}
 		fmt.Fprintf(w, "  VMAs (%d):\n", len(p.VMAs))
 		tw := tabwriter.NewWriter(w, 0, 8, 1, ' ', 0)
 		for _, v := range p.VMAs {

@@ -185,11 +185,11 @@ func (d *dumper) collectVforkParent(p *image.Process, status *proc.Status, child
 	if err != nil {
 		return nil, fmt.Errorf("vfork child %d: %w", child, err)
 	}
+	what := fmt.Sprintf("thread %d, waiting in vfork()", tid)
 	bt, err := d.t.bpf.Read(int(tid), ref)
 	if err != nil {
-		return nil, fmt.Errorf("read the thread waiting in vfork(): %w", err)
+		return nil, refuse(pid, what, "its registers cannot be read with the BPF task reader: %v", err)
 	}
-	what := fmt.Sprintf("thread %d, waiting in vfork()", tid)
 	switch {
 	case bt.Regs.Orig_rax != sysVfork:
 		return nil, refuse(pid, what, "its registers say system call %d, not vfork", int64(bt.Regs.Orig_rax))
