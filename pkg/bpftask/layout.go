@@ -32,6 +32,7 @@ type layout struct {
 	fpstateUserSize                 uint32
 	fpstateRegs                     uint32 // the xsave image in struct fpstate
 	syscallWork                     uint32 // thread_info.syscall_work, in task_struct
+	tiFlags                         uint32 // thread_info.flags, in task_struct
 	sudBit                          uint32 // SYSCALL_WORK_BIT_SYSCALL_USER_DISPATCH
 }
 
@@ -143,6 +144,7 @@ func loadLayout() (*layout, error) {
 		{&l.signal, task, 8, []string{"signal"}},
 		{&l.sighand, task, 8, []string{"sighand"}},
 		{&l.syscallWork, task, 8, []string{"thread_info", "syscall_work"}},
+		{&l.tiFlags, task, 8, []string{"thread_info", "flags"}},
 	}
 	if _, _, err := member(task, "mempolicy"); err == nil {
 		fields = append(fields, field{&l.mempolicy, task, 8, []string{"mempolicy"}})

@@ -38,6 +38,9 @@ type Task struct {
 	// SyscallUserDispatch tells that the task has syscall user dispatch
 	// on (PR_SET_SYSCALL_USER_DISPATCH).
 	SyscallUserDispatch bool
+	// ThreadFlags are the task's thread_info flags (TIF_*; their numbers
+	// are not in BTF: a caller finds the one it needs by changing it).
+	ThreadFlags uint64
 	// MemPolicy is nonzero when the task has a NUMA memory policy of its
 	// own (set_mempolicy).
 	MemPolicy uint64
@@ -100,6 +103,7 @@ func (r *Reader) Read(tid int, ref []byte) (*Task, error) {
 	t.Rseq = Rseq{Ptr: le.Uint64(task[l.rseq:]), Size: le.Uint32(task[l.rseqLen:]), Sig: le.Uint32(task[l.rseqSig:])}
 	t.AtomicFlags = le.Uint64(task[l.atomicFlags:])
 	t.SyscallUserDispatch = le.Uint64(task[l.syscallWork:])&(1<<l.sudBit) != 0
+	t.ThreadFlags = le.Uint64(task[l.tiFlags:])
 	if l.mempolicy != 0 {
 		t.MemPolicy = le.Uint64(task[l.mempolicy:])
 	}

@@ -3,6 +3,7 @@ package dump
 import (
 	"errors"
 	"fmt"
+	"math/bits"
 	"reflect"
 	"strings"
 	"time"
@@ -303,9 +304,9 @@ func (t *tree) closeReader() {
 const specFlags = 0xf8
 
 // checkReader reads the frozen child c with the BPF reader and compares
-// it with its dump; the parent m's speculation controls and TSC mode,
-// which the child inherited at vfork() and only a call in the task
-// tells, are taken from the child when their flags agree.
+// it with its dump. The parent m's speculation controls, which only a
+// call in the task tells, are the child's (it inherited them at vfork())
+// when their flags agree; its TSC mode is read from its thread flags.
 func (t *tree) checkReader(m, c *member) error {
 	th := &c.p.Threads[0]
 	want := &bpftask.Task{XState: th.XState, ClearTID: th.ClearTID, PdeathSig: c.p.Misc.PdeathSig,
@@ -342,8 +343,65 @@ func (t *tree) checkReader(m, c *member) error {
 		return refuse(m.pid, fmt.Sprintf("thread %d, waiting in vfork()", pth.TID), "its L1D flush control (PR_SPEC_L1D_FLUSH) can be read only from a stopped process")
 	}
 	pth.SpecCtrl = append([]int(nil), th.SpecCtrl...)
-	pth.TSC = th.TSC
+	notsc, err := t.notscFlag(c)
+	if err != nil {
+		return refuse(m.pid, fmt.Sprintf("thread %d, waiting in vfork()", pth.TID), "its TSC mode (PR_GET_TSC) cannot be read: %v", err)
+	}
+	pth.TSC = unix.PR_TSC_ENABLE
+	if pt.ThreadFlags&notsc != 0 {
+		pth.TSC = unix.PR_TSC_SIGSEGV
+	}
 	return nil
+}
+
+// notscFlag finds the thread flag of a disabled time stamp counter
+// (TIF_NOTSC, whose number BTF does not give) on the frozen child c: it
+// sets the child's TSC mode both ways with injected prctl calls, ending
+// with the child's own, and reads its flags after each; the one flag that
+// follows the mode is it.
+func (t *tree) notscFlag(c *member) (uint64, error) {
+	th := &c.p.Threads[0]
+	if th.TSC != unix.PR_TSC_ENABLE && th.TSC != unix.PR_TSC_SIGSEGV {
+		return 0, fmt.Errorf("the child's TSC mode %d is unknown", th.TSC)
+	}
+	gadget, err := syscallGadget(c.pid, c.p.VMAs)
+	if err != nil {
+		return 0, err
+	}
+	tk := c.fz.tasks[0]
+	d := &dumper{pid: c.pid, fz: c.fz, opts: t.opts, t: t}
+	r, err := d.newRemote(tk.tid, gadget)
+	if err != nil {
+		return 0, err
+	}
+	flags := map[int]uint64{}
+	err = r.block()
+	for _, mode := range []int{unix.PR_TSC_ENABLE + unix.PR_TSC_SIGSEGV - th.TSC, th.TSC} {
+		if err != nil && mode != th.TSC {
+			continue
+		}
+		if _, _, cerr := r.call("prctl(PR_SET_TSC)", 0, unix.SYS_PRCTL, unix.PR_SET_TSC, uint64(mode)); cerr != nil {
+			err = cerr
+			continue
+		}
+		got, rerr := t.bpf.Read(int(tk.tid), th.XState)
+		if rerr != nil {
+			err = rerr
+			continue
+		}
+		flags[mode] = got.ThreadFlags
+	}
+	if derr := r.done(tk); err == nil {
+		err = derr
+	}
+	if err != nil {
+		return 0, err
+	}
+	diff := flags[unix.PR_TSC_ENABLE] ^ flags[unix.PR_TSC_SIGSEGV]
+	if bits.OnesCount64(diff) != 1 || flags[unix.PR_TSC_SIGSEGV]&diff == 0 {
+		return 0, fmt.Errorf("the child's thread flags %#x (TSC enabled) and %#x (disabled) differ in more than the TSC's", flags[unix.PR_TSC_ENABLE], flags[unix.PR_TSC_SIGSEGV])
+	}
+	return diff, nil
 }
 
 // vforkInherits checks that child b is what a vfork() from a makes: the

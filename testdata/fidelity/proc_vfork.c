@@ -11,13 +11,15 @@
  * exits. T says "ready": the dump sees A in vfork() (it cannot be stopped),
  * B frozen. After the restore T gets SIGTERM and sends B one; B exits, A's
  * vfork returns B's PID, and A checks, in the same asm block, every
- * register it set, then from C its fs base, signal mask and signal stack,
- * and reports to T through a second pipe.
+ * register it set, then from C its TSC mode (PR_TSC_SIGSEGV, set before
+ * vfork), fs base, signal mask and signal stack, and reports to T through
+ * a second pipe.
  */
 #include "fidelity.h"
 
 #include <asm/prctl.h>
 #include <stdint.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -137,9 +139,16 @@ static void run_a(void)
 	FID_SETUP(sigaltstack(&ss, NULL) == 0, "sigaltstack");
 	unsigned long fs0 = 0;
 	FID_SETUP(syscall(SYS_arch_prctl, ARCH_GET_FS, &fs0) == 0, "arch_prctl");
+	/* rdtsc faults from here (the child inherits it): nothing below reads
+	 * the time until the mode is checked and set back. */
+	FID_SETUP(prctl(PR_SET_TSC, PR_TSC_SIGSEGV) == 0, "prctl(PR_SET_TSC)");
 	struct after a;
 	memset(&a, 0, sizeof a);
 	long pid = vfork_regs(&a);
+	int tsc = 0;
+	prctl(PR_GET_TSC, &tsc);
+	prctl(PR_SET_TSC, PR_TSC_ENABLE);
+	A_EXPECT(tsc == PR_TSC_SIGSEGV, "TSC mode %d, want PR_TSC_SIGSEGV", tsc);
 	A_EXPECT(pid == vchild && pid > 0, "vfork returned %ld, the child is %ld", pid, vchild);
 	const uint64_t want[12] = {V_RBX, V_RBP, V_R12, V_R13, V_R14, V_R15, V_RSI, V_RDX, V_R8, V_R9, V_R10, (uint64_t)&a};
 	const char *names[12] = {"rbx", "rbp", "r12", "r13", "r14", "r15", "rsi", "rdx", "r8", "r9", "r10", "rdi"};
