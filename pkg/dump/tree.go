@@ -147,7 +147,8 @@ const vforkWait = 250 * time.Millisecond
 // threads of it): a vfork() child, which runs in the parent's memory
 // until it calls exec or exits while the parent waits in the kernel and
 // cannot even be stopped, or a clone(CLONE_VM) child. A vfork() child
-// usually calls exec at once: the dump waits for that up to vforkWait.
+// usually calls exec at once: while it runs, the dump waits for that up
+// to vforkWait.
 // A child still sharing then is returned if the process waits in vfork()
 // for it (vforkChild: the tree is dumped with it), else refused before
 // anything of the process is seized. The root itself sharing its
@@ -165,11 +166,24 @@ func (t *tree) sharedVM(pid sys.PID, st *proc.Stat, root bool) (sys.PID, error) 
 		if err != nil || len(kids) == 0 {
 			return 0, nil
 		}
-		if time.Now().After(deadline) {
+		if time.Now().After(deadline) || !busy(kids) {
 			return t.vforkChild(pid, st, kids)
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// busy tells whether one of the processes is running or in an
+// uninterruptible wait (on its way to exec, reading the program), not
+// sleeping, stopped or gone: a child sleeping before its exec waits for
+// something, and the dump does not wait for it.
+func busy(pids []sys.PID) bool {
+	for _, pid := range pids {
+		if st, err := proc.ReadStat(pid, 0); err == nil && (st.State == 'R' || st.State == 'D') {
+			return true
+		}
+	}
+	return false
 }
 
 // vmSharingChildren lists the children of pid sharing its memory.
