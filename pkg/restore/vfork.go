@@ -72,6 +72,9 @@ func (b *builder) vfork(c *builder) error {
 	if len(b.p.Threads) != 1 || b.p.Threads[0].Regs.OrigRax != sysVfork {
 		return fmt.Errorf("the parent of the vfork() child %d is not one thread in vfork(): %w", c.p.PID, image.ErrCorrupt)
 	}
+	if b.in.Gadget == 0 {
+		return fmt.Errorf("no syscall instruction left in the parent to make its vfork() child again")
+	}
 	opts := ptrace.OptTraceFork | ptrace.OptTraceClone | ptrace.OptExitKill | ptrace.OptSuspendSeccomp |
 		unix.PTRACE_O_TRACESYSGOOD | unix.PTRACE_O_TRACEVFORK
 	if err := unix.PtraceSetOptions(int(a), opts); err != nil {
