@@ -447,6 +447,8 @@ func vforkInherits(a, b *image.Process) error {
 		return differs("name (comm)")
 	case !reflect.DeepEqual(bt.Sched, at.Sched) || !reflect.DeepEqual(bt.Affinity, at.Affinity) || bt.IOPrio != at.IOPrio || bt.MCEKill != at.MCEKill:
 		return differs("scheduling attributes")
+	case bt.TSC != at.TSC || !reflect.DeepEqual(bt.SpecCtrl, at.SpecCtrl):
+		return differs("TSC mode or speculation controls")
 	}
 	return nil
 }
