@@ -66,6 +66,41 @@ func TestVforkRestore(t *testing.T) {
 	e.bye(t, v)
 }
 
+// TestVforkChildDiffers dumps a tree whose vfork() child renamed itself:
+// the restore makes the child again with vfork() from its parent, which
+// would give it the parent's name, so the dump refuses naming the child
+// and what differs, and everything goes on untraced; once the child has
+// exited, the tree is dumped and restored.
+func TestVforkChildDiffers(t *testing.T) {
+	e := setup(t)
+	v := e.startVictim(t, "tree_vfork", "rename")
+	l := v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "vfork child ") })
+	var c, p int
+	if _, err := fmt.Sscanf(l, "vfork child c=%d p=%d", &c, &p); err != nil {
+		t.Fatalf("line %q: %v", l, err)
+	}
+	res := e.runCkpt(t, nil, "dump", "--dir", filepath.Join(t.TempDir(), "img"), strconv.Itoa(v.pid))
+	want := fmt.Sprintf("process %d: name (comm): differs from its parent's (%d, waiting in vfork() for it)", c, p)
+	if res.code == 0 || !strings.Contains(res.stderr, want) {
+		t.Fatalf("dump: %v; want a refusal saying %q", res, want)
+	}
+	for _, pid := range []int{v.pid, p, c} {
+		if tp := statusField(pid, "TracerPid"); tp != "0" {
+			t.Errorf("after the refused dump: process %d has TracerPid %q", pid, tp)
+		}
+	}
+	v.waitNewTicks(t, 2)
+	e.r.MustSignal(t, c, syscall.SIGUSR1)
+	v.waitLine(t, func(l string) bool { return l == fmt.Sprintf("vfork done c=%d", c) })
+	e.waitGone(t, c)
+	img := filepath.Join(t.TempDir(), "img")
+	e.dumpKill(t, v, img)
+	e.waitTreeGone(t, "after the dump", []int{p})
+	e.restore(t, v, img)
+	v.check(t)
+	e.bye(t, v)
+}
+
 // waitGone waits until pid is gone (reaped).
 func (e *env) waitGone(t *testing.T, pid int) {
 	t.Helper()

@@ -1,18 +1,21 @@
 /*
- * tree_vfork: a parent waiting in vfork() (usage: tree_vfork LOG [exec]).
+ * tree_vfork: a parent waiting in vfork() (usage: tree_vfork LOG [exec|rename]).
  *
  * The root R forks P, which blocks SIGUSR1 and calls vfork(): its child C
  * writes "vfork child c=C p=P" to the log and waits for SIGUSR1 with raw
  * system calls only (it runs on P's memory and stack), then exits 0. P,
  * which could not run meanwhile, then writes "vfork done c=C", reaps C and
  * sleeps. With "exec", C instead sleeps 300 ms and then executes
- * /bin/sleep 1000 (the usual vfork and exec, only slow). R writes
+ * /bin/sleep 1000 (the usual vfork and exec, only slow). With "rename", C
+ * first names itself "vforked" (PR_SET_NAME): a vfork() child that
+ * differs from its parent, which the dump refuses. R writes
  * "start pid=R p=P", then "tick N" every 20 ms (victim.h); its check
  * verifies that P is alive.
  */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "victim.h"
 
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -39,7 +42,7 @@ static char *utoa(char *s, unsigned long n)
 	return s;
 }
 
-static int do_exec;
+static int do_exec, do_rename;
 
 static void run_p(void)
 {
@@ -50,6 +53,8 @@ static void run_p(void)
 	pid_t c = vfork();
 	if (c == 0) {
 		/* raw system calls only: this is P's memory and stack */
+		if (do_rename)
+			syscall(SYS_prctl, PR_SET_NAME, "vforked", 0, 0, 0);
 		char *e = utoa(line + strlen("vfork child c="), syscall(SYS_getpid));
 		memcpy(e, " p=", 3);
 		e = utoa(e + 3, syscall(SYS_getppid));
@@ -79,6 +84,10 @@ int main(int argc, char **argv)
 {
 	if (argc == 3 && strcmp(argv[2], "exec") == 0) {
 		do_exec = 1;
+		argc = 2;
+	}
+	if (argc == 3 && strcmp(argv[2], "rename") == 0) {
+		do_rename = 1;
 		argc = 2;
 	}
 	if (argc != 2) {
