@@ -37,10 +37,10 @@ const sysVfork = 58
 // again from the start.
 var errVforkMoved = errors.New("a vfork() child called exec or exited while the tree was frozen")
 
-// vforkChild checks that process pid (st), whose only child sharing its
-// memory is kid, waits in vfork() for it and can be dumped that way, and
-// returns kid; any other sharing of memory is refused by name. The
-// process is not touched.
+// vforkChild checks that process pid (st), whose children kids share its
+// memory, is a parent waiting in vfork() for the one of them, and can be
+// dumped that way, and returns that child; any other sharing of memory is
+// refused by name. The process is not touched.
 func (t *tree) vforkChild(pid sys.PID, st *proc.Stat, kids []sys.PID) (sys.PID, error) {
 	shares := func(why string, args ...any) error {
 		return fmt.Errorf("process %d (%s): its child %d shares its memory (a vfork() child before it calls exec or exits, or clone(CLONE_VM)): %s: cannot be dumped: %w",
