@@ -356,9 +356,10 @@ func (t *tree) checkReader(m, c *member) error {
 
 // notscFlag finds the thread flag of a disabled time stamp counter
 // (TIF_NOTSC, whose number BTF does not give) on the frozen child c: it
-// sets the child's TSC mode both ways with injected prctl calls, ending
-// with the child's own, and reads its flags after each; the one flag that
-// follows the mode is it.
+// sets the child's TSC mode both ways, a few times, with injected prctl
+// calls, ending with the child's own, and reads its flags after each; the
+// one flag that always follows the mode is it (others come and go: a
+// pending notification, ...).
 func (t *tree) notscFlag(c *member) (uint64, error) {
 	th := &c.p.Threads[0]
 	if th.TSC != unix.PR_TSC_ENABLE && th.TSC != unix.PR_TSC_SIGSEGV {
@@ -374,22 +375,30 @@ func (t *tree) notscFlag(c *member) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	flags := map[int]uint64{}
+	follows := ^uint64(0) // set when disabled, clear when enabled, every time
+	other := unix.PR_TSC_ENABLE + unix.PR_TSC_SIGSEGV - th.TSC
 	err = r.block()
-	for _, mode := range []int{unix.PR_TSC_ENABLE + unix.PR_TSC_SIGSEGV - th.TSC, th.TSC} {
-		if err != nil && mode != th.TSC {
-			continue
+	for round := 0; round < 8 && err == nil && (round < 2 || bits.OnesCount64(follows) > 1); round++ {
+		for _, mode := range []int{other, th.TSC} {
+			if _, _, cerr := r.call("prctl(PR_SET_TSC)", 0, unix.SYS_PRCTL, unix.PR_SET_TSC, uint64(mode)); cerr != nil {
+				err = cerr
+				break
+			}
+			got, rerr := t.bpf.Read(int(tk.tid), th.XState)
+			if rerr != nil {
+				err = rerr
+				break
+			}
+			if mode == unix.PR_TSC_SIGSEGV {
+				follows &= got.ThreadFlags
+			} else {
+				follows &^= got.ThreadFlags
+			}
 		}
-		if _, _, cerr := r.call("prctl(PR_SET_TSC)", 0, unix.SYS_PRCTL, unix.PR_SET_TSC, uint64(mode)); cerr != nil {
-			err = cerr
-			continue
-		}
-		got, rerr := t.bpf.Read(int(tk.tid), th.XState)
-		if rerr != nil {
-			err = rerr
-			continue
-		}
-		flags[mode] = got.ThreadFlags
+	}
+	if err != nil {
+		// The child gets its own mode back whatever failed.
+		r.call("prctl(PR_SET_TSC)", 0, unix.SYS_PRCTL, unix.PR_SET_TSC, uint64(th.TSC))
 	}
 	if derr := r.done(tk); err == nil {
 		err = derr
@@ -397,11 +406,10 @@ func (t *tree) notscFlag(c *member) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	diff := flags[unix.PR_TSC_ENABLE] ^ flags[unix.PR_TSC_SIGSEGV]
-	if bits.OnesCount64(diff) != 1 || flags[unix.PR_TSC_SIGSEGV]&diff == 0 {
-		return 0, fmt.Errorf("the child's thread flags %#x (TSC enabled) and %#x (disabled) differ in more than the TSC's", flags[unix.PR_TSC_ENABLE], flags[unix.PR_TSC_SIGSEGV])
+	if bits.OnesCount64(follows) != 1 {
+		return 0, fmt.Errorf("no single thread flag of the child follows its TSC mode (%#x)", follows)
 	}
-	return diff, nil
+	return follows, nil
 }
 
 // vforkInherits checks that child b is what a vfork() from a makes: the

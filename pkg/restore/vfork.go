@@ -85,25 +85,39 @@ func (b *builder) vfork(c *builder) error {
 		return err
 	}
 	regs.Rip, regs.Rax, regs.Orig_rax = b.in.Gadget, sysVfork, ^uint64(0)
-	if err := ptrace.SetRegs(a, &regs); err != nil {
-		return err
+	var kid sys.TID
+	for try := 1; ; try++ {
+		if err := ptrace.SetRegs(a, &regs); err != nil {
+			return err
+		}
+		if kid, err = vforkAs(a, c.p.PID); err != nil {
+			return err
+		}
+		if err := waitNewTask(kid); err != nil {
+			unix.Kill(int(kid), unix.SIGKILL)
+			return fmt.Errorf("vfork() child %d: %w", kid, err)
+		}
+		if sys.PID(kid) == c.p.PID {
+			break
+		}
+		// Another process forked between ns_last_pid and the vfork.
+		if err := b.undoVfork(a, kid); err != nil {
+			return fmt.Errorf("vfork() made pid %d, not %d: %w", kid, c.p.PID, err)
+		}
+		if try == vforkTries {
+			return fmt.Errorf("vfork() made pid %d, not %d, %d times: other processes take PIDs meanwhile: %w", kid, c.p.PID, try, ErrPIDInUse)
+		}
+		if err := checkPID(c.p.PID, c.p.Comm); err != nil {
+			return err
+		}
 	}
-	kid, err := vforkAs(a, c.p.PID)
-	if kid != 0 {
-		c.target = sys.PID(kid)
-		c.tasks = []sys.TID{kid}
-		c.pidfd, _ = sys.PidfdOpen(c.target, 0)
-		b.t.addProc(c) // killed with the tree from here on
-	}
-	if err != nil {
-		return err
-	}
-	if err := waitNewTask(kid); err != nil {
+	c.target = sys.PID(kid)
+	c.tasks = []sys.TID{kid}
+	if c.pidfd, err = sys.PidfdOpen(c.target, 0); err != nil {
+		unix.Kill(int(kid), unix.SIGKILL)
 		return fmt.Errorf("vfork() child %d: %w", kid, err)
 	}
-	if c.target != c.p.PID {
-		return fmt.Errorf("vfork() made pid %d, not %d: another process took it meanwhile: %w", kid, c.p.PID, ErrPIDInUse)
-	}
+	b.t.addProc(c) // killed with the tree from here on
 	c.in = ptrace.Injector{TID: kid, Gadget: b.in.Gadget}
 	// The parent, inside vfork(), gets its dumped registers; the call's
 	// result (the child's PID, when the child calls exec or exits) goes
@@ -135,10 +149,15 @@ func (b *builder) vfork(c *builder) error {
 	return ptrace.SetSigMask(kid, ct.SigMask)
 }
 
+// vforkTries bounds the vforks made for a child's PID: each one that
+// gets another PID is undone.
+const vforkTries = 5
+
 // vforkAs runs the vfork() set up in task a (stopped, its registers at a
-// syscall instruction with vfork's number) with ns_last_pid set for pid,
-// under the lock other restorers take on it, and returns the new child
-// once a is in its PTRACE_EVENT_VFORK stop.
+// syscall instruction with vfork's number) with ns_last_pid set for pid
+// (under the lock other restorers take on it, at the call's entry stop:
+// the PID is taken microseconds later), and returns the new child once a
+// is in its PTRACE_EVENT_VFORK stop.
 func vforkAs(a sys.TID, pid sys.PID) (sys.TID, error) {
 	f, err := os.OpenFile("/proc/sys/kernel/ns_last_pid", os.O_RDWR, 0)
 	if err != nil {
@@ -149,9 +168,6 @@ func vforkAs(a sys.TID, pid sys.PID) (sys.TID, error) {
 		return 0, fmt.Errorf("lock ns_last_pid: %w", err)
 	}
 	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
-	if _, err := f.WriteAt([]byte(strconv.Itoa(int(pid)-1)), 0); err != nil {
-		return 0, fmt.Errorf("ns_last_pid %d: %w", pid-1, err)
-	}
 	entered := false
 	for {
 		if err := unix.PtraceSyscall(int(a), 0); err != nil {
@@ -172,6 +188,9 @@ func vforkAs(a sys.TID, pid sys.PID) (sys.TID, error) {
 			return sys.TID(msg), nil
 		case st.Sig() == unix.SIGTRAP|0x80 && st.Event == 0 && !entered:
 			entered = true // the call's entry stop
+			if _, err := f.WriteAt([]byte(strconv.Itoa(int(pid)-1)), 0); err != nil {
+				return 0, fmt.Errorf("ns_last_pid %d: %w", pid-1, err)
+			}
 		case st.Sig() == unix.SIGTRAP|0x80 && st.Event == 0:
 			regs, err := ptrace.GetRegs(a)
 			if err != nil {
@@ -183,3 +202,63 @@ func vforkAs(a sys.TID, pid sys.PID) (sys.TID, error) {
 		}
 	}
 }
+
+// undoVfork undoes a vfork() of task a that made kid with the wrong PID:
+// kid is killed and reaped (by ckpt-redo, its tracer, then by a, its
+// parent, with an injected wait4), a returns from vfork() to its
+// syscall-exit stop, and the SIGCHLD of kid's death is taken off a's
+// queue.
+func (b *builder) undoVfork(a, kid sys.TID) error {
+	if err := unix.Kill(int(kid), unix.SIGKILL); err != nil {
+		return fmt.Errorf("kill %d: %w", kid, err)
+	}
+	for {
+		st, err := ptrace.Wait(kid)
+		if err != nil {
+			return err
+		}
+		if st.Exited() {
+			break
+		}
+		ptrace.Cont(kid, 0)
+	}
+	for {
+		if err := unix.PtraceSyscall(int(a), 0); err != nil {
+			return fmt.Errorf("resume %d: %w", a, err)
+		}
+		st, err := ptrace.Wait(a)
+		if err != nil {
+			return err
+		}
+		if st.Exited() {
+			return fmt.Errorf("process %d %s", a, st)
+		}
+		if st.Sig() == unix.SIGTRAP|0x80 && st.Event == 0 {
+			break // vfork's exit stop
+		}
+	}
+	if ret, err := b.in.Syscall(unix.SYS_WAIT4, uint64(kid), 0, waitAll, 0); err != nil {
+		return err
+	} else if e := ptrace.Errno(ret); e != nil && e != unix.ECHILD { // ECHILD: SIGCHLD ignored, reaped already
+		return fmt.Errorf("wait4 %d in %d: %w", kid, a, e)
+	}
+	// The SIGCHLD of kid's death, queued (a traced process gets even an
+	// ignored one), is delivered, unblocked, as an injected call starts:
+	// the injector takes it off the queue.
+	mask, err := ptrace.GetSigMask(a)
+	if err != nil {
+		return err
+	}
+	if err := ptrace.SetSigMask(a, mask&^(1<<(unix.SIGCHLD-1))); err != nil {
+		return err
+	}
+	_, err = b.in.Syscall(unix.SYS_GETPID)
+	if merr := ptrace.SetSigMask(a, mask); err == nil {
+		err = merr
+	}
+	b.in.Signals = nil // kid's SIGCHLD, ours
+	return err
+}
+
+// waitAll is __WALL.
+const waitAll = 0x40000000

@@ -59,6 +59,15 @@ func TestVforkRestore(t *testing.T) {
 	if pp := ppid(c); pp != p {
 		t.Errorf("restored C %d: parent %d, want %d", c, pp, p)
 	}
+	// Nothing of the restore's own left in P: no signal, no other child.
+	for _, f := range []string{"SigPnd", "ShdPnd"} {
+		if v := statusField(p, f); strings.Trim(v, "0") != "" {
+			t.Errorf("restored P %d: %s %s, want none", p, f, v)
+		}
+	}
+	if kids := strings.Fields(readFile(fmt.Sprintf("/proc/%d/task/%d/children", p, p))); len(kids) != 1 || kids[0] != strconv.Itoa(c) {
+		t.Errorf("restored P %d: children %v, want [%d]", p, kids, c)
+	}
 	e.r.MustSignal(t, c, syscall.SIGUSR1)
 	v.waitLine(t, func(l string) bool { return l == fmt.Sprintf("vfork done c=%d", c) })
 	e.waitGone(t, c)
