@@ -216,7 +216,12 @@ func (t *tree) resumeSockets() error {
 	if err := t.runFinally(); err != nil {
 		return err
 	}
-	for _, r := range t.repairs {
+	// A connection in SYN_SENT connects when it resumes: its SYN must
+	// find the lock open to its own packets, or it is dropped and sent
+	// again only a second later (the peer's answer is held until the
+	// release, like the rest of what the peers send). The others resume
+	// first, while the lock's commit may still be on its way.
+	resume := func(r repairing) error {
 		if err := sockets.ResumeSocket(int(r.f.Fd()), r.s, r.sendQ); err != nil {
 			return fmt.Errorf("socket %s-%s: %w", r.s.Local, r.s.Remote, err)
 		}
@@ -227,6 +232,25 @@ func (t *tree) resumeSockets() error {
 			return err
 		}
 		t.conns = append(t.conns, d)
+		return nil
+	}
+	var synSent []repairing
+	for _, r := range t.repairs {
+		if r.s.State == sockets.StateSynSent {
+			synSent = append(synSent, r)
+			continue
+		}
+		if err := resume(r); err != nil {
+			return err
+		}
+	}
+	if len(synSent) > 0 && t.outgoing != nil {
+		<-t.outgoing
+	}
+	for _, r := range synSent {
+		if err := resume(r); err != nil {
+			return err
+		}
 	}
 	t.repairs = nil
 	return nil

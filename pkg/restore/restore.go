@@ -318,6 +318,7 @@ func Build(rd io.Reader, opts Options) (r *Restored, err error) {
 			defer close(outgoing)
 			netlock.OpenOutgoing(lock, -1)
 		}(t.lock)
+		t.outgoing = outgoing
 		defer func() {
 			if err != nil {
 				<-outgoing // before the cleanup lifts a lock this restore took

@@ -50,6 +50,9 @@ type tree struct {
 	ctty map[sys.PID]ctty
 
 	repairs []repairing // restored connections still in repair mode
+	// outgoing is closed once the lock lets the restored sockets' own
+	// packets out (netlock.OpenOutgoing), nil without a lock.
+	outgoing <-chan struct{}
 	// finally are the socket kinds' last steps (fdkind.SocketRestoreEnv.Finally).
 	finally []func() error
 	// lock is the network lock covering the restored connections, and

@@ -63,6 +63,7 @@ func TestTCPStatesOutside(t *testing.T) {
 			tcpMust(t, p.conn.(*net.TCPConn).CloseWrite())
 		}},
 		{"syn_sent", "tcp4", "127.0.0.1", nil, nil},
+		{"syn_answered", "tcp4", "127.0.0.1", nil, nil},
 	}
 	for _, c := range cases {
 		if c.mode == "close_wait" && c.before == nil {
@@ -80,7 +81,8 @@ func TestTCPStatesOutside(t *testing.T) {
 			var fillers []net.Conn
 			var raw int
 			var port int
-			if c.mode == "syn_sent" {
+			syn := c.mode == "syn_sent" || c.mode == "syn_answered"
+			if syn {
 				// A listener whose accept queue is full drops SYNs.
 				var err error
 				raw, err = unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -122,12 +124,29 @@ func TestTCPStatesOutside(t *testing.T) {
 			}
 			img := t.TempDir() + "/img"
 			e.dumpKill(t, v, img)
+			if c.mode == "syn_answered" {
+				// Room in the queue before the restore, and no other SYN
+				// to take it: the restore's first SYN is answered.
+				for _, f := range fillers {
+					f.Close()
+				}
+				tcpMust(t, unix.SetNonblock(raw, true))
+				for {
+					fd, _, err := unix.Accept4(raw, unix.SOCK_CLOEXEC)
+					if err != nil {
+						break
+					}
+					unix.Close(fd)
+				}
+				tcpMust(t, unix.SetNonblock(raw, false))
+				fillers = nil
+			}
 			if res := e.runRedo(t, nil, img); res.code != 0 {
 				t.Fatalf("ckpt-redo: %v", res)
 			}
 			e.r.MustSignal(t, v.pid, unix.SIGTERM)
 			v.waitLine(t, func(l string) bool { return l == "checked" })
-			if c.mode == "syn_sent" {
+			if syn {
 				// Room in the queue: the victim's next SYN is answered, as
 				// one connection from its port.
 				vport, _ := strconv.Atoi(logField(ready, "port"))
