@@ -117,7 +117,7 @@ func bindName(fd int, s *image.Socket) error {
 		if aside != "" {
 			os.Rename(aside, path)
 		}
-		return fmt.Errorf("bind %s: %w", s.Local, err)
+		return fmt.Errorf("bind %q: %w", s.Local, err)
 	}
 	if sf.Gone {
 		err := os.Rename(path, ReachName(s))

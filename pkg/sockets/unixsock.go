@@ -440,7 +440,7 @@ func sendFrom(typ int, m UnixMsg, to unix.Sockaddr, hold Hold) error {
 func bindAside(fd int, name string) (undo func(), err error) {
 	if name[0] == '@' {
 		if err := bindFreed(fd, name); err != nil {
-			return nil, fmt.Errorf("bind %s: %w", name, err)
+			return nil, fmt.Errorf("bind %q: %w", name, err)
 		}
 		return func() {}, nil
 	}
