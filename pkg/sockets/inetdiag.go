@@ -14,13 +14,13 @@ const inetDiagMD5Sig = 18
 
 // hasMD5Keys asks sock_diag whether the TCP socket local-remote (remote
 // invalid for a listener) has TCP-MD5 keys (TCP_MD5SIG).
-func hasMD5Keys(local, remote netip.AddrPort) (bool, error) {
+func hasMD5Keys(fd int, local, remote netip.AddrPort) (bool, error) {
 	// A reply without keys fits 4 KiB; one with many is asked again
 	// with room for it.
-	msgs, err := md5Reply(local, remote, 4096)
+	msgs, err := md5Reply(fd, local, remote, 4096)
 	var cut *truncatedError
 	if errors.As(err, &cut) {
-		msgs, err = md5Reply(local, remote, cut.Size)
+		msgs, err = md5Reply(fd, local, remote, cut.Size)
 	}
 	if err != nil {
 		return false, err
@@ -37,10 +37,10 @@ func hasMD5Keys(local, remote netip.AddrPort) (bool, error) {
 
 // md5Reply asks sock_diag for the TCP socket local-remote with its aux
 // attributes (the keys among them), read into a buffer of size bytes.
-func md5Reply(local, remote netip.AddrPort, size int) ([]syscall.NetlinkMessage, error) {
+func md5Reply(fd int, local, remote netip.AddrPort, size int) ([]syscall.NetlinkMessage, error) {
 	req := tcpPairRequest(local, remote, 0xffffffff, unix.NLM_F_REQUEST) // every state
 	req[18] = 1 << (2 - 1)                                               // idiag_ext INET_DIAG_INFO: with the aux attributes
-	nl, err := sockDiagRequest(req)
+	nl, err := sockDiagRequest(fd, req)
 	if err != nil {
 		return nil, err
 	}

@@ -25,7 +25,7 @@ func inetShutdown(fd, family, protocol int) (bits int, ok bool, err error) {
 	// struct nlmsghdr + struct inet_diag_req_v2, every state.
 	req := inetDiagRequest(byte(family), byte(protocol), 0xffffffff, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
 	le := binary.LittleEndian
-	err = sockDiagDump(req, func(d []byte) bool {
+	err = sockDiagDump(fd, req, func(d []byte) bool {
 		// struct inet_diag_msg is 72 bytes, idiag_inode at 68.
 		if len(d) < 72 || uint64(le.Uint32(d[68:])) != st.Ino {
 			return false

@@ -52,7 +52,7 @@ func DescribePacket(fd int, ino uint64) (*image.Socket, error) {
 	if s.Protocol, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL); err != nil {
 		return nil, fmt.Errorf("SO_PROTOCOL: %w", err)
 	}
-	pd, err := packetInfo(ino)
+	pd, err := packetInfo(fd, ino)
 	if err != nil {
 		return nil, fmt.Errorf("packet socket: %w", err)
 	}
@@ -169,7 +169,7 @@ type packetDiag struct {
 
 // packetInfo asks sock_diag for the memberships and rings of the packet
 // socket ino.
-func packetInfo(ino uint64) (*packetDiag, error) {
+func packetInfo(fd int, ino uint64) (*packetDiag, error) {
 	const (
 		packetShowMclist  = 0x2
 		packetShowRingCfg = 0x4
@@ -192,7 +192,7 @@ func packetInfo(ino uint64) (*packetDiag, error) {
 		}
 		return r
 	}
-	err := sockDiagDump(req, func(d []byte) bool {
+	err := sockDiagDump(fd, req, func(d []byte) bool {
 		// struct packet_diag_msg: family, type, num (2), ino (4), cookie (8).
 		if len(d) < 16 || uint64(le.Uint32(d[4:])) != ino {
 			return false

@@ -8,13 +8,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// listenersOn counts, through sock_diag, the TCP listeners of ckpt's
-// network namespace bound to local (of its family).
-func listenersOn(family int, local netip.AddrPort) (int, error) {
+// listenersOn counts, through sock_diag, the TCP listeners of the
+// network namespace of the socket fd bound to local (of its family).
+func listenersOn(fd, family int, local netip.AddrPort) (int, error) {
 	req := inetDiagRequest(byte(family), unix.IPPROTO_TCP, 1<<StateListen, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
 	be := binary.BigEndian
 	n := 0
-	err := sockDiagDump(req, func(d []byte) bool {
+	err := sockDiagDump(fd, req, func(d []byte) bool {
 		// struct inet_diag_msg: the socket id at 4 (sport, dport, src).
 		if len(d) < 72 || be.Uint16(d[4:]) != local.Port() {
 			return false

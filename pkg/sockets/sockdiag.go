@@ -65,10 +65,11 @@ func tcpPairRequest(local, remote netip.AddrPort, states uint32, flags uint16) [
 	return req
 }
 
-// sockDiagRequest opens a NETLINK_SOCK_DIAG socket and sends it req (a
-// struct nlmsghdr and its request).
-func sockDiagRequest(req []byte) (*sys.FD, error) {
-	nl, err := sys.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+// sockDiagRequest opens a NETLINK_SOCK_DIAG socket in the network
+// namespace of the socket of (ckpt's own for of < 0, see diagSocket) and
+// sends it req (a struct nlmsghdr and its request).
+func sockDiagRequest(of int, req []byte) (*sys.FD, error) {
+	nl, err := diagSocket(of)
 	if err != nil {
 		return nil, fmt.Errorf("sock_diag: %w", err)
 	}
@@ -106,8 +107,8 @@ func sockDiagReceive(nl *sys.FD, buf []byte) ([]syscall.NetlinkMessage, error) {
 
 // sockDiagDump sends the dump request req (NLM_F_DUMP) and hands the data
 // of every reply to each, until the dump is done or each says stop.
-func sockDiagDump(req []byte, each func(data []byte) (stop bool)) error {
-	nl, err := sockDiagRequest(req)
+func sockDiagDump(of int, req []byte, each func(data []byte) (stop bool)) error {
+	nl, err := sockDiagRequest(of, req)
 	if err != nil {
 		return err
 	}

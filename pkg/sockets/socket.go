@@ -80,7 +80,7 @@ func DescribeWith(fd int, defs *Defaults) (*image.Socket, error) {
 			s.Local = ap.String()
 			s.FreeBind = defs.nonLocal(s.Family, ap.Addr())
 			if s.State == StateListen && s.Protocol == unix.IPPROTO_TCP {
-				n, err := listenersOn(s.Family, ap)
+				n, err := listenersOn(fd, s.Family, ap)
 				if err != nil {
 					return nil, err
 				}
@@ -104,7 +104,7 @@ func DescribeWith(fd int, defs *Defaults) (*image.Socket, error) {
 		if la, err := unix.Getsockname(fd); err == nil {
 			// Only sock_diag shows the keys: a failed look-up cannot
 			// be taken for "none".
-			md5, err := hasMD5Keys(AddrPort(la), remote)
+			md5, err := hasMD5Keys(fd, AddrPort(la), remote)
 			if err != nil {
 				return nil, fmt.Errorf("look for TCP-MD5 keys: %w", err)
 			}

@@ -183,7 +183,7 @@ func boundFile(fd int) (ino, dev uint32, ok bool) {
 	le.PutUint32(req[28:], udiagShowVFS)
 	le.PutUint32(req[32:], 0xffffffff) // no cookie
 	le.PutUint32(req[36:], 0xffffffff)
-	nl, err := sockDiagRequest(req)
+	nl, err := sockDiagRequest(fd, req)
 	if err != nil {
 		return 0, 0, false
 	}

@@ -100,7 +100,7 @@ func holdsPort(fd, family int) (bool, error) {
 	if err := unix.Fstat(fd, &s); err != nil {
 		return false, fmt.Errorf("fstat: %w", err)
 	}
-	d, err := diagFind(family, stateBoundInactive, uint32(s.Ino))
+	d, err := diagFind(fd, family, stateBoundInactive, uint32(s.Ino))
 	if err != nil {
 		return false, fmt.Errorf("sock_diag (bound sockets): %w", err)
 	}
@@ -590,10 +590,11 @@ type diagOwner struct {
 // pairOwner looks up, through sock_diag, the socket a segment from remote
 // to local would reach: the pair's own socket (a TIME_WAIT one, say) or
 // else a listener on local. It is one hashed look-up, as the kernel does
-// for a packet, where a dump walks every socket of the namespace.
+// for a packet, where a dump walks every socket of the namespace. It asks
+// in ckpt-redo's network namespace, where the connection is made again.
 func pairOwner(local, remote netip.AddrPort) (diagOwner, error) {
 	req := tcpPairRequest(local, remote, 0, unix.NLM_F_REQUEST)
-	nl, err := sockDiagRequest(req)
+	nl, err := sockDiagRequest(-1, req)
 	if err != nil {
 		return diagOwner{}, err
 	}
@@ -634,7 +635,7 @@ func destroyTimeWait(local, remote netip.AddrPort, owner diagOwner) (bool, error
 	req := tcpPairRequest(local, remote, 1<<stateTimeWait, unix.NLM_F_REQUEST|unix.NLM_F_ACK)
 	copy(req[24+40:24+48], owner.cookie[:])
 	le.PutUint16(req[4:], sockDestroy)
-	nl, err := sockDiagRequest(req)
+	nl, err := sockDiagRequest(-1, req)
 	if err != nil {
 		return false, err
 	}

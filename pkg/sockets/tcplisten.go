@@ -19,7 +19,7 @@ const stateSynRecv = 3
 // halfOpen counts the request sockets (SYN_RECV) of the listeners on
 // local, a listener's address (the wildcard address takes every address
 // of its port); a dual-stack IPv6 listener's IPv4 clients are counted too.
-func halfOpen(local netip.AddrPort, dualStack bool) (int, error) {
+func halfOpen(fd int, local netip.AddrPort, dualStack bool) (int, error) {
 	families := []int{unix.AF_INET}
 	if local.Addr().Is6() && !local.Addr().Is4In6() {
 		families = []int{unix.AF_INET6}
@@ -30,7 +30,7 @@ func halfOpen(local netip.AddrPort, dualStack bool) (int, error) {
 	n := 0
 	for _, family := range families {
 		req := inetDiagRequest(byte(family), unix.IPPROTO_TCP, 1<<stateSynRecv, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-		err := sockDiagDump(req, func(d []byte) bool {
+		err := sockDiagDump(fd, req, func(d []byte) bool {
 			if len(d) < 72 || binary.BigEndian.Uint16(d[4:]) != local.Port() {
 				return false
 			}
@@ -64,7 +64,7 @@ func halfOpenError(fd, family int) error {
 		v6only, _ := unix.GetsockoptInt(fd, unix.IPPROTO_IPV6, unix.IPV6_V6ONLY)
 		dual = v6only == 0
 	}
-	n, err := halfOpen(AddrPort(la), dual)
+	n, err := halfOpen(fd, AddrPort(la), dual)
 	if err != nil || n == 0 {
 		return err
 	}

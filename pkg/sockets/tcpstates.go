@@ -109,14 +109,14 @@ func Endpoints(fd int) (local, remote netip.AddrPort, err error) {
 	if _, ok := la.(*unix.SockaddrInet6); ok {
 		family = unix.AF_INET6
 	}
-	remote, err = diagPeer(family, StateSynSent, uint32(s.Ino))
+	remote, err = diagPeer(fd, family, StateSynSent, uint32(s.Ino))
 	return local, remote, err
 }
 
 // diagPeer asks sock_diag for the remote end of the TCP socket with inode
 // ino among those of family in state.
-func diagPeer(family, state int, ino uint32) (netip.AddrPort, error) {
-	d, err := diagFind(family, state, ino)
+func diagPeer(fd, family, state int, ino uint32) (netip.AddrPort, error) {
+	d, err := diagFind(fd, family, state, ino)
 	if err != nil {
 		return netip.AddrPort{}, err
 	}
@@ -132,10 +132,10 @@ func diagPeer(family, state int, ino uint32) (netip.AddrPort, error) {
 
 // diagFind asks sock_diag for the TCP socket with inode ino among those of
 // family in state: its inet_diag_msg, nil if there is none.
-func diagFind(family, state int, ino uint32) ([]byte, error) {
+func diagFind(fd, family, state int, ino uint32) ([]byte, error) {
 	req := inetDiagRequest(byte(family), unix.IPPROTO_TCP, 1<<state, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
 	var found []byte
-	err := sockDiagDump(req, func(d []byte) bool {
+	err := sockDiagDump(fd, req, func(d []byte) bool {
 		if len(d) < 72 || binary.LittleEndian.Uint32(d[68:]) != ino {
 			return false
 		}

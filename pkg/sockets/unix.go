@@ -52,7 +52,7 @@ func UnixSockets() (map[uint32]UnixInfo, error) {
 	le.PutUint32(req[32:], 0xffffffff) // cookie: none
 	le.PutUint32(req[36:], 0xffffffff)
 	out := map[uint32]UnixInfo{}
-	err := sockDiagDump(req, func(d []byte) bool {
+	err := sockDiagDump(-1, req, func(d []byte) bool {
 		if len(d) < 16 {
 			return false
 		}
