@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"unsafe"
 
 	"github.com/ckpt/ckpt/internal/sys"
@@ -168,7 +169,25 @@ func vforkAs(a sys.TID, pid sys.PID) (sys.TID, error) {
 		return 0, fmt.Errorf("lock ns_last_pid: %w", err)
 	}
 	defer unix.Flock(int(f.Fd()), unix.LOCK_UN)
+	// The counter goes back where it was once the PID is taken: left at
+	// pid, it would hand the PIDs after pid, which processes ended
+	// recently may have had, to whatever forks next on the machine (a
+	// restore that needs one of them back would find it taken).
+	b := make([]byte, 16)
+	n, err := f.ReadAt(b, 0)
+	if n == 0 {
+		return 0, fmt.Errorf("read ns_last_pid: %w", err)
+	}
+	old, err := strconv.Atoi(strings.TrimSpace(string(b[:n])))
+	if err != nil {
+		return 0, fmt.Errorf("ns_last_pid %q: %w", b[:n], err)
+	}
 	entered := false
+	defer func() {
+		if entered && old >= int(pid) {
+			f.WriteAt([]byte(strconv.Itoa(old)), 0)
+		}
+	}()
 	for {
 		if err := unix.PtraceSyscall(int(a), 0); err != nil {
 			return 0, fmt.Errorf("vfork in %d: resume: %w", a, err)
