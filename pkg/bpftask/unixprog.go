@@ -1,0 +1,211 @@
+package bpftask
+
+import (
+	"encoding/binary"
+	"fmt"
+	"io"
+	"os"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"golang.org/x/sys/unix"
+)
+
+// The UNIX accept queue reader uses two programs:
+//
+// The socket table, a UNIX socket iterator (iter/unix), writes for every
+// UNIX socket of the network namespace it runs in its address and its
+// inode number (0 for one without a file: a connection not accepted yet,
+// or a socket being closed), 16 bytes each.
+//
+// The memory reader, a task iterator limited to ckpt's own main thread
+// (so it runs once), copies up to memSlots pieces of kernel memory, of at
+// most memSlot bytes each, whose addresses and sizes the map memReq
+// holds; before them, the result of each copy (0, or a negative errno:
+// such a piece is zeroed).
+
+const (
+	memSlots = 14
+	memSlot  = 2048
+	memHdr   = memSlots * 8
+	memOut   = memHdr + memSlots*memSlot // under the iterator's 32 KiB
+)
+
+// tableProgram builds the socket table program.
+func tableProgram(buf *ebpf.Map, socketOff, inodeOff uint32) asm.Instructions {
+	return asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.LoadMem(asm.R7, asm.R6, 8, asm.DWord), // ctx->unix_sk
+		asm.JEq.Imm(asm.R7, 0, "out"),
+		asm.LoadMem(asm.R8, asm.R6, 0, asm.DWord), // ctx->meta
+		asm.LoadMem(asm.R8, asm.R8, 0, asm.DWord), // meta->seq
+		asm.StoreImm(asm.R10, -4, 0, asm.Word),
+		asm.LoadMapPtr(asm.R1, buf.FD()),
+		asm.Mov.Reg(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, -4),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "out"),
+		asm.Mov.Reg(asm.R9, asm.R0),
+		asm.StoreMem(asm.R9, 0, asm.R7, asm.DWord),
+		asm.Mov.Imm(asm.R0, 0), asm.StoreMem(asm.R9, 8, asm.R0, asm.DWord),
+		// sk->sk_socket
+		asm.Mov.Reg(asm.R1, asm.R9), asm.Add.Imm(asm.R1, 8),
+		asm.Mov.Imm(asm.R2, 8),
+		asm.Mov.Reg(asm.R3, asm.R7), asm.Add.Imm(asm.R3, int32(socketOff)),
+		asm.FnProbeReadKernel.Call(),
+		asm.LoadMem(asm.R3, asm.R9, 8, asm.DWord),
+		asm.Mov.Imm(asm.R0, 0), asm.StoreMem(asm.R9, 8, asm.R0, asm.DWord),
+		asm.JEq.Imm(asm.R3, 0, "write"),
+		// SOCK_INODE(sk_socket)->i_ino
+		asm.Mov.Reg(asm.R1, asm.R9), asm.Add.Imm(asm.R1, 8),
+		asm.Mov.Imm(asm.R2, 8),
+		asm.Add.Imm(asm.R3, int32(inodeOff)),
+		asm.FnProbeReadKernel.Call(),
+		asm.Mov.Reg(asm.R1, asm.R8).WithSymbol("write"),
+		asm.Mov.Reg(asm.R2, asm.R9),
+		asm.Mov.Imm(asm.R3, 16),
+		asm.FnSeqWrite.Call(),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+		asm.Return(),
+	}
+}
+
+// memProgram builds the memory reader program.
+func memProgram(buf, req *ebpf.Map) asm.Instructions {
+	lookup := func(m *ebpf.Map) asm.Instructions {
+		return asm.Instructions{
+			asm.StoreImm(asm.R10, -4, 0, asm.Word),
+			asm.LoadMapPtr(asm.R1, m.FD()),
+			asm.Mov.Reg(asm.R2, asm.R10),
+			asm.Add.Imm(asm.R2, -4),
+			asm.FnMapLookupElem.Call(),
+			asm.JEq.Imm(asm.R0, 0, "out"),
+		}
+	}
+	in := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.LoadMem(asm.R7, asm.R6, 8, asm.DWord), // ctx->task
+		asm.JEq.Imm(asm.R7, 0, "out"),
+		asm.LoadMem(asm.R8, asm.R6, 0, asm.DWord), // ctx->meta
+		asm.LoadMem(asm.R8, asm.R8, 0, asm.DWord), // meta->seq
+	}
+	in = append(in, lookup(buf)...)
+	in = append(in, asm.Mov.Reg(asm.R9, asm.R0))
+	in = append(in, lookup(req)...)
+	in = append(in, asm.Mov.Reg(asm.R6, asm.R0))
+	label := ""
+	for i := range memSlots {
+		first := asm.LoadMem(asm.R2, asm.R6, int16(i*16+8), asm.DWord) // size
+		if label != "" {
+			first = first.WithSymbol(label)
+		}
+		label = fmt.Sprintf("skip%d", i)
+		in = append(in,
+			first,
+			asm.JGT.Imm(asm.R2, memSlot, label),
+			asm.LoadMem(asm.R3, asm.R6, int16(i*16), asm.DWord), // address
+			asm.Mov.Reg(asm.R1, asm.R9), asm.Add.Imm(asm.R1, int32(memHdr+i*memSlot)),
+			asm.FnProbeReadKernel.Call(),
+			asm.StoreMem(asm.R9, int16(i*8), asm.R0, asm.DWord),
+		)
+	}
+	return append(in,
+		asm.Mov.Reg(asm.R1, asm.R8).WithSymbol(label),
+		asm.Mov.Reg(asm.R2, asm.R9),
+		asm.Mov.Imm(asm.R3, memOut),
+		asm.FnSeqWrite.Call(),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+		asm.Return(),
+	)
+}
+
+// unixProgs are the loaded programs and their maps.
+type unixProgs struct {
+	tbuf, mbuf, mreq *ebpf.Map
+	table, mem       *ebpf.Program
+}
+
+func (p *unixProgs) Close() {
+	for _, pr := range []*ebpf.Program{p.table, p.mem} {
+		if pr != nil {
+			pr.Close()
+		}
+	}
+	for _, m := range []*ebpf.Map{p.tbuf, p.mbuf, p.mreq} {
+		if m != nil {
+			m.Close()
+		}
+	}
+}
+
+// loadUnixProgs makes the maps and loads both programs.
+func loadUnixProgs(l *unixLayout) (_ *unixProgs, err error) {
+	p := &unixProgs{}
+	defer func() {
+		if err != nil {
+			p.Close()
+		}
+	}()
+	if p.tbuf, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 16, MaxEntries: 1}); err != nil {
+		return nil, fmt.Errorf("BPF map: %w", err)
+	}
+	if p.mbuf, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: memOut, MaxEntries: 1}); err != nil {
+		return nil, fmt.Errorf("BPF map: %w", err)
+	}
+	if p.mreq, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: memSlots * 16, MaxEntries: 1}); err != nil {
+		return nil, fmt.Errorf("BPF map: %w", err)
+	}
+	p.table, err = ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "ckpt_unix", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "unix",
+		Instructions: tableProgram(p.tbuf, l.socket, l.inode), License: "GPL",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("BPF UNIX socket iterator program: %w", err)
+	}
+	p.mem, err = ebpf.NewProgram(&ebpf.ProgramSpec{
+		Name: "ckpt_kmem", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "task",
+		Instructions: memProgram(p.mbuf, p.mreq), License: "GPL",
+	})
+	if err != nil {
+		return nil, fmt.Errorf("BPF memory reader program: %w", err)
+	}
+	return p, nil
+}
+
+// runIter attaches prog as an iterator (info: its union
+// bpf_iter_link_info, nil for none) and reads all it writes.
+func runIter(prog *ebpf.Program, info []byte) ([]byte, error) {
+	var attr [64]byte
+	binary.LittleEndian.PutUint32(attr[0:], uint32(prog.FD()))
+	binary.LittleEndian.PutUint32(attr[8:], bpfTraceIter)
+	if info != nil {
+		binary.LittleEndian.PutUint64(attr[16:], uint64(uintptr(unsafe.Pointer(&info[0]))))
+		binary.LittleEndian.PutUint32(attr[24:], uint32(len(info)))
+	}
+	lfd, _, e := unix.Syscall(unix.SYS_BPF, bpfLinkCreate, uintptr(unsafe.Pointer(&attr[0])), uintptr(len(attr)))
+	if e != 0 {
+		return nil, fmt.Errorf("BPF iterator link: %w", e)
+	}
+	defer unix.Close(int(lfd))
+	var iattr [8]byte
+	binary.LittleEndian.PutUint32(iattr[0:], uint32(lfd))
+	ifd, _, e := unix.Syscall(unix.SYS_BPF, bpfIterCreate, uintptr(unsafe.Pointer(&iattr[0])), uintptr(len(iattr)))
+	if e != 0 {
+		return nil, fmt.Errorf("BPF iterator: %w", e)
+	}
+	f := os.NewFile(ifd, "bpf-iter")
+	defer f.Close()
+	var out []byte
+	chunk := make([]byte, 64<<10)
+	for {
+		n, err := f.Read(chunk)
+		out = append(out, chunk[:n]...)
+		if err == io.EOF || n == 0 {
+			return out, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("BPF iterator: read: %w", err)
+		}
+	}
+}
