@@ -29,3 +29,4 @@ func TestUnixVerify(t *testing.T) {
 		t.Error("paged pieces not readable on this kernel")
 	}
 }
+

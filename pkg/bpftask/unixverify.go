@@ -42,9 +42,15 @@ func (r *UnixReader) Verify() error {
 	if err := r.check(false); err != nil {
 		return err
 	}
-	r.pagedOK = false
-	for _, c := range r.pageLayouts() {
-		r.pageOffset, r.vmemmap, r.pagedOK = c[0], c[1], true
+	defaults := [][2]uint64{{0xffff888000000000, 0xffffea0000000000}, {0xff11000000000000, 0xffd4000000000000}}
+	for i, looked := 0, false; i < len(defaults) || !looked; i++ {
+		if i == len(defaults) {
+			defaults, looked = append(defaults, r.pageLayout()...), true // slow: only if the defaults fail
+			if i == len(defaults) {
+				break
+			}
+		}
+		r.pageOffset, r.vmemmap, r.pagedOK = defaults[i][0], defaults[i][1], true
 		if r.check(true) == nil {
 			return nil
 		}
@@ -53,14 +59,14 @@ func (r *UnixReader) Verify() error {
 	return nil
 }
 
-// pageLayouts are where the direct map and the struct page array may be
-// (x86-64): the kernel's variables if it randomizes them, else the
-// defaults of 4- and 5-level paging.
-func (r *UnixReader) pageLayouts() [][2]uint64 {
-	out := [][2]uint64{{0xffff888000000000, 0xffffea0000000000}, {0xff11000000000000, 0xffd4000000000000}}
+// pageLayout is where the direct map and the struct page array are
+// (x86-64) if the kernel randomizes them (its variables, found through
+// /proc/kallsyms); Verify tries the defaults of 4- and 5-level paging
+// first.
+func (r *UnixReader) pageLayout() [][2]uint64 {
 	b, err := os.ReadFile("/proc/kallsyms")
 	if err != nil {
-		return out
+		return nil
 	}
 	var po, vm uint64
 	for _, line := range strings.Split(string(b), "\n") {
@@ -83,9 +89,9 @@ func (r *UnixReader) pageLayouts() [][2]uint64 {
 		}
 	}
 	if po != 0 && vm != 0 {
-		out = append([][2]uint64{{po, vm}}, out...)
+		return [][2]uint64{{po, vm}}
 	}
-	return out
+	return nil
 }
 
 // check makes the connections and compares.
