@@ -29,4 +29,3 @@ func TestUnixVerify(t *testing.T) {
 		t.Error("paged pieces not readable on this kernel")
 	}
 }
-

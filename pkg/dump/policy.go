@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ckpt/ckpt/internal/sys"
+	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/sockets"
 	"golang.org/x/sys/unix"
@@ -129,12 +130,19 @@ func (t *tree) acceptQueues() error {
 			if err != nil {
 				return err
 			}
-			// Connections from clients of the tree that sent nothing yet
-			// are restored (sockets.DescribeUnix); others are refused.
+			// Connections from clients of the tree are restored
+			// (sockets.DescribeUnix), those whose client sent data or
+			// was closed once read from the kernel (fdkind.WaitingConns);
+			// others are refused.
 			if u, ok := all[uint32(st.Ino)]; ok && u.State == sockets.UnixListenState && u.Pending > 0 {
 				if c, ok := t.unreadableWaiting(u.Icons); !ok {
-					return fmt.Errorf("process %d fd %d: UNIX socket %s with %d connections not accepted yet, one from socket %d outside the dump or with data sent: %w",
-						pid, fd, u.Name, u.Pending, c, sockets.ErrAcceptQueue)
+					if c != 0 && !t.socks.inos[c] {
+						return fmt.Errorf("process %d fd %d: UNIX socket %s with %d connections not accepted yet, one from socket %d outside the dump: %w",
+							pid, fd, u.Name, u.Pending, c, sockets.ErrAcceptQueue)
+					}
+					if _, err := fdkind.WaitingConns(t, u.Ino, u.Name, u.Icons); err != nil {
+						return fmt.Errorf("process %d fd %d: %w: %w", pid, fd, err, sockets.ErrAcceptQueue)
+					}
 				}
 			}
 		}

@@ -37,6 +37,8 @@ type sockState struct {
 	silenced bool
 	// defs is what sockets.DescribeWith compares every socket with.
 	defs sockets.Defaults
+	// waiting: the connections waiting in UNIX accept queues (unixwaiting.go).
+	waiting *waitingState
 }
 
 // takeSockets gets a copy of every socket of the tree and, if any is a
@@ -263,6 +265,7 @@ func (t *tree) keepLock() error {
 
 func (t *tree) closeSockets() {
 	t.closeFlight()
+	t.closeWaiting()
 	for _, fd := range t.socks.fds {
 		fd.Close()
 	}

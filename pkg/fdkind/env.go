@@ -4,6 +4,7 @@ import (
 	"os"
 
 	"github.com/ckpt/ckpt/internal/sys"
+	"github.com/ckpt/ckpt/pkg/bpftask"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/rewrite"
 	"github.com/ckpt/ckpt/pkg/sockets"
@@ -61,6 +62,9 @@ type SocketDumpEnv interface {
 	// queue of the UNIX socket ino (sockets.PeekUnix) while it looked for
 	// sockets in flight; ok is false if it read none.
 	Peeked(ino uint32) (msgs []sockets.UnixMsg, ok bool)
+	// Waiting reads the connections waiting in the accept queue of the
+	// UNIX listener ino from the kernel, once (bpftask.UnixReader).
+	Waiting(ino uint32) ([]bpftask.UnixConn, error)
 }
 
 // RestoreEnv is what the restore of a tree offers the kinds.

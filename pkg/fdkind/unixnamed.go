@@ -65,7 +65,7 @@ func namedCredCheck(env DumpEnv, our int, s *image.Socket) error {
 // one that connected: the kernel keeps the connector only in the socket
 // at the other end, which the dump does not reach.
 func connectorOf(env DumpEnv, pid sys.PID, s *image.Socket) error {
-	if s.AcceptOf == 0 && !(s.External && s.Type != unix.SOCK_DGRAM) || !env.Sockets().Member(pid) {
+	if s.AcceptOf == 0 && !(s.External && s.Type != unix.SOCK_DGRAM) || !env.Sockets().Member(pid) || s.Connector != nil {
 		return nil
 	}
 	st, err := proc.ReadStatus(pid)

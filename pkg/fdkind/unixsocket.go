@@ -23,7 +23,7 @@ func describeUnix(env DumpEnv, pid sys.PID, our int, ino uint64, f *image.File) 
 	if err != nil {
 		return err
 	}
-	s, msgs, err := sockets.DescribeUnix(our, uint32(ino), all, se.InTree, se.Peeked)
+	s, msgs, err := sockets.DescribeUnix(our, uint32(ino), all, se.InTree, se.Peeked, true)
 	if errors.Is(err, sockets.ErrExternalPeer) {
 		if !se.ExternalUnix(uint32(ino)) {
 			return fmt.Errorf("%w (ckpt dump --external unix:%d saves it, to connect again at restore): %w", err, ino, ErrUnsupported)
@@ -55,6 +55,10 @@ func describeUnix(env DumpEnv, pid sys.PID, our int, ino uint64, f *image.File) 
 		return fmt.Errorf("UNIX socket %s: %w", s.Local, err)
 	}
 	if err := namedCredCheck(env, our, s); err != nil {
+		sockets.CloseRights(msgs)
+		return err
+	}
+	if err := describeWaiting(env, our, s, all); err != nil {
 		sockets.CloseRights(msgs)
 		return err
 	}
@@ -345,7 +349,19 @@ func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Soc
 			return nil, fmt.Errorf("UNIX connection accepted from %s: %w", l.Local, err)
 		}
 	}
+	orphans := l.Orphans
 	for _, c := range l.AcceptQueue {
+		if c == 0 {
+			// Its client was closed (unixwaiting.go).
+			if len(orphans) == 0 {
+				return nil, fmt.Errorf("UNIX listener %s: a connection whose client was closed is not in the image: %w", l.Local, image.ErrCorrupt)
+			}
+			if err := openOrphan(env, at, l, fd, &orphans[0], target); err != nil {
+				return nil, err
+			}
+			orphans = orphans[1:]
+			continue
+		}
 		cf := se.Peer(c)
 		if cf == nil || cf.Socket == nil || cf.Socket.AcceptOf != lino {
 			return nil, fmt.Errorf("UNIX socket %d waiting in the accept queue of %s is not in the image: %w", c, l.Local, image.ErrCorrupt)
@@ -354,7 +370,7 @@ func openAcceptQueue(env RestoreEnv, at Where, lino uint32, msgs func(*image.Soc
 		if target != nil {
 			how = connecting(target, at.PID, cf.Socket.Creds, cf.Socket.Connector, l.Backlog)
 		}
-		csock, err := sockets.ConnectUnix(cf.Socket, fd, sockets.ReachName(l), how)
+		csock, err := connectWaiting(env, at, cf.Socket, fd, sockets.ReachName(l), how)
 		if err != nil {
 			return nil, fmt.Errorf("UNIX socket waiting in the accept queue of %s: %w", l.Local, err)
 		}

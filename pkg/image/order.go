@@ -230,6 +230,15 @@ func dataRefs(p *Process) []dataRef {
 			for i, id := range s.RecvMsgs {
 				add(id, "file %d (socket) message %d", f.ID, i)
 			}
+			ws := slices.Clone(s.Orphans)
+			if s.Waiting != nil {
+				ws = append(ws, *s.Waiting)
+			}
+			for i, w := range ws {
+				for j, id := range w.Msgs {
+					add(id, "file %d (socket) waiting connection %d message %d", f.ID, i, j)
+				}
+			}
 		}
 	}
 	return refs

@@ -401,6 +401,12 @@ type Socket struct {
 	// client, the listener's inode.
 	AcceptQueue []uint32 `json:"accept_queue,omitempty"`
 	AcceptOf    uint32   `json:"accept_of,omitempty"`
+	// Waiting is, on such a client that had sent data, what the server
+	// end of its connection (not accepted yet) holds; Orphans are, on a
+	// listener, those of the connections waiting in its queue whose
+	// client was closed, in the order of the 0s in AcceptQueue.
+	Waiting *Waiting  `json:"waiting,omitempty"`
+	Orphans []Waiting `json:"orphans,omitempty"`
 	// Accepted are, on a UNIX listener, the inodes of the connections of
 	// the dump it accepted (they bear its name); AcceptedFrom is, on such
 	// a connection, the listener's inode.
@@ -455,6 +461,17 @@ type Socket struct {
 	Groups    []uint32 `json:"groups,omitempty"`
 	DstPortID uint32   `json:"dst_port_id,omitempty"`
 	DstGroup  uint32   `json:"dst_group,omitempty"`
+}
+
+// Waiting is what the server end of a connection waiting in a UNIX
+// listener's accept queue holds, read from the kernel at the dump: the
+// pieces its client sent (FileData records, in the pieces the kernel
+// queued them) with the credentials each carries, and the process and
+// ids SO_PEERCRED will show on the accepted end.
+type Waiting struct {
+	Msgs      []int      `json:"msgs,omitempty"`
+	Creds     []PeerCred `json:"creds,omitempty"`
+	Connector *PeerCred  `json:"connector,omitempty"`
 }
 
 // InFlight is a file in flight in a UNIX socket's queue: a UNIX socket

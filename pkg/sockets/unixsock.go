@@ -44,20 +44,25 @@ const maxUnixMsg = 4 << 20
 //
 // peeked, if not nil, gives the messages the dump already read from the
 // socket (PeekUnix), which are not read again.
-func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint32) bool, peeked func(uint32) ([]UnixMsg, bool)) (*image.Socket, []UnixMsg, error) {
+//
+// With waiting, the caller reads what the server end of a waiting
+// connection holds (pkg/bpftask): a listener whose queue holds a
+// connection whose client was closed (0 in AcceptQueue), and a waiting
+// client that sent data, are not refused here.
+func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint32) bool, peeked func(uint32) ([]UnixMsg, bool), waiting bool) (*image.Socket, []UnixMsg, error) {
 	if peeked != nil {
 		if msgs, ok := peeked(ino); ok {
-			s, q, err := describeUnix(fd, ino, all, inTree, msgs)
+			s, q, err := describeUnix(fd, ino, all, inTree, msgs, waiting)
 			if err != nil || q == nil {
 				CloseRights(msgs)
 			}
 			return s, q, err
 		}
 	}
-	return describeUnix(fd, ino, all, inTree, nil)
+	return describeUnix(fd, ino, all, inTree, nil, waiting)
 }
 
-func describeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint32) bool, peeked []UnixMsg) (*image.Socket, []UnixMsg, error) {
+func describeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint32) bool, peeked []UnixMsg, waiting bool) (*image.Socket, []UnixMsg, error) {
 	u, ok := all[ino]
 	if !ok {
 		return nil, nil, fmt.Errorf("UNIX socket %d not found by sock_diag: %w", ino, ErrState)
@@ -66,7 +71,7 @@ func describeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 	switch {
 	case u.State == UnixListenState:
 		for _, c := range u.Icons {
-			if c == 0 || !inTree(c) {
+			if c == 0 && !waiting || c != 0 && !inTree(c) {
 				return nil, nil, fmt.Errorf("UNIX socket %s with a connection from socket %d of a process outside the dump not accepted yet: %w", u.Name, c, ErrAcceptQueue)
 			}
 		}
@@ -93,7 +98,7 @@ func describeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 		case !inTree(l.Ino):
 			return nil, nil, fmt.Errorf("UNIX socket %d connected to %s of a process outside the dump, not accepted yet: %w", ino, l.Name, ErrExternalPeer)
 		}
-		if out, err := sys.IoctlInt(fd, unix.SIOCOUTQ); err != nil || out > 0 {
+		if out, err := sys.IoctlInt(fd, unix.SIOCOUTQ); err != nil || out > 0 && !waiting {
 			return nil, nil, fmt.Errorf("UNIX socket with data sent on a connection %s has not accepted yet (%d bytes of buffer; it cannot be read back): %w", l.Name, out, ErrAcceptQueue)
 		}
 		s.State, s.AcceptOf = StateEstablished, l.Ino
@@ -493,6 +498,19 @@ func (c Connecting) connect(fd int, name string) error {
 // connected to the rebuilt listener's name (so that the listener's queue
 // holds the connection again, in the order of the calls).
 func ConnectUnix(s *image.Socket, lfd int, listener string, how Connecting) (*sys.FD, error) {
+	sock, err := connectUnix(s, lfd, listener, how)
+	if err != nil {
+		return nil, err
+	}
+	defer sock.Close()
+	if err := finishUnix(sock.Int(), s); err != nil {
+		return nil, err
+	}
+	return sock.Move(), nil
+}
+
+// connectUnix is ConnectUnix but for the late options and shutdown.
+func connectUnix(s *image.Socket, lfd int, listener string, how Connecting) (*sys.FD, error) {
 	sock, err := sys.Socket(unix.AF_UNIX, s.Type|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
@@ -510,9 +528,6 @@ func ConnectUnix(s *image.Socket, lfd int, listener string, how Connecting) (*sy
 		if err = how.connect(fd, listener); err != nil {
 			err = fmt.Errorf("connect to the listener %s: %w", listener, err)
 		}
-	}
-	if err == nil {
-		err = finishUnix(fd, s)
 	}
 	if err != nil {
 		return nil, err

@@ -1,0 +1,170 @@
+package fdkind
+
+import (
+	"fmt"
+	"os"
+	"slices"
+
+	"github.com/ckpt/ckpt/internal/sys"
+	"github.com/ckpt/ckpt/pkg/bpftask"
+	"github.com/ckpt/ckpt/pkg/image"
+	"github.com/ckpt/ckpt/pkg/proc"
+	"github.com/ckpt/ckpt/pkg/sockets"
+	"golang.org/x/sys/unix"
+)
+
+// A connection waiting in a UNIX listener's accept queue has a server
+// end the kernel made at connect() (no file yet), whose receive queue
+// holds what the client sent and which keeps the connecting process's
+// credentials; nothing but accept() reaches it. When its client sent
+// data, or was closed since, the dump reads it from the kernel
+// (bpftask.UnixReader, through SocketDumpEnv.Waiting); the restore
+// connects again from the rebuilt client (or, for a closed one, from a
+// temporary socket in the connecting process, closed afterwards) and
+// sends the pieces again with their credentials.
+
+// WaitingConns reads the connections waiting in the accept queue of the
+// UNIX listener lino (name its name, icons its clients as sock_diag lists
+// them, 0 for a closed one) and refuses by name what cannot be restored:
+// a reader that cannot run or read them, a closed client that was bound
+// to a name, a pending error, a connection made by a process that exists
+// outside the dump.
+func WaitingConns(se SocketDumpEnv, lino uint32, name string, icons []uint32) ([]bpftask.UnixConn, error) {
+	conns, err := se.Waiting(lino)
+	if err != nil {
+		return nil, fmt.Errorf("UNIX listener %s: the connections waiting in its accept queue (a client sent data or was closed) cannot be read: %w", name, err)
+	}
+	clients := make([]uint32, len(conns))
+	for i, c := range conns {
+		clients[i] = c.Client
+	}
+	if !slices.Equal(clients, icons) {
+		return nil, fmt.Errorf("UNIX listener %s: its accept queue holds the clients %v, sock_diag says %v: %w", name, clients, icons, bpftask.ErrUnixChanged)
+	}
+	for i, c := range conns {
+		what := fmt.Sprintf("UNIX listener %s: connection %d waiting in its accept queue", name, i+1)
+		switch {
+		case c.Client == 0 && c.ClientNamed:
+			return nil, fmt.Errorf("%s: its client, bound to a name, was closed: the name the accepted end would give as its peer's cannot be made again", what)
+		case c.Err != 0:
+			return nil, fmt.Errorf("%s: error %d pending", what, c.Err)
+		case c.Peer.PID == 0:
+			return nil, fmt.Errorf("%s: no connecting process known", what)
+		}
+		if _, err := os.Stat(proc.Path(sys.PID(c.Peer.PID))); err == nil && !se.Member(sys.PID(c.Peer.PID)) {
+			return nil, fmt.Errorf("%s: made by process %d (SO_PEERCRED), which is outside the dump or a zombie: its peer credentials could not be made again", what, c.Peer.PID)
+		}
+	}
+	return conns, nil
+}
+
+// describeWaiting saves, on a listener, the connections waiting in its
+// queue whose client was closed (Orphans), and on a waiting client of
+// the dump that sent data, what the server end holds (Waiting, and the
+// connector its SO_PEERCRED names).
+func describeWaiting(env DumpEnv, our int, s *image.Socket, all map[uint32]sockets.UnixInfo) error {
+	se := env.Sockets()
+	switch {
+	case s.State == sockets.StateListen && slices.Contains(s.AcceptQueue, 0):
+		conns, err := WaitingConns(se, s.Ino, s.Local, s.AcceptQueue)
+		if err != nil {
+			return fmt.Errorf("%w: %w", err, ErrUnsupported)
+		}
+		for _, c := range conns {
+			if c.Client == 0 {
+				s.Orphans = append(s.Orphans, *saveWaiting(env, c))
+			}
+		}
+	case s.AcceptOf != 0:
+		out, err := sys.IoctlInt(our, unix.SIOCOUTQ)
+		if err != nil {
+			return fmt.Errorf("UNIX socket %d: SIOCOUTQ: %w", s.Ino, err)
+		}
+		if out == 0 {
+			return nil // nothing sent: the holder connects again (connectorOf)
+		}
+		l := all[s.AcceptOf]
+		conns, err := WaitingConns(se, s.AcceptOf, l.Name, l.Icons)
+		if err != nil {
+			return fmt.Errorf("%w: %w", err, ErrUnsupported)
+		}
+		for _, c := range conns {
+			if c.Client == s.Ino {
+				s.Waiting = saveWaiting(env, c)
+				s.Connector = s.Waiting.Connector
+				return nil
+			}
+		}
+		return fmt.Errorf("UNIX socket %d not found in the accept queue of %s: %w", s.Ino, l.Name, bpftask.ErrUnixChanged)
+	}
+	return nil
+}
+
+// saveWaiting stores the pieces of a waiting connection.
+func saveWaiting(env DumpEnv, c bpftask.UnixConn) *image.Waiting {
+	w := &image.Waiting{Connector: &image.PeerCred{PID: sys.PID(c.Peer.PID), UID: c.Peer.UID, GID: c.Peer.GID, Groups: c.Peer.Groups}}
+	for _, m := range c.Msgs {
+		w.Msgs = append(w.Msgs, env.AddData(m.Data))
+		w.Creds = append(w.Creds, image.PeerCred{PID: sys.PID(m.PID), UID: m.UID, GID: m.GID})
+	}
+	return w
+}
+
+// waitingMsgs are the pieces to send again into a waiting connection.
+func waitingMsgs(env RestoreEnv, w *image.Waiting) ([]sockets.UnixMsg, error) {
+	var out []sockets.UnixMsg
+	for i, id := range w.Msgs {
+		b, err := env.Data(id)
+		if err != nil {
+			return nil, fmt.Errorf("UNIX connection waiting in an accept queue: %w", err)
+		}
+		m := sockets.UnixMsg{Data: b}
+		if i < len(w.Creds) && w.Creds[i].PID != 0 {
+			c := w.Creds[i]
+			m.Cred = &unix.Ucred{Pid: int32(c.PID), Uid: c.UID, Gid: c.GID}
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+// connectWaiting rebuilds a client whose connection waited in the accept
+// queue of the listener lfd: connected again, and with the data it had
+// sent sent again once every process exists.
+func connectWaiting(env RestoreEnv, at Where, s *image.Socket, lfd int, listener string, how sockets.Connecting) (*sys.FD, error) {
+	if s.Waiting == nil {
+		return sockets.ConnectUnix(s, lfd, listener, how)
+	}
+	q, err := waitingMsgs(env, s.Waiting)
+	if err != nil {
+		return nil, err
+	}
+	sock, fill, err := sockets.ConnectUnixSent(s, lfd, listener, how, q)
+	if err != nil {
+		return nil, err
+	}
+	if err := fillLater(env, at, fill, queue{s, q}); err != nil {
+		sock.Close()
+		return nil, err
+	}
+	return sock, nil
+}
+
+// openOrphan rebuilds a connection waiting in the accept queue of the
+// listener l (lfd) whose client was closed: a temporary socket connects
+// from the process its SO_PEERCRED names (target), sends the pieces
+// again once every process exists, and is closed.
+func openOrphan(env RestoreEnv, at Where, l *image.Socket, lfd int, w *image.Waiting, target func(sys.PID) (Target, bool)) error {
+	if target == nil || w.Connector == nil {
+		return fmt.Errorf("UNIX listener %s: a connection waiting in its accept queue whose client was closed, without the process that connected: %w", l.Local, image.ErrCorrupt)
+	}
+	q, err := waitingMsgs(env, w)
+	if err != nil {
+		return err
+	}
+	fill, err := sockets.ConnectUnixClosed(l.Type, lfd, sockets.ReachName(l), connecting(target, at.PID, nil, w.Connector, l.Backlog), q)
+	if err != nil {
+		return fmt.Errorf("UNIX listener %s: a connection waiting in its accept queue whose client was closed: %w", l.Local, err)
+	}
+	return fillLater(env, at, fill, queue{&image.Socket{Type: l.Type}, q})
+}

@@ -1,0 +1,68 @@
+package sockets
+
+import (
+	"fmt"
+
+	"github.com/ckpt/ckpt/internal/sys"
+	"github.com/ckpt/ckpt/pkg/image"
+)
+
+// ConnectUnixSent rebuilds a client whose connection waited in the accept
+// queue of a listener lfd with data it had sent: connected now (so that
+// the listener's queue holds the connections in the order of the
+// calls); fill sends the pieces msgs again, each as one send with its
+// credentials, into the new connection, then sets the late options and
+// shutdown state.
+func ConnectUnixSent(s *image.Socket, lfd int, listener string, how Connecting, msgs []UnixMsg) (*sys.FD, Fill, error) {
+	sock, err := connectUnix(s, lfd, listener, how)
+	if err != nil {
+		return nil, nil, err
+	}
+	fd := sock.Int()
+	return sock, func(r Refill) error {
+		if err := sendWaiting(fd, msgs, r.Hold); err != nil {
+			return fmt.Errorf("the data sent into its connection waiting in the accept queue of %s: %w", listener, err)
+		}
+		return finishUnix(fd, s)
+	}, nil
+}
+
+// ConnectUnixClosed rebuilds a connection waiting in the accept queue of
+// a listener lfd whose client was closed: a temporary socket of type typ
+// connects now (how says from which process: the accepted end's
+// SO_PEERCRED names it); fill sends the pieces msgs again, each as one
+// send with its credentials, then closes it.
+func ConnectUnixClosed(typ, lfd int, listener string, how Connecting, msgs []UnixMsg) (Fill, error) {
+	sock, err := connectUnix(&image.Socket{Type: typ}, lfd, listener, how)
+	if err != nil {
+		return nil, err
+	}
+	return func(r Refill) error {
+		defer sock.Close()
+		if err := sendWaiting(sock.Int(), msgs, r.Hold); err != nil {
+			return fmt.Errorf("the data sent into a connection waiting in the accept queue of %s by a client closed since: %w", listener, err)
+		}
+		return nil
+	}, nil
+}
+
+// sendWaiting sends msgs from fd, each piece as one send (its buffer
+// raised so that none blocks or is cut).
+func sendWaiting(fd int, msgs []UnixMsg, hold Hold) error {
+	total := 0
+	for _, m := range msgs {
+		total += len(m.Data) + 1024
+	}
+	if total == 0 {
+		return nil
+	}
+	if err := raiseBuffers(fd, total, 0); err != nil {
+		return err
+	}
+	for _, m := range msgs {
+		if err := sendMsg(fd, m, nil, hold); err != nil {
+			return err
+		}
+	}
+	return nil
+}
