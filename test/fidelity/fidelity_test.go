@@ -212,6 +212,9 @@ var cases = []fcase{
 	{name: "sock_peercred", src: "sock_peercred.c"},
 	{name: "sock_peercred_named", src: "sock_peercred_named.c"},
 	{name: "sock_peercred_named_gone", src: "sock_peercred_named.c", args: []string{"gone"}},
+	// UNIX connections waiting in an accept queue over the dump, with
+	// what their clients (alive, closed) sent.
+	{name: "sock_unix_acceptq", src: "sock_unix_acceptq.c"},
 	{name: "sock_peercred_named_outside", src: "sock_peercred_named.c", args: []string{"outside"}, refuse: "which is outside the dump or a zombie"},
 	{name: "sock_peercred_gone", src: "sock_peercred.c", args: []string{"gone"}},
 	{name: "sock_peercred_outside", src: "sock_peercred.c", args: []string{"outside"}, refuse: "a socket pair made by process"},
@@ -246,7 +249,7 @@ var cases = []fcase{
 	{name: "sock_packet_ring", src: "sock_families.c", args: []string{"packet_ring"}, refuse: "packet socket with a receive ring (PACKET_RX_RING) that may hold frames"},
 	{name: "sock_raw_queued", src: "sock_families.c", args: []string{"raw_queued"}, refuse: "IPv4 raw socket (protocol 1) with packets waiting in its receive queue"},
 	{name: "sock_tcp_acceptq", src: "sock_refused.c", args: []string{"tcp_acceptq"}, refuse: "connections not accepted yet"},
-	{name: "sock_unix_acceptq", src: "sock_refused.c", args: []string{"unix_acceptq"}, refuse: "connections not accepted yet, one from socket"},
+	{name: "sock_unix_acceptq_rights", src: "sock_refused.c", args: []string{"unix_acceptq"}, refuse: "files in flight (SCM_RIGHTS)"},
 	{name: "sock_unix_external", src: "sock_refused.c", args: []string{"unix_external"}, refuse: "of a process outside the dump"},
 	{name: "sock_pending_error", src: "sock_refused.c", args: []string{"pending_error"}, refuse: "a pending socket error"},
 	// Refusals: each dump fails by name, the program goes on untouched.

@@ -1,0 +1,216 @@
+/*
+ * sock_unix_acceptq: UNIX connections waiting in a listener's accept
+ * queue over the dump, with what their clients sent before the accept.
+ * P listens on L (an abstract stream name); in L's queue, in order:
+ *   C1  a child that connected as euid 555/egid 666 with groups 77, 88
+ *       and sent "one" and "two-two"; it lives on, holding its end;
+ *   C2  a child that connected as 777/888 with group 99, sent "bye" and
+ *       a piece of 10000 bytes (the kernel puts most of it in pages),
+ *       and exited: its client end is closed;
+ *   c3  P's own client, which sent "cred" with credentials of its
+ *       choosing (SCM_CREDENTIALS pid P, uid 1234, gid 5678), then shut
+ *       down its sending side.
+ * On S (an abstract seqpacket name), a client of P sent the messages
+ * "m1" and "m22" and was closed.
+ * After the restore P accepts: each connection in the same order, with
+ * the same SO_PEERCRED and SO_PEERGROUPS (the process that connected,
+ * C2 gone), the same bytes (the credentials of c3's piece seen with
+ * SO_PASSCRED), the same message boundaries on S, end of file where the
+ * client closed or shut down; C1 then checks its own end and sends
+ * "three", which P reads too. Nothing more waits.
+ */
+#include "fidelity.h"
+#include <grp.h>
+#include <poll.h>
+#include <stddef.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+
+static socklen_t addr(struct sockaddr_un *a, const char *name)
+{
+	memset(a, 0, sizeof *a);
+	a->sun_family = AF_UNIX;
+	memcpy(a->sun_path + 1, name, strlen(name));
+	return offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name);
+}
+
+/* as connects a new socket of type to name with the effective ids eu/eg
+ * and the groups g (in a child: its ids are its own). */
+static int as(int type, const char *name, uid_t eu, gid_t eg, const gid_t *g, int ng)
+{
+	struct sockaddr_un a;
+	socklen_t al = addr(&a, name);
+	int s = socket(AF_UNIX, type, 0);
+	FID_SETUP(s >= 0, "socket");
+	FID_SETUP(setgroups(ng, g) == 0 && setresgid(-1, eg, -1) == 0 && setresuid(-1, eu, -1) == 0, "drop ids");
+	FID_SETUP(connect(s, (struct sockaddr *)&a, al) == 0, "connect %s", name);
+	FID_SETUP(setresuid(-1, 0, -1) == 0 && setresgid(-1, 0, -1) == 0, "ids back");
+	return s;
+}
+
+/* peer checks SO_PEERCRED and SO_PEERGROUPS of fd. */
+static void peer(int fd, const char *what, pid_t pid, uid_t uid, gid_t gid, const gid_t *g, int ng)
+{
+	struct ucred uc;
+	socklen_t l = sizeof uc;
+	FID_EXPECT(getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &l) == 0 && uc.pid == pid && uc.uid == uid && uc.gid == gid,
+		   "%s: SO_PEERCRED pid %d uid %d gid %d, want %d %d %d", what, uc.pid, uc.uid, uc.gid, pid, uid, gid);
+	gid_t got[16];
+	l = sizeof got;
+	int ok = getsockopt(fd, SOL_SOCKET, SO_PEERGROUPS, got, &l) == 0 && (int)(l / sizeof(gid_t)) == ng;
+	for (int i = 0; ok && i < ng; i++)
+		ok = got[i] == g[i];
+	FID_EXPECT(ok, "%s: SO_PEERGROUPS: %d groups, want %d", what, (int)(l / sizeof(gid_t)), ng);
+}
+
+/* drain reads what fd holds now (up to n bytes). */
+static ssize_t drain(int fd, char *buf, size_t n)
+{
+	size_t got = 0;
+	for (;;) {
+		ssize_t r = recv(fd, buf + got, n - got, MSG_DONTWAIT);
+		if (r <= 0)
+			return got ? (ssize_t)got : r;
+		got += r;
+	}
+}
+
+int main(int argc, char **argv)
+{
+	fid_init(argc, argv);
+	char lname[64], sname[64];
+	snprintf(lname, sizeof lname, "ckpt-uaq-%d", getpid());
+	snprintf(sname, sizeof sname, "ckpt-uaq-s-%d", getpid());
+	struct sockaddr_un a;
+	socklen_t al = addr(&a, lname);
+	int l = socket(AF_UNIX, SOCK_STREAM, 0);
+	FID_SETUP(l >= 0 && bind(l, (struct sockaddr *)&a, al) == 0 && listen(l, 8) == 0, "listen L");
+	pid_t me = getpid();
+
+	/* C1: connects, sends, keeps its end; after "go" checks it, sends
+	 * "three" and reports. */
+	int go[2], res[2];
+	FID_SETUP(pipe(go) == 0 && pipe(res) == 0, "pipes");
+	gid_t g1[] = {77, 88};
+	pid_t c1 = fork();
+	FID_SETUP(c1 >= 0, "fork C1");
+	if (c1 == 0) {
+		close(go[1]);
+		close(res[0]);
+		int s = as(SOCK_STREAM, lname, 555, 666, g1, 2);
+		FID_SETUP(send(s, "one", 3, 0) == 3 && send(s, "two-two", 7, 0) == 7, "C1: send");
+		FID_SETUP(write(res[1], "c", 1) == 1, "C1: ready");
+		char x, why[256] = "";
+		if (read(go[0], &x, 1) != 1)
+			_exit(0);
+		struct ucred uc;
+		socklen_t ul = sizeof uc;
+		if (getsockopt(s, SOL_SOCKET, SO_PEERCRED, &uc, &ul) < 0 || uc.pid != me || uc.uid != 0 || uc.gid != 0)
+			snprintf(why, sizeof why, "C1: its end's SO_PEERCRED pid %d uid %d gid %d, want %d 0 0", uc.pid, uc.uid, uc.gid, me);
+		else if (send(s, "three", 5, 0) != 5)
+			snprintf(why, sizeof why, "C1: send three: %s", strerror(errno));
+		ssize_t w = write(res[1], why, strlen(why) + 1);
+		(void)w;
+		_exit(0);
+	}
+	close(go[0]);
+	close(res[1]);
+	char x;
+	FID_SETUP(read(res[0], &x, 1) == 1, "C1 connected");
+
+	/* C2: connects, sends, exits. */
+	static char big[10000];
+	for (size_t i = 0; i < sizeof big; i++)
+		big[i] = (char)(i * 7 + (i >> 8));
+	gid_t g2[] = {99};
+	pid_t c2 = fork();
+	FID_SETUP(c2 >= 0, "fork C2");
+	if (c2 == 0) {
+		int s = as(SOCK_STREAM, lname, 777, 888, g2, 1);
+		FID_SETUP(send(s, "bye", 3, 0) == 3 && send(s, big, sizeof big, 0) == sizeof big, "C2: send");
+		_exit(0);
+	}
+	int st;
+	FID_SETUP(waitpid(c2, &st, 0) == c2 && WIFEXITED(st) && WEXITSTATUS(st) == 0, "C2");
+
+	/* c3: P's own client, a piece with chosen credentials, then
+	 * SHUT_WR. */
+	int c3 = socket(AF_UNIX, SOCK_STREAM, 0);
+	FID_SETUP(c3 >= 0 && connect(c3, (struct sockaddr *)&a, al) == 0, "connect c3");
+	char cbuf[CMSG_SPACE(sizeof(struct ucred))];
+	struct iovec io = {"cred", 4};
+	struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+	struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_CREDENTIALS, c->cmsg_len = CMSG_LEN(sizeof(struct ucred));
+	struct ucred cr = {.pid = me, .uid = 1234, .gid = 5678};
+	memcpy(CMSG_DATA(c), &cr, sizeof cr);
+	FID_SETUP(sendmsg(c3, &m, 0) == 4 && shutdown(c3, SHUT_WR) == 0, "c3: send");
+
+	/* S: a seqpacket client sends two messages and is closed. */
+	struct sockaddr_un sa;
+	socklen_t sal = addr(&sa, sname);
+	int sl = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	FID_SETUP(sl >= 0 && bind(sl, (struct sockaddr *)&sa, sal) == 0 && listen(sl, 4) == 0, "listen S");
+	int sc = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	FID_SETUP(sc >= 0 && connect(sc, (struct sockaddr *)&sa, sal) == 0, "connect to S");
+	FID_SETUP(send(sc, "m1", 2, 0) == 2 && send(sc, "m22", 3, 0) == 3, "send to S");
+	close(sc);
+
+	fid_ready();
+	fid_wait();
+
+	char buf[16384];
+	/* C1's connection. */
+	int a1 = accept(l, NULL, NULL);
+	FID_EXPECT(a1 >= 0, "accept C1: %s", strerror(errno));
+	peer(a1, "C1's connection", c1, 555, 666, g1, 2);
+	ssize_t n = drain(a1, buf, sizeof buf);
+	FID_EXPECT(n == 10 && memcmp(buf, "onetwo-two", 10) == 0, "C1's connection: %zd bytes (%.*s), want onetwo-two", n,
+		   (int)(n > 0 ? n : 0), buf);
+	/* C2's, its client gone. */
+	int a2 = accept(l, NULL, NULL);
+	FID_EXPECT(a2 >= 0, "accept C2: %s", strerror(errno));
+	peer(a2, "C2's connection", c2, 777, 888, g2, 1);
+	n = drain(a2, buf, sizeof buf);
+	FID_EXPECT(n == 3 + (ssize_t)sizeof big && memcmp(buf, "bye", 3) == 0 && memcmp(buf + 3, big, sizeof big) == 0,
+		   "C2's connection: %zd bytes, want bye and %zu bytes", n, sizeof big);
+	FID_EXPECT(recv(a2, buf, 1, MSG_DONTWAIT) == 0, "C2's connection: no end of file");
+	/* c3's, credentials seen with SO_PASSCRED. */
+	int a3 = accept(l, NULL, NULL);
+	FID_EXPECT(a3 >= 0, "accept c3: %s", strerror(errno));
+	peer(a3, "c3's connection", me, 0, 0, NULL, 0);
+	int on = 1;
+	FID_EXPECT(setsockopt(a3, SOL_SOCKET, SO_PASSCRED, &on, sizeof on) == 0, "SO_PASSCRED");
+	io = (struct iovec){buf, sizeof buf};
+	m = (struct msghdr){.msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+	n = recvmsg(a3, &m, MSG_DONTWAIT);
+	c = CMSG_FIRSTHDR(&m);
+	struct ucred got = {0};
+	if (c && c->cmsg_type == SCM_CREDENTIALS)
+		memcpy(&got, CMSG_DATA(c), sizeof got);
+	FID_EXPECT(n == 4 && memcmp(buf, "cred", 4) == 0 && got.pid == me && got.uid == 1234 && got.gid == 5678,
+		   "c3's connection: %zd bytes, credentials pid %d uid %d gid %d, want cred from %d 1234 5678", n, got.pid, got.uid,
+		   got.gid, me);
+	FID_EXPECT(recv(a3, buf, 1, MSG_DONTWAIT) == 0, "c3's connection: no end of file");
+	/* Nothing more waits on L. */
+	struct pollfd lp = {l, POLLIN, 0};
+	FID_EXPECT(poll(&lp, 1, 0) == 0, "L: another connection waits");
+	/* S: the two messages, then end of file. */
+	int as1 = accept(sl, NULL, NULL);
+	FID_EXPECT(as1 >= 0, "accept on S: %s", strerror(errno));
+	ssize_t m1 = recv(as1, buf, sizeof buf, MSG_DONTWAIT);
+	ssize_t m2 = recv(as1, buf + 8, sizeof buf - 8, MSG_DONTWAIT);
+	FID_EXPECT(m1 == 2 && memcmp(buf, "m1", 2) == 0 && m2 == 3 && memcmp(buf + 8, "m22", 3) == 0,
+		   "S: messages of %zd and %zd bytes, want m1 and m22", m1, m2);
+	FID_EXPECT(recv(as1, buf, sizeof buf, MSG_DONTWAIT) == 0, "S: no end of file");
+	/* C1 checks its end and sends more. */
+	FID_EXPECT(write(go[1], "g", 1) == 1, "go");
+	char why[256] = "";
+	FID_EXPECT(read(res[0], why, sizeof why) > 0, "C1's report");
+	FID_EXPECT(!why[0], "%s", why);
+	struct pollfd p = {a1, POLLIN, 0};
+	FID_EXPECT(poll(&p, 1, 5000) == 1 && drain(a1, buf, sizeof buf) == 5 && memcmp(buf, "three", 5) == 0, "C1's three");
+	FID_EXPECT(waitpid(c1, &st, 0) == c1, "wait for C1");
+	return fid_done();
+}
