@@ -87,6 +87,32 @@ int main(int argc, char **argv)
 	int l = socket(AF_UNIX, SOCK_STREAM, 0);
 	FID_SETUP(l >= 0 && bind(l, (struct sockaddr *)&a, al) == 0 && listen(l, 8) == 0, "listen L");
 	pid_t me = getpid();
+	const char *mode = argc > 2 ? argv[2] : "";
+	if (mode[0]) {
+		/* Refused: "oob", a waiting client sent out-of-band data;
+		 * "named_closed", a client bound to a name sent and was
+		 * closed (the accepted end would name it as its peer). */
+		int s = socket(AF_UNIX, SOCK_STREAM, 0);
+		FID_SETUP(s >= 0, "socket");
+		if (strcmp(mode, "named_closed") == 0) {
+			struct sockaddr_un b;
+			char bname[64];
+			snprintf(bname, sizeof bname, "ckpt-uaq-c-%d", getpid());
+			socklen_t bl = addr(&b, bname);
+			FID_SETUP(bind(s, (struct sockaddr *)&b, bl) == 0, "bind the client");
+		}
+		FID_SETUP(connect(s, (struct sockaddr *)&a, al) == 0 && send(s, "data", 4, 0) == 4, "connect, send");
+		if (strcmp(mode, "oob") == 0)
+			FID_SETUP(send(s, "!", 1, MSG_OOB) == 1, "send out-of-band");
+		else
+			close(s);
+		fid_ready();
+		fid_wait();
+		int c = accept(l, NULL, NULL);
+		char buf[8];
+		FID_EXPECT(c >= 0 && recv(c, buf, sizeof buf, MSG_DONTWAIT) == 4 && memcmp(buf, "data", 4) == 0, "the waiting connection's data");
+		return fid_done();
+	}
 
 	/* C1: connects, sends, keeps its end; after "go" checks it, sends
 	 * "three" and reports. */
