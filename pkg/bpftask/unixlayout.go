@@ -32,12 +32,9 @@ type unixLayout struct {
 	pageSize                       uint32 // sizeof(struct page)
 }
 
-// loadUnixLayout reads the offsets from the kernel's BTF.
-func loadUnixLayout() (*unixLayout, error) {
-	s, err := btf.LoadKernelSpec()
-	if err != nil {
-		return nil, fmt.Errorf("kernel BTF: %w", err)
-	}
+// loadUnixLayout reads the offsets from the kernel's BTF s.
+func loadUnixLayout(s *btf.Spec) (*unixLayout, error) {
+	var err error
 	st := map[string]*btf.Struct{}
 	for _, n := range []string{"unix_sock", "sock", "socket_alloc", "inode", "sk_buff", "unix_skb_parms", "pid", "upid", "cred", "group_info", "skb_shared_info", "skb_frag", "page"} {
 		if st[n], err = structType(s, n); err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,7 +34,7 @@ const (
 )
 
 // tableProgram builds the socket table program.
-func tableProgram(buf *ebpf.Map, socketOff, inodeOff uint32) asm.Instructions {
+func tableProgram(socketOff, inodeOff uint32) asm.Instructions {
 	return asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
 		asm.LoadMem(asm.R7, asm.R6, 8, asm.DWord), // ctx->unix_sk
@@ -41,7 +42,7 @@ func tableProgram(buf *ebpf.Map, socketOff, inodeOff uint32) asm.Instructions {
 		asm.LoadMem(asm.R8, asm.R6, 0, asm.DWord), // ctx->meta
 		asm.LoadMem(asm.R8, asm.R8, 0, asm.DWord), // meta->seq
 		asm.StoreImm(asm.R10, -4, 0, asm.Word),
-		asm.LoadMapPtr(asm.R1, buf.FD()),
+		asm.LoadMapPtr(asm.R1, 0).WithReference("tbuf"),
 		asm.Mov.Reg(asm.R2, asm.R10),
 		asm.Add.Imm(asm.R2, -4),
 		asm.FnMapLookupElem.Call(),
@@ -72,11 +73,11 @@ func tableProgram(buf *ebpf.Map, socketOff, inodeOff uint32) asm.Instructions {
 }
 
 // memProgram builds the memory reader program.
-func memProgram(buf, req *ebpf.Map) asm.Instructions {
-	lookup := func(m *ebpf.Map) asm.Instructions {
+func memProgram() asm.Instructions {
+	lookup := func(m string) asm.Instructions {
 		return asm.Instructions{
 			asm.StoreImm(asm.R10, -4, 0, asm.Word),
-			asm.LoadMapPtr(asm.R1, m.FD()),
+			asm.LoadMapPtr(asm.R1, 0).WithReference(m),
 			asm.Mov.Reg(asm.R2, asm.R10),
 			asm.Add.Imm(asm.R2, -4),
 			asm.FnMapLookupElem.Call(),
@@ -90,9 +91,9 @@ func memProgram(buf, req *ebpf.Map) asm.Instructions {
 		asm.LoadMem(asm.R8, asm.R6, 0, asm.DWord), // ctx->meta
 		asm.LoadMem(asm.R8, asm.R8, 0, asm.DWord), // meta->seq
 	}
-	in = append(in, lookup(buf)...)
+	in = append(in, lookup("mbuf")...)
 	in = append(in, asm.Mov.Reg(asm.R9, asm.R0))
-	in = append(in, lookup(req)...)
+	in = append(in, lookup("mreq")...)
 	in = append(in, asm.Mov.Reg(asm.R6, asm.R0))
 	label := ""
 	for i := range memSlots {
@@ -139,38 +140,28 @@ func (p *unixProgs) Close() {
 	}
 }
 
-// loadUnixProgs makes the maps and loads both programs.
-func loadUnixProgs(l *unixLayout) (_ *unixProgs, err error) {
-	p := &unixProgs{}
-	defer func() {
-		if err != nil {
-			p.Close()
-		}
-	}()
-	if p.tbuf, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 16, MaxEntries: 1}); err != nil {
-		return nil, fmt.Errorf("BPF map: %w", err)
+// loadUnixProgs makes the maps and loads both programs (one collection:
+// the kernel's BTF, which each program's attach target is found in, is
+// read once, from cache).
+func loadUnixProgs(l *unixLayout, cache *btf.Cache) (*unixProgs, error) {
+	arr := func(size uint32) *ebpf.MapSpec {
+		return &ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: size, MaxEntries: 1}
 	}
-	if p.mbuf, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: memOut, MaxEntries: 1}); err != nil {
-		return nil, fmt.Errorf("BPF map: %w", err)
+	spec := &ebpf.CollectionSpec{
+		Maps: map[string]*ebpf.MapSpec{"tbuf": arr(16), "mbuf": arr(memOut), "mreq": arr(memSlots * 16)},
+		Programs: map[string]*ebpf.ProgramSpec{
+			"table": {Name: "ckpt_unix", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "unix",
+				Instructions: tableProgram(l.socket, l.inode), License: "GPL"},
+			"mem": {Name: "ckpt_kmem", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "task",
+				Instructions: memProgram(), License: "GPL"},
+		},
 	}
-	if p.mreq, err = ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: memSlots * 16, MaxEntries: 1}); err != nil {
-		return nil, fmt.Errorf("BPF map: %w", err)
-	}
-	p.table, err = ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "ckpt_unix", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "unix",
-		Instructions: tableProgram(p.tbuf, l.socket, l.inode), License: "GPL",
-	})
+	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Cache: cache})
 	if err != nil {
-		return nil, fmt.Errorf("BPF UNIX socket iterator program: %w", err)
+		return nil, fmt.Errorf("BPF UNIX socket iterator and memory reader programs: %w", err)
 	}
-	p.mem, err = ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "ckpt_kmem", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "task",
-		Instructions: memProgram(p.mbuf, p.mreq), License: "GPL",
-	})
-	if err != nil {
-		return nil, fmt.Errorf("BPF memory reader program: %w", err)
-	}
-	return p, nil
+	return &unixProgs{tbuf: coll.Maps["tbuf"], mbuf: coll.Maps["mbuf"], mreq: coll.Maps["mreq"],
+		table: coll.Programs["table"], mem: coll.Programs["mem"]}, nil
 }
 
 // runIter attaches prog as an iterator (info: its union

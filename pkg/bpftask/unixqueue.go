@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/cilium/ebpf/btf"
 )
 
 // The UNIX accept queue reader reads what a connection waiting in a
@@ -93,11 +95,16 @@ func OpenUnix() (*UnixReader, error) {
 	if err := initialNamespaces(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnixUnavailable, err)
 	}
-	l, err := loadUnixLayout()
+	cache := btf.NewCache()
+	spec, err := cache.Kernel()
+	if err != nil {
+		return nil, fmt.Errorf("%w: kernel BTF: %v", ErrUnixUnavailable, err)
+	}
+	l, err := loadUnixLayout(spec)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnixUnavailable, err)
 	}
-	p, err := loadUnixProgs(l)
+	p, err := loadUnixProgs(l, cache)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnixUnavailable, err)
 	}
