@@ -1,6 +1,7 @@
 package fdkind
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -60,8 +61,10 @@ func WaitingConns(se SocketDumpEnv, lino uint32, name string, icons []uint32) ([
 
 // describeWaiting saves, on a listener, the connections waiting in its
 // queue whose client was closed (Orphans), and on a waiting client of
-// the dump that sent data, what the server end holds (Waiting, and the
-// connector its SO_PEERCRED names).
+// the dump the connector the server end's SO_PEERCRED names and, if it
+// sent data, what the server end holds (Waiting). Without the reader
+// (unavailable, or its check failed), a client that sent nothing is
+// still saved, the process holding it taken for the connector.
 func describeWaiting(env DumpEnv, our int, s *image.Socket, all map[uint32]sockets.UnixInfo) error {
 	se := env.Sockets()
 	switch {
@@ -80,18 +83,23 @@ func describeWaiting(env DumpEnv, our int, s *image.Socket, all map[uint32]socke
 		if err != nil {
 			return fmt.Errorf("UNIX socket %d: SIOCOUTQ: %w", s.Ino, err)
 		}
-		if out == 0 {
-			return nil // nothing sent: the holder connects again (connectorOf)
-		}
 		l := all[s.AcceptOf]
 		conns, err := WaitingConns(se, s.AcceptOf, l.Name, l.Icons)
+		if out == 0 && (errors.Is(err, bpftask.ErrUnixUnavailable) || errors.Is(err, bpftask.ErrUnixMismatch)) {
+			// Nothing sent, and no reader: the process holding the
+			// client is taken for the one that connected (connectorOf).
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("%w: %w", err, ErrUnsupported)
 		}
 		for _, c := range conns {
 			if c.Client == s.Ino {
-				s.Waiting = saveWaiting(env, c)
-				s.Connector = s.Waiting.Connector
+				w := saveWaiting(env, c)
+				if out > 0 {
+					s.Waiting = w
+				}
+				s.Connector = w.Connector
 				return nil
 			}
 		}

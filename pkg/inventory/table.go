@@ -504,7 +504,7 @@ func socketAttrs() []Attr {
 			CRIU:    "not restored", Case: "sock_peercred_named, sock_peercred_named_gone, sock_peercred_named_outside (refusal)"},
 		{Name: "SO_PEERCRED of a UNIX connection waiting in an accept queue (seen once accepted) and of an --external one (seen by the outside server)", Family: "socket", Status: Restored,
 			Seen:    Seen{Other: "getsockopt SO_PEERCRED on the accepted end"},
-			Save:    "the kernel keeps who connected only in the end not accepted yet (or outside the dump): a connection whose client sent data, or was closed, is read from that end (BPF reader, see the accept queue row); for one whose client sent nothing, and an --external one, the dump takes the process holding the client, with its effective ids and groups then",
+			Save:    "the kernel keeps who connected only in the end not accepted yet (or outside the dump): read from that end (sk_peer_pid, sk_peer_cred) with the BPF reader (see the accept queue row), refused by name if it names a process alive outside the dump; without the reader (or if its check fails) a connection whose client sent nothing, and an --external one, take the process holding the client, with its effective ids and groups then (wrong if another process connected it and handed it over)",
 			Restore: "connect() injected into that process with those ids",
 			CRIU:    "not restored", Case: "sock_peercred_named (a connection in the accept queue), sock_unix_acceptq, e2e TestExternalUnix"},
 		{Name: "UDP-Lite, ICMP ping and raw sockets (IPv4, IPv6)", Family: "socket", Status: Restored,

@@ -9,7 +9,9 @@
  *       and exited: its client end is closed;
  *   c3  P's own client, which sent "cred" with credentials of its
  *       choosing (SCM_CREDENTIALS pid P, uid 1234, gid 5678), then shut
- *       down its sending side.
+ *       down its sending side;
+ *   c4  a client P connected and gave to a child D, closing its own
+ *       copy: the accepted end names P, not D, the holder.
  * On S (an abstract seqpacket name), a client of P sent the messages
  * "m1" and "m22" and was closed.
  * After the restore P accepts: each connection in the same order, with
@@ -173,6 +175,24 @@ int main(int argc, char **argv)
 	memcpy(CMSG_DATA(c), &cr, sizeof cr);
 	FID_SETUP(sendmsg(c3, &m, 0) == 4 && shutdown(c3, SHUT_WR) == 0, "c3: send");
 
+	/* c4: P connects, sends nothing, gives the client to a child D and
+	 * closes its own copy: the accepted end names P, not D. */
+	int c4 = socket(AF_UNIX, SOCK_STREAM, 0);
+	FID_SETUP(c4 >= 0 && connect(c4, (struct sockaddr *)&a, al) == 0, "connect c4");
+	int dgo[2];
+	FID_SETUP(pipe(dgo) == 0, "pipe");
+	pid_t d = fork();
+	FID_SETUP(d >= 0, "fork D");
+	if (d == 0) {
+		close(dgo[1]);
+		char y;
+		while (read(dgo[0], &y, 1) < 0 && errno == EINTR)
+			;
+		_exit(0);
+	}
+	close(dgo[0]);
+	close(c4);
+
 	/* S: a seqpacket client sends two messages and is closed. */
 	struct sockaddr_un sa;
 	socklen_t sal = addr(&sa, sname);
@@ -219,6 +239,12 @@ int main(int argc, char **argv)
 		   "c3's connection: %zd bytes, credentials pid %d uid %d gid %d, want cred from %d 1234 5678", n, got.pid, got.uid,
 		   got.gid, me);
 	FID_EXPECT(recv(a3, buf, 1, MSG_DONTWAIT) == 0, "c3's connection: no end of file");
+	/* c4's, made by P, its client held by D. */
+	int a4 = accept(l, NULL, NULL);
+	FID_EXPECT(a4 >= 0, "accept c4: %s", strerror(errno));
+	peer(a4, "c4's connection (its client held by D)", me, 0, 0, NULL, 0);
+	close(dgo[1]);
+	FID_EXPECT(waitpid(d, &st, 0) == d, "wait for D");
 	/* Nothing more waits on L. */
 	struct pollfd lp = {l, POLLIN, 0};
 	FID_EXPECT(poll(&lp, 1, 0) == 0, "L: another connection waits");
