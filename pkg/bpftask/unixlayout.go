@@ -30,13 +30,14 @@ type unixLayout struct {
 	shinfoFrags, fragSize          uint32
 	fragNetmem, fragLen, fragOff   uint32 // skb_frag_t
 	pageSize                       uint32 // sizeof(struct page)
+	addrLen, addrName              uint32 // struct unix_address
 }
 
 // loadUnixLayout reads the offsets from the kernel's BTF s.
 func loadUnixLayout(s *btf.Spec) (*unixLayout, error) {
 	var err error
 	st := map[string]*btf.Struct{}
-	for _, n := range []string{"unix_sock", "sock", "socket_alloc", "inode", "sk_buff", "unix_skb_parms", "pid", "upid", "cred", "group_info", "skb_shared_info", "skb_frag", "page"} {
+	for _, n := range []string{"unix_sock", "sock", "socket_alloc", "inode", "sk_buff", "unix_skb_parms", "pid", "upid", "cred", "group_info", "skb_shared_info", "skb_frag", "page", "unix_address"} {
 		if st[n], err = structType(s, n); err != nil {
 			return nil, err
 		}
@@ -93,6 +94,8 @@ func loadUnixLayout(s *btf.Spec) (*unixLayout, error) {
 		{&l.fragNetmem, "skb_frag", 8, []string{"netmem"}},
 		{&l.fragLen, "skb_frag", 4, []string{"len"}},
 		{&l.fragOff, "skb_frag", 4, []string{"offset"}},
+		{&l.addrLen, "unix_address", 4, []string{"len"}},
+		{&l.addrName, "unix_address", 0, []string{"name"}},
 	}
 	if _, _, err := member(st["unix_sock"], "oob_skb"); err == nil {
 		l.hasOOB = true

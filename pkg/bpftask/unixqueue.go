@@ -1,6 +1,7 @@
 package bpftask
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -43,9 +44,10 @@ var (
 type UnixConn struct {
 	// Client is the inode of the client socket; 0 if it was closed.
 	Client uint32
-	// ClientNamed is set on a closed client that was bound to a name
-	// (getpeername on the accepted end would give it).
-	ClientNamed bool
+	// ClientName is, for a closed client, the name it was bound to
+	// ("" none, "@..." abstract): getpeername on the accepted end gives
+	// it.
+	ClientName string
 	// Msgs are what the client sent, in the pieces the kernel queued
 	// (one per send, or per part of a large one).
 	Msgs []UnixQueued
@@ -310,8 +312,10 @@ func (r *UnixReader) embryo(sk uint64) (UnixConn, error) {
 			if c.Client == 0 {
 				return c, fmt.Errorf("its client has inode 0: %w", ErrUnixChanged)
 			}
-		} else {
-			c.ClientNamed = u64(cs, l.addr) != 0
+		} else if addr := u64(cs, l.addr); addr != 0 {
+			if c.ClientName, err = r.unixName(addr); err != nil {
+				return c, fmt.Errorf("the name of its closed client: %w", err)
+			}
 		}
 	}
 	head := sk + uint64(l.rq)
@@ -408,6 +412,30 @@ func (r *UnixReader) pages(h []byte, n uint32) ([]byte, error) {
 		return nil, fmt.Errorf("%d bytes in pages, %d found: %w", n, len(out), ErrUnixChanged)
 	}
 	return out, nil
+}
+
+// unixName decodes the struct unix_address at addr: its sockaddr_un.
+func (r *UnixReader) unixName(addr uint64) (string, error) {
+	b, err := r.read1(addr, r.l.addrName)
+	if err != nil {
+		return "", err
+	}
+	n := int32(u32(b, r.l.addrLen))
+	if n <= 2 || n > 110 {
+		return "", fmt.Errorf("a name of %d bytes: %w", n, ErrUnixChanged)
+	}
+	sa, err := r.read1(addr+uint64(r.l.addrName), uint32(n))
+	if err != nil {
+		return "", err
+	}
+	path := sa[2:]
+	if path[0] == 0 {
+		return "@" + string(path[1:]), nil
+	}
+	if i := bytes.IndexByte(path, 0); i >= 0 {
+		path = path[:i]
+	}
+	return string(path), nil
 }
 
 // pidNr is the number of the struct pid at p in the initial namespace.

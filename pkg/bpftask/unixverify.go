@@ -33,7 +33,7 @@ var checkGroups = []uint32{4242, 4343, 4444}
 // Verify checks the reader on connections it makes in the caller's
 // network namespace: a listener, a client that connects with other ids
 // and groups and sends pieces (one with credentials of its choosing),
-// another that sends and closes. What AcceptQueue reads must be what was
+// another, bound to a name, that sends and closes. What AcceptQueue reads must be what was
 // sent, in the same pieces, and what SO_PEERCRED and SO_PEERGROUPS say
 // on the accepted ends. A second check, with a piece large enough that
 // the kernel puts part of it in pages, finds where the kernel maps
@@ -143,12 +143,15 @@ func (r *UnixReader) check(paged bool) error {
 	if err := unix.Fstat(a, &stA); err != nil {
 		return fmt.Errorf("check: %w", err)
 	}
-	// B: sends and closes.
+	// B: bound to a name, sends and closes.
 	b, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("check: %w", err)
 	}
-	err = unix.Connect(b, &unix.SockaddrUnix{Name: name})
+	err = unix.Bind(b, &unix.SockaddrUnix{Name: name + "-b"})
+	if err == nil {
+		err = unix.Connect(b, &unix.SockaddrUnix{Name: name})
+	}
 	if err == nil {
 		_, err = unix.Write(b, []byte("gamma"))
 	}
@@ -162,7 +165,7 @@ func (r *UnixReader) check(paged bool) error {
 	}
 	want := []UnixConn{
 		{Client: uint32(stA.Ino), Msgs: wantA},
-		{Msgs: []UnixQueued{{Data: []byte("gamma"), PID: pid}}, Shutdown: 3},
+		{Msgs: []UnixQueued{{Data: []byte("gamma"), PID: pid}}, Shutdown: 3, ClientName: name + "-b"},
 	}
 	if len(got) != len(want) {
 		return fmt.Errorf("%d connections read, 2 made: %w", len(got), ErrUnixMismatch)
@@ -190,8 +193,8 @@ func (r *UnixReader) check(paged bool) error {
 
 func sameConn(g, w UnixConn) error {
 	switch {
-	case g.Client != w.Client:
-		return fmt.Errorf("client %d, want %d", g.Client, w.Client)
+	case g.Client != w.Client || g.ClientName != w.ClientName:
+		return fmt.Errorf("client %d %q, want %d %q", g.Client, g.ClientName, w.Client, w.ClientName)
 	case g.Shutdown != w.Shutdown || g.Err != 0:
 		return fmt.Errorf("shutdown %d error %d, want %d, 0", g.Shutdown, g.Err, w.Shutdown)
 	case g.Peer.PID != w.Peer.PID || g.Peer.UID != w.Peer.UID || g.Peer.GID != w.Peer.GID || !slices.Equal(g.Peer.Groups, w.Peer.Groups):

@@ -28,8 +28,8 @@ import (
 // UNIX listener lino (name its name, icons its clients as sock_diag lists
 // them, 0 for a closed one) and refuses by name what cannot be restored:
 // a reader that cannot run or read them, a closed client that was bound
-// to a name, a pending error, a connection made by a process that exists
-// outside the dump.
+// to a relative path name, a pending error, a connection made by a
+// process that exists outside the dump.
 func WaitingConns(se SocketDumpEnv, lino uint32, name string, icons []uint32) ([]bpftask.UnixConn, error) {
 	conns, err := se.Waiting(lino)
 	if err != nil {
@@ -45,8 +45,8 @@ func WaitingConns(se SocketDumpEnv, lino uint32, name string, icons []uint32) ([
 	for i, c := range conns {
 		what := fmt.Sprintf("UNIX listener %s: connection %d waiting in its accept queue", name, i+1)
 		switch {
-		case c.Client == 0 && c.ClientNamed:
-			return nil, fmt.Errorf("%s: its client, bound to a name, was closed: the name the accepted end would give as its peer's cannot be made again", what)
+		case c.Client == 0 && c.ClientName != "" && c.ClientName[0] != '/' && c.ClientName[0] != '@':
+			return nil, fmt.Errorf("%s: its client, bound to the relative name %q, was closed: that name, which the accepted end gives as its peer's, is not bound again", what, c.ClientName)
 		case c.Err != 0:
 			return nil, fmt.Errorf("%s: error %d pending", what, c.Err)
 		case c.Peer.PID == 0:
@@ -110,7 +110,8 @@ func describeWaiting(env DumpEnv, our int, s *image.Socket, all map[uint32]socke
 
 // saveWaiting stores the pieces of a waiting connection.
 func saveWaiting(env DumpEnv, c bpftask.UnixConn) *image.Waiting {
-	w := &image.Waiting{Connector: &image.PeerCred{PID: sys.PID(c.Peer.PID), UID: c.Peer.UID, GID: c.Peer.GID, Groups: c.Peer.Groups}}
+	w := &image.Waiting{Connector: &image.PeerCred{PID: sys.PID(c.Peer.PID), UID: c.Peer.UID, GID: c.Peer.GID, Groups: c.Peer.Groups},
+		Name: c.ClientName}
 	for _, m := range c.Msgs {
 		w.Msgs = append(w.Msgs, env.AddData(m.Data))
 		w.Creds = append(w.Creds, image.PeerCred{PID: sys.PID(m.PID), UID: m.UID, GID: m.GID})
@@ -170,7 +171,7 @@ func openOrphan(env RestoreEnv, at Where, l *image.Socket, lfd int, w *image.Wai
 	if err != nil {
 		return err
 	}
-	fill, err := sockets.ConnectUnixClosed(l.Type, lfd, sockets.ReachName(l), connecting(target, at.PID, nil, w.Connector, l.Backlog), q)
+	fill, err := sockets.ConnectUnixClosed(l.Type, w.Name, lfd, sockets.ReachName(l), connecting(target, at.PID, nil, w.Connector, l.Backlog), q)
 	if err != nil {
 		return fmt.Errorf("UNIX listener %s: a connection waiting in its accept queue whose client was closed: %w", l.Local, err)
 	}

@@ -472,6 +472,9 @@ type Waiting struct {
 	Msgs      []int      `json:"msgs,omitempty"`
 	Creds     []PeerCred `json:"creds,omitempty"`
 	Connector *PeerCred  `json:"connector,omitempty"`
+	// Name is, for a closed client, the name it was bound to ("@..."
+	// abstract): getpeername on the accepted end gives it.
+	Name string `json:"name,omitempty"`
 }
 
 // InFlight is a file in flight in a UNIX socket's queue: a UNIX socket

@@ -5,6 +5,7 @@ import (
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
 )
 
 // ConnectUnixSent rebuilds a client whose connection waited in the accept
@@ -28,16 +29,31 @@ func ConnectUnixSent(s *image.Socket, lfd int, listener string, how Connecting, 
 }
 
 // ConnectUnixClosed rebuilds a connection waiting in the accept queue of
-// a listener lfd whose client was closed: a temporary socket of type typ
-// connects now (how says from which process: the accepted end's
-// SO_PEERCRED names it); fill sends the pieces msgs again, each as one
-// send with its credentials, then closes it.
-func ConnectUnixClosed(typ, lfd int, listener string, how Connecting, msgs []UnixMsg) (Fill, error) {
-	sock, err := connectUnix(&image.Socket{Type: typ}, lfd, listener, how)
+// a listener lfd whose client was closed: a temporary socket of type typ,
+// bound to the client's name if it had one (a path name taken by a file
+// is moved aside meanwhile), connects now (how says from which process:
+// the accepted end's SO_PEERCRED names it); fill sends the pieces msgs
+// again, each as one send with its credentials, then closes it and
+// removes its name.
+func ConnectUnixClosed(typ int, name string, lfd int, listener string, how Connecting, msgs []UnixMsg) (Fill, error) {
+	sock, err := sys.Socket(unix.AF_UNIX, typ|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
+	undo := func() {}
+	if name != "" {
+		if undo, err = bindAside(sock.Int(), name); err != nil {
+			sock.Close()
+			return nil, fmt.Errorf("the closed client's name: %w", err)
+		}
+	}
+	if err := how.connect(sock.Int(), listener); err != nil {
+		sock.Close()
+		undo()
+		return nil, fmt.Errorf("connect to the listener %s: %w", listener, err)
+	}
 	return func(r Refill) error {
+		defer undo()
 		defer sock.Close()
 		if err := sendWaiting(sock.Int(), msgs, r.Hold); err != nil {
 			return fmt.Errorf("the data sent into a connection waiting in the accept queue of %s by a client closed since: %w", listener, err)

@@ -4,9 +4,10 @@
  * P listens on L (an abstract stream name); in L's queue, in order:
  *   C1  a child that connected as euid 555/egid 666 with groups 77, 88
  *       and sent "one" and "two-two"; it lives on, holding its end;
- *   C2  a child that connected as 777/888 with group 99, sent "bye" and
- *       a piece of 10000 bytes (the kernel puts most of it in pages),
- *       and exited: its client end is closed;
+ *   C2  a child bound to an abstract name that connected as 777/888
+ *       with group 99, sent "bye" and a piece of 10000 bytes (the kernel
+ *       puts most of it in pages), and exited: its client end is closed
+ *       (the accepted end still names it as its peer);
  *   c3  P's own client, which sent "cred" with credentials of its
  *       choosing (SCM_CREDENTIALS pid P, uid 1234, gid 5678), then shut
  *       down its sending side;
@@ -26,6 +27,7 @@
 #include <poll.h>
 #include <stddef.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 
@@ -37,14 +39,20 @@ static socklen_t addr(struct sockaddr_un *a, const char *name)
 	return offsetof(struct sockaddr_un, sun_path) + 1 + strlen(name);
 }
 
-/* as connects a new socket of type to name with the effective ids eu/eg
- * and the groups g (in a child: its ids are its own). */
-static int as(int type, const char *name, uid_t eu, gid_t eg, const gid_t *g, int ng)
+/* as connects a new socket of type (bound to the abstract name bind_to
+ * if not NULL) to name with the effective ids eu/eg and the groups g (in
+ * a child: its ids are its own). */
+static int as(int type, const char *name, uid_t eu, gid_t eg, const gid_t *g, int ng, const char *bind_to)
 {
 	struct sockaddr_un a;
 	socklen_t al = addr(&a, name);
 	int s = socket(AF_UNIX, type, 0);
 	FID_SETUP(s >= 0, "socket");
+	if (bind_to) {
+		struct sockaddr_un b;
+		socklen_t bl = addr(&b, bind_to);
+		FID_SETUP(bind(s, (struct sockaddr *)&b, bl) == 0, "bind %s", bind_to);
+	}
 	FID_SETUP(setgroups(ng, g) == 0 && setresgid(-1, eg, -1) == 0 && setresuid(-1, eu, -1) == 0, "drop ids");
 	FID_SETUP(connect(s, (struct sockaddr *)&a, al) == 0, "connect %s", name);
 	FID_SETUP(setresuid(-1, 0, -1) == 0 && setresgid(-1, 0, -1) == 0, "ids back");
@@ -91,17 +99,23 @@ int main(int argc, char **argv)
 	pid_t me = getpid();
 	const char *mode = argc > 2 ? argv[2] : "";
 	if (mode[0]) {
-		/* Refused: "oob", a waiting client sent out-of-band data;
-		 * "named_closed", a client bound to a name sent and was
-		 * closed (the accepted end would name it as its peer). */
+		/* "path DIR/": a client bound to a path name in DIR sent
+		 * and was closed (its socket file stays); restored, the
+		 * accepted end names that path as its peer's. Refused:
+		 * "oob", a waiting client sent out-of-band data; "relative",
+		 * a closed client was bound to a relative path name. */
 		int s = socket(AF_UNIX, SOCK_STREAM, 0);
 		FID_SETUP(s >= 0, "socket");
-		if (strcmp(mode, "named_closed") == 0) {
-			struct sockaddr_un b;
-			char bname[64];
+		char bname[200] = "";
+		if (strcmp(mode, "path") == 0)
+			snprintf(bname, sizeof bname, "%sclient.sock", argc > 3 ? argv[3] : "/tmp/");
+		else if (strcmp(mode, "relative") == 0)
 			snprintf(bname, sizeof bname, "ckpt-uaq-c-%d", getpid());
-			socklen_t bl = addr(&b, bname);
-			FID_SETUP(bind(s, (struct sockaddr *)&b, bl) == 0, "bind the client");
+		if (bname[0]) {
+			struct sockaddr_un b = {.sun_family = AF_UNIX};
+			unlink(bname);
+			strcpy(b.sun_path, bname);
+			FID_SETUP(bind(s, (struct sockaddr *)&b, sizeof b) == 0, "bind the client to %s", bname);
 		}
 		FID_SETUP(connect(s, (struct sockaddr *)&a, al) == 0 && send(s, "data", 4, 0) == 4, "connect, send");
 		if (strcmp(mode, "oob") == 0)
@@ -110,9 +124,21 @@ int main(int argc, char **argv)
 			close(s);
 		fid_ready();
 		fid_wait();
-		int c = accept(l, NULL, NULL);
+		struct sockaddr_un pa;
+		socklen_t pl = sizeof pa;
+		memset(&pa, 0, sizeof pa);
+		int c = accept(l, (struct sockaddr *)&pa, &pl);
 		char buf[8];
 		FID_EXPECT(c >= 0 && recv(c, buf, sizeof buf, MSG_DONTWAIT) == 4 && memcmp(buf, "data", 4) == 0, "the waiting connection's data");
+		if (strcmp(mode, "oob") != 0)
+			FID_EXPECT(recv(c, buf, sizeof buf, MSG_DONTWAIT) == 0, "no end of file");
+		if (bname[0]) {
+			FID_EXPECT(pl > offsetof(struct sockaddr_un, sun_path) && strcmp(pa.sun_path, bname) == 0,
+				   "the accepted end's peer is %s, want %s", pl > offsetof(struct sockaddr_un, sun_path) ? pa.sun_path : "unnamed", bname);
+			struct stat st;
+			FID_EXPECT(lstat(bname, &st) == 0 && S_ISSOCK(st.st_mode), "the closed client's socket file %s is gone", bname);
+			unlink(bname);
+		}
 		return fid_done();
 	}
 
@@ -126,7 +152,7 @@ int main(int argc, char **argv)
 	if (c1 == 0) {
 		close(go[1]);
 		close(res[0]);
-		int s = as(SOCK_STREAM, lname, 555, 666, g1, 2);
+		int s = as(SOCK_STREAM, lname, 555, 666, g1, 2, NULL);
 		FID_SETUP(send(s, "one", 3, 0) == 3 && send(s, "two-two", 7, 0) == 7, "C1: send");
 		FID_SETUP(write(res[1], "c", 1) == 1, "C1: ready");
 		char x, why[256] = "";
@@ -152,10 +178,12 @@ int main(int argc, char **argv)
 	for (size_t i = 0; i < sizeof big; i++)
 		big[i] = (char)(i * 7 + (i >> 8));
 	gid_t g2[] = {99};
+	char c2name[64];
+	snprintf(c2name, sizeof c2name, "ckpt-uaq-c2-%d", getpid());
 	pid_t c2 = fork();
 	FID_SETUP(c2 >= 0, "fork C2");
 	if (c2 == 0) {
-		int s = as(SOCK_STREAM, lname, 777, 888, g2, 1);
+		int s = as(SOCK_STREAM, lname, 777, 888, g2, 1, c2name);
 		FID_SETUP(send(s, "bye", 3, 0) == 3 && send(s, big, sizeof big, 0) == sizeof big, "C2: send");
 		_exit(0);
 	}
@@ -215,8 +243,14 @@ int main(int argc, char **argv)
 	FID_EXPECT(n == 10 && memcmp(buf, "onetwo-two", 10) == 0, "C1's connection: %zd bytes (%.*s), want onetwo-two", n,
 		   (int)(n > 0 ? n : 0), buf);
 	/* C2's, its client gone. */
-	int a2 = accept(l, NULL, NULL);
+	struct sockaddr_un pa;
+	socklen_t pl = sizeof pa;
+	memset(&pa, 0, sizeof pa);
+	int a2 = accept(l, (struct sockaddr *)&pa, &pl);
 	FID_EXPECT(a2 >= 0, "accept C2: %s", strerror(errno));
+	FID_EXPECT(pl == offsetof(struct sockaddr_un, sun_path) + 1 + strlen(c2name) && pa.sun_path[0] == 0 &&
+			   memcmp(pa.sun_path + 1, c2name, strlen(c2name)) == 0,
+		   "C2's connection: its peer's name (%d bytes) is not @%s", (int)pl, c2name);
 	peer(a2, "C2's connection", c2, 777, 888, g2, 1);
 	n = drain(a2, buf, sizeof buf);
 	FID_EXPECT(n == 3 + (ssize_t)sizeof big && memcmp(buf, "bye", 3) == 0 && memcmp(buf + 3, big, sizeof big) == 0,
