@@ -473,7 +473,7 @@ func socketAttrs() []Attr {
 		{Name: "UNIX connection waiting in an accept queue with files in flight, out-of-band data, a closed client that was bound to a relative path name, or made by a process outside the dump", Family: "socket", Status: Refused,
 			Seen:   Seen{Other: "the server end of the waiting connection, read with the BPF reader (UNIXCB(skb).fp, unix_sock.oob_skb, the client's unix_sock.addr, sk_peer_pid)"},
 			Reason: "files in flight and out-of-band data in a connection no accept() reached are not read back; a relative path name a closed client was bound to (getpeername on the accepted end gives it) is not bound again (ckpt-redo's directory is not the client's); a connector alive outside the dump cannot connect again; a kernel without BPF UNIX iterators or BTF, or whose structures the reader's check reads wrong: all refused by name (the dump retries for a second first, as the process may accept them)",
-			CRIU:   "refuses files in flight in such queues", Case: "sock_unix_acceptq_rights, sock_unix_acceptq_oob, sock_unix_acceptq_relative"},
+			CRIU:   "refuses files in flight in such queues", Case: "sock_unix_acceptq_rights, sock_unix_acceptq_oob, sock_unix_acceptq_relative, sock_unix_acceptq_outside"},
 		{Name: "UNIX socket connected to a process outside the dump", Family: "socket", Status: Refused,
 			Seen:   Seen{Other: "sock_diag (UNIX_DIAG_PEER, UNIX_DIAG_ICONS)"},
 			Reason: "the peer is not in the image: refused by name unless ckpt dump --external unix[:INODE]; then connected again to the peer's name at restore (a stream to its peer's listener), or given by ckpt-redo --inherit-fd; data the peer sent unread is refused",

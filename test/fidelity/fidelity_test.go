@@ -217,6 +217,7 @@ var cases = []fcase{
 	{name: "sock_unix_acceptq", src: "sock_unix_acceptq.c"},
 	{name: "sock_unix_acceptq_oob", src: "sock_unix_acceptq.c", args: []string{"oob"}, refuse: "out-of-band data (MSG_OOB) queued"},
 	{name: "sock_unix_acceptq_path", src: "sock_unix_acceptq.c", args: []string{"path", "DIR/"}},
+	{name: "sock_unix_acceptq_outside", src: "sock_unix_acceptq.c", args: []string{"outside"}, refuse: "which is outside the dump or a zombie: its peer credentials could not be made again"},
 	{name: "sock_unix_acceptq_relative", src: "sock_unix_acceptq.c", args: []string{"relative"}, refuse: "was closed: that name, which the accepted end gives as its peer's, is not bound again"},
 	{name: "sock_peercred_named_outside", src: "sock_peercred_named.c", args: []string{"outside"}, refuse: "which is outside the dump or a zombie"},
 	{name: "sock_peercred_gone", src: "sock_peercred.c", args: []string{"gone"}},

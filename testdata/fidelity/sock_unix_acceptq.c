@@ -103,9 +103,51 @@ int main(int argc, char **argv)
 		 * and was closed (its socket file stays); restored, the
 		 * accepted end names that path as its peer's. Refused:
 		 * "oob", a waiting client sent out-of-band data; "relative",
-		 * a closed client was bound to a relative path name. */
+		 * a closed client was bound to a relative path name;
+		 * "outside", the client was connected by a process alive
+		 * outside the dump. */
 		int s = socket(AF_UNIX, SOCK_STREAM, 0);
 		FID_SETUP(s >= 0, "socket");
+		int stay[2] = {-1, -1};
+		if (strcmp(mode, "outside") == 0) {
+			/* GG, orphaned and in a session of its own, connects
+			 * and hands the client to P, then lives on outside the
+			 * dump until P closes stay: the accepted end would name
+			 * it. */
+			int sp[2];
+			FID_SETUP(socketpair(AF_UNIX, SOCK_STREAM, 0, sp) == 0 && pipe(stay) == 0, "socketpair");
+			pid_t g = fork();
+			FID_SETUP(g >= 0, "fork");
+			if (g == 0) {
+				close(stay[1]);
+				if (fork() != 0)
+					_exit(0);
+				FID_SETUP(setsid() > 0, "GG: setsid");
+				int cs = socket(AF_UNIX, SOCK_STREAM, 0);
+				FID_SETUP(cs >= 0 && connect(cs, (struct sockaddr *)&a, al) == 0 && send(cs, "data", 4, 0) == 4, "GG: connect");
+				char cbuf[CMSG_SPACE(sizeof(int))];
+				struct iovec io = {"c", 1};
+				struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+				struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+				c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof(int));
+				memcpy(CMSG_DATA(c), &cs, sizeof cs);
+				FID_SETUP(sendmsg(sp[1], &m, 0) == 1, "GG: pass the client");
+				char x;
+				while (read(stay[0], &x, 1) < 0 && errno == EINTR)
+					;
+				_exit(0);
+			}
+			close(stay[0]);
+			FID_SETUP(waitpid(g, NULL, 0) == g, "wait for G");
+			char cbuf[CMSG_SPACE(sizeof(int))], x;
+			struct iovec io = {&x, 1};
+			struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
+			FID_SETUP(recvmsg(sp[0], &m, 0) == 1 && CMSG_FIRSTHDR(&m), "receive the client");
+			close(s);
+			memcpy(&s, CMSG_DATA(CMSG_FIRSTHDR(&m)), sizeof s);
+			close(sp[0]);
+			close(sp[1]);
+		}
 		char bname[200] = "";
 		if (strcmp(mode, "path") == 0)
 			snprintf(bname, sizeof bname, "%sclient.sock", argc > 3 ? argv[3] : "/tmp/");
@@ -117,10 +159,11 @@ int main(int argc, char **argv)
 			strcpy(b.sun_path, bname);
 			FID_SETUP(bind(s, (struct sockaddr *)&b, sizeof b) == 0, "bind the client to %s", bname);
 		}
-		FID_SETUP(connect(s, (struct sockaddr *)&a, al) == 0 && send(s, "data", 4, 0) == 4, "connect, send");
+		if (stay[1] < 0)
+			FID_SETUP(connect(s, (struct sockaddr *)&a, al) == 0 && send(s, "data", 4, 0) == 4, "connect, send");
 		if (strcmp(mode, "oob") == 0)
 			FID_SETUP(send(s, "!", 1, MSG_OOB) == 1, "send out-of-band");
-		else
+		else if (stay[1] < 0)
 			close(s);
 		fid_ready();
 		fid_wait();
@@ -130,8 +173,10 @@ int main(int argc, char **argv)
 		int c = accept(l, (struct sockaddr *)&pa, &pl);
 		char buf[8];
 		FID_EXPECT(c >= 0 && recv(c, buf, sizeof buf, MSG_DONTWAIT) == 4 && memcmp(buf, "data", 4) == 0, "the waiting connection's data");
-		if (strcmp(mode, "oob") != 0)
+		if (strcmp(mode, "oob") != 0 && stay[1] < 0)
 			FID_EXPECT(recv(c, buf, sizeof buf, MSG_DONTWAIT) == 0, "no end of file");
+		if (stay[1] >= 0)
+			close(stay[1]);
 		if (bname[0]) {
 			FID_EXPECT(pl > offsetof(struct sockaddr_un, sun_path) && strcmp(pa.sun_path, bname) == 0,
 				   "the accepted end's peer is %s, want %s", pl > offsetof(struct sockaddr_un, sun_path) ? pa.sun_path : "unnamed", bname);
