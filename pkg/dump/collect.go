@@ -30,14 +30,24 @@ type dumper struct {
 func (d *dumper) addData(b []byte) int { return d.t.addData(b) }
 
 func (d *dumper) collect() (*image.Process, error) {
-	pid := d.pid
-	st, err := proc.ReadStat(pid, 0)
+	pid, rd := d.pid, d.rd()
+	st, err := proc.ReadStat(rd, 0)
 	if err != nil {
 		return nil, fmt.Errorf("read stat: %w", err)
 	}
 	status, err := proc.ReadStatus(pid)
 	if err != nil {
 		return nil, fmt.Errorf("read status: %w", err)
+	}
+	if rd != pid {
+		// The leader has exited: its own name, and the umask of the
+		// process's fs, which the zombie leader let go.
+		if st0, err := proc.ReadStat(pid, 0); err == nil {
+			st.Comm = st0.Comm
+		}
+		if live, err := proc.ReadStatus(rd); err == nil {
+			status.Umask = live.Umask
+		}
 	}
 	p := &image.Process{
 		PID: pid, PPID: st.PPID, PGID: st.PGRP, SID: st.Session, Comm: st.Comm,
@@ -47,13 +57,13 @@ func (d *dumper) collect() (*image.Process, error) {
 			ArgStart: st.ArgStart, ArgEnd: st.ArgEnd, EnvStart: st.EnvStart, EnvEnd: st.EnvEnd,
 		},
 	}
-	if p.Exe, err = os.Readlink(proc.Path(pid, "exe")); err != nil {
+	if p.Exe, err = os.Readlink(proc.Path(rd, "exe")); err != nil {
 		return nil, fmt.Errorf("read exe link: %w", err)
 	}
-	if b, err := proc.ReadFile(proc.Path(pid, "cmdline")); err == nil {
+	if b, err := proc.ReadFile(proc.Path(rd, "cmdline")); err == nil {
 		p.Cmdline = strings.TrimSpace(strings.ReplaceAll(string(b), "\x00", " "))
 	}
-	if b, err := proc.ReadFile(proc.Path(pid, "auxv")); err == nil {
+	if b, err := proc.ReadFile(proc.Path(rd, "auxv")); err == nil {
 		for i := 0; i+8 <= len(b); i += 8 {
 			p.Auxv = append(p.Auxv, binary.LittleEndian.Uint64(b[i:]))
 		}
@@ -77,6 +87,9 @@ func (d *dumper) collect() (*image.Process, error) {
 	if m := d.t.member(pid); m != nil && m.vforkChild != 0 {
 		return d.collectVforkParent(p, status, m.vforkChild) // no thread to inject into
 	}
+	if err := refuseExitedLeader(d.t.member(pid)); err != nil {
+		return nil, err
+	}
 	for _, t := range d.fz.tasks {
 		th, err := d.collectThread(t)
 		if err != nil {
@@ -91,32 +104,38 @@ func (d *dumper) collect() (*image.Process, error) {
 	if err := d.inject(p); err != nil {
 		return nil, err
 	}
-	threadCreds(p)
 	d.opts.fault(PhaseInjected)
 	// Queued signals last, after the injection: a SIGSTOP it took off the
 	// queue is saved as pending.
 	if err := d.collectPending(p); err != nil {
 		return nil, err
 	}
+	if err := d.addExitedLeader(p); err != nil {
+		return nil, err
+	}
+	threadCreds(p)
 	return p, nil
 }
 
 func (d *dumper) collectMisc(p *image.Process, status *proc.Status) error {
-	pid := d.pid
+	pid, rd := d.pid, d.rd()
 	var err error
+	if err := exitedLeaderSeccomp(d.fz, status); err != nil {
+		return err
+	}
 	c, err := readCreds(pid.Leader(), status)
 	if err != nil {
 		return err
 	}
 	p.Creds = *c
-	if err := collectProcAttrs(pid, p); err != nil {
+	if err := collectProcAttrs(rd, p); err != nil {
 		return err
 	}
 	p.Misc.Umask = status.Umask
-	if err := fdkind.DescribeDirs(pid, &p.Misc); err != nil {
+	if err := fdkind.DescribeDirs(rd, &p.Misc); err != nil {
 		return err
 	}
-	if b, err := proc.ReadFile(proc.Path(pid, "personality")); err == nil {
+	if b, err := proc.ReadFile(proc.Path(rd, "personality")); err == nil {
 		p.Misc.Personality, _ = strconv.ParseUint(strings.TrimSpace(string(b)), 16, 64)
 	}
 	for _, t := range d.fz.tasks {
@@ -126,7 +145,7 @@ func (d *dumper) collectMisc(p *image.Process, status *proc.Status) error {
 			p.Misc.StopUnreported = d.t.stopUnreported[pid]
 		}
 	}
-	lims, err := proc.ReadLimits(pid)
+	lims, err := proc.ReadLimits(rd)
 	if err != nil {
 		return fmt.Errorf("read limits: %w", err)
 	}

@@ -307,7 +307,7 @@ func runOnce(pid sys.PID, sink Sink, opts Options) (res *Result, err error) {
 		if pm := byPID[m.p.PPID]; pm != nil && pm.plan != nil {
 			env.parent = &cowParent{p: pm.p, fr: pm.plan.frames}
 		}
-		if m.plan, err = planMemory(m.pid, m.p, env); err != nil {
+		if m.plan, err = planMemory(m.rd(), m.p, env); err != nil {
 			return nil, fmt.Errorf("process %d: %w", m.pid, err)
 		}
 	}
@@ -328,7 +328,7 @@ func runOnce(pid sys.PID, sink Sink, opts Options) (res *Result, err error) {
 	}
 	opts.fault(PhaseCollected)
 	root := t.members[0].p
-	hdr, err := header(pid, root)
+	hdr, err := header(t.members[0].rd(), root)
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +372,7 @@ func runOnce(pid sys.PID, sink Sink, opts Options) (res *Result, err error) {
 	var jobs []memJob
 	for _, m := range t.members {
 		if !m.p.Zombie {
-			jobs = append(jobs, memJob{m.pid, m.plan})
+			jobs = append(jobs, memJob{m.rd(), m.plan})
 		}
 	}
 	memStart := time.Now()

@@ -39,25 +39,26 @@ func (d *dumper) collectFiles(p *image.Process) error {
 		return err
 	}
 	p.FilesOf = filesOf
-	fds, err := proc.FDs(d.pid)
+	rd := d.rd()
+	fds, err := proc.FDs(rd)
 	if err != nil {
 		return fmt.Errorf("list fds: %w", err)
 	}
-	pidfd, err := sys.PidfdOpen(d.pid, 0)
+	pidfd, err := sys.PidfdOpen(rd, pidfdFlags(d.fz))
 	if err != nil {
 		return err
 	}
 	defer pidfd.Close()
 	for _, fd := range fds {
-		link, err := os.Readlink(proc.Path(d.pid, "fd", fd.String()))
+		link, err := os.Readlink(proc.Path(rd, "fd", fd.String()))
 		if err != nil {
 			return fmt.Errorf("fd %d: %w", fd, err)
 		}
-		src := &fdkind.Source{PID: d.pid, FD: fd, Link: link}
+		src := &fdkind.Source{PID: rd, FD: fd, Link: link}
 		if err := unix.Stat(src.Path(), &src.Stat); err != nil {
 			return fmt.Errorf("fd %d (%s): stat: %w", fd, link, err)
 		}
-		if src.Info, err = proc.ReadFDInfo(d.pid, fd); err != nil {
+		if src.Info, err = proc.ReadFDInfo(rd, fd); err != nil {
 			return fmt.Errorf("fd %d (%s): fdinfo: %w", fd, link, err)
 		}
 		entry := image.FD{FD: fd, CloExec: src.Info.Flags&unix.O_CLOEXEC != 0}
@@ -66,7 +67,7 @@ func (d *dumper) collectFiles(p *image.Process) error {
 		}
 		shared := -1
 		for _, o := range d.t.files {
-			if o.dev == src.Stat.Dev && o.ino == src.Stat.Ino && sameFile(o.pid, o.fd, d.pid, fd) {
+			if o.dev == src.Stat.Dev && o.ino == src.Stat.Ino && sameFile(o.pid, o.fd, rd, fd) {
 				shared = o.id
 				break
 			}
@@ -84,7 +85,7 @@ func (d *dumper) collectFiles(p *image.Process) error {
 		entry.File = f.ID
 		p.Files = append(p.Files, *f)
 		p.Files = append(p.Files, d.t.takeFlight()...)
-		d.t.files = append(d.t.files, openFile{pid: d.pid, fd: fd, dev: src.Stat.Dev, ino: src.Stat.Ino, id: f.ID})
+		d.t.files = append(d.t.files, openFile{pid: rd, fd: fd, dev: src.Stat.Dev, ino: src.Stat.Ino, id: f.ID})
 		p.FDs = append(p.FDs, entry)
 	}
 	return nil
@@ -108,7 +109,7 @@ func (d *dumper) sharedFDTable(ppid sys.PID) (sys.PID, error) {
 		if m.pid == d.pid || m.fz == nil {
 			continue
 		}
-		same, err := sys.SameFiles(m.pid, d.pid)
+		same, err := sys.SameFiles(m.rd(), d.rd())
 		if err != nil || !same {
 			continue // an exited process has no table
 		}
@@ -119,7 +120,7 @@ func (d *dumper) sharedFDTable(ppid sys.PID) (sys.PID, error) {
 	}
 	for _, m := range with {
 		if m.pid == ppid {
-			if err := noPOSIXLocks(d.pid); err != nil {
+			if err := noPOSIXLocks(d.rd()); err != nil {
 				return 0, err
 			}
 			return ppid, nil
@@ -129,7 +130,7 @@ func (d *dumper) sharedFDTable(ppid sys.PID) (sys.PID, error) {
 	// its own turn comes (members are in tree order).
 	for _, m := range with {
 		if st, err := proc.ReadStat(m.pid, 0); err == nil && st.PPID == d.pid {
-			return 0, noPOSIXLocks(d.pid)
+			return 0, noPOSIXLocks(d.rd())
 		}
 	}
 	return 0, fmt.Errorf("shares its file descriptor table with process %d (%s), not with its parent, process %d (clone CLONE_FILES): %w", with[0].pid, with[0].comm, ppid, ErrSharedFDTable)
@@ -187,7 +188,7 @@ func (t *tree) finishFiles() error {
 			continue
 		}
 		for _, e := range m.p.FDs {
-			fds = append(fds, fdkind.Held{PID: m.pid, FD: e.FD, File: byID[e.File]})
+			fds = append(fds, fdkind.Held{PID: m.rd(), FD: e.FD, File: byID[e.File]})
 		}
 	}
 	for _, h := range t.flight.held {

@@ -67,6 +67,12 @@ type frozen struct {
 	// the detach go through it, never to a PID number the process may
 	// have left by then (detached, it can end and be reaped at once).
 	pidfd *sys.FD
+	// leaderExited is set when the leader had exited (a zombie thread,
+	// not seized) while other threads ran on; via is then the live
+	// thread the process's /proc files and memory are read through
+	// (deadleader.go).
+	leaderExited bool
+	via          sys.PID
 }
 
 // checkTarget refuses PIDs that cannot be dumped, with the reason.
@@ -86,7 +92,7 @@ func checkTarget(pid sys.PID) (*proc.Stat, error) {
 		return nil, fmt.Errorf("pid %d is ckpt itself: %w", pid, ErrNotDumpable)
 	case st.Flags&proc.PFKthread != 0:
 		return nil, fmt.Errorf("pid %d (%s) is a kernel thread: %w", pid, st.Comm, ErrNotDumpable)
-	case st.State == 'Z' || st.State == 'X':
+	case (st.State == 'Z' || st.State == 'X') && !leaderExited(pid):
 		return nil, fmt.Errorf("pid %d (%s) is a zombie, it has exited: %w", pid, st.Comm, ErrNotDumpable)
 	}
 	if tgid := tgidOf(pid.Leader()); tgid != pid {
@@ -109,8 +115,11 @@ func tgidOf(tid sys.TID) sys.PID {
 // together, not one after the other. On error everything seized is
 // released.
 func freeze(pid sys.PID) (*frozen, error) {
-	fz := &frozen{pid: pid}
+	fz := &frozen{pid: pid, leaderExited: leaderExited(pid)}
 	seen := map[sys.TID]bool{}
+	if fz.leaderExited {
+		seen[pid.Leader()] = true // a zombie thread: not seized
+	}
 	for round := 0; ; round++ {
 		tids, err := proc.Tasks(pid)
 		if err != nil {
@@ -140,6 +149,10 @@ func freeze(pid sys.PID) (*frozen, error) {
 			started = append(started, t)
 		}
 		if len(started) == 0 {
+			if err := fz.viaLive(); err != nil {
+				fz.release()
+				return nil, err
+			}
 			fz.prefetch()
 			return fz, nil
 		}
@@ -149,7 +162,7 @@ func freeze(pid sys.PID) (*frozen, error) {
 			err := t.waitSeized(deadline)
 			if err == nil {
 				fz.tasks = append(fz.tasks, t)
-				if t.tid == pid.Leader() && fz.pidfd == nil {
+				if (t.tid == pid.Leader() || fz.leaderExited) && fz.pidfd == nil {
 					fz.pidfd, _ = sys.PidfdOpen(pid, 0) // nil: by number, as before
 				}
 			} else if !errors.Is(err, unix.ESRCH) || t.tid == pid.Leader() {

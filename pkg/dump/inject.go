@@ -32,10 +32,10 @@ func (d *dumper) newRemote(tid sys.TID, gadget uint64) (*remote, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &remote{in: ptrace.Injector{TID: tid, Gadget: gadget}, pid: d.pid}
+	r := &remote{in: ptrace.Injector{TID: tid, Gadget: gadget}, pid: d.rd()}
 	r.scratch = (regs.Rsp - redZone - scratchSize) &^ 63
 	r.saved = make([]byte, scratchSize)
-	if err := readMem(d.pid, r.scratch, r.saved); err != nil {
+	if err := readMem(d.rd(), r.scratch, r.saved); err != nil {
 		return nil, fmt.Errorf("thread %d: read stack below %#x: %w", tid, regs.Rsp, err)
 	}
 	return r, nil
@@ -339,7 +339,7 @@ func execAreas(vmas []image.VMA) []ptrace.Area {
 // maps a batch area, where every thread then makes its calls in one
 // batch; without one, each call is injected alone.
 func (d *dumper) inject(p *image.Process) (err error) {
-	gadget, err := syscallGadget(d.pid, p.VMAs)
+	gadget, err := syscallGadget(d.rd(), p.VMAs)
 	if err != nil {
 		return err
 	}
@@ -356,7 +356,7 @@ func (d *dumper) inject(p *image.Process) (err error) {
 	if ierr == nil {
 		var a asker = r
 		if area != 0 {
-			a = newBatch(d.pid, &r.in, area, leaderBatch)
+			a = newBatch(d.rd(), &r.in, area, leaderBatch)
 		}
 		ierr = d.injectThread(a, p, &p.Threads[0], true)
 	}
@@ -404,7 +404,7 @@ func (d *dumper) injectOthers(p *image.Process, gadget, area uint64) error {
 			if ierr = ptrace.SetSigMask(t.tid, ^uint64(0)); ierr != nil {
 				break
 			}
-			b := newBatch(d.pid, &ptrace.Injector{TID: t.tid}, area, slot(k))
+			b := newBatch(d.rd(), &ptrace.Injector{TID: t.tid}, area, slot(k))
 			batches[k] = b
 			d.askThread(b, &threads[w+k])
 			b.start()

@@ -192,7 +192,7 @@ func (t *tree) ExternalUnix(ino uint32) bool {
 // process (not a zombie) of the tree.
 func (t *tree) Member(pid sys.PID) bool {
 	for _, m := range t.members {
-		if m.pid == pid && m.fz != nil {
+		if (m.pid == pid || m.rd() == pid) && m.fz != nil { // rd: a live thread of a process whose leader exited
 			return true
 		}
 	}

@@ -78,11 +78,12 @@ func readOOMAdj(pid sys.PID) (int, error) {
 // refuseChecks are the checks refuse runs on every frozen process. Each
 // reads only /proc: nothing runs in the process yet.
 var refuseChecks = []func(m *member, own *limits) error{
-	func(m *member, own *limits) error { return refuseMappings(m.pid, own) },
-	func(m *member, own *limits) error { return refuseLimits(m.pid, own) },
-	func(m *member, own *limits) error { return refuseOOMAdj(m.pid, own) },
-	func(m *member, _ *limits) error { return refuseAutogroupNice(m.pid) },
-	func(m *member, _ *limits) error { return refuseAuditSession(m.pid) },
+	func(m *member, own *limits) error { return refuseMappings(m.rd(), own) },
+	func(m *member, own *limits) error { return refuseLimits(m.rd(), own) },
+	func(m *member, own *limits) error { return refuseOOMAdj(m.rd(), own) },
+	func(m *member, _ *limits) error { return refuseAutogroupNice(m.rd()) },
+	func(m *member, _ *limits) error { return refuseAuditSession(m.rd()) },
+	func(m *member, _ *limits) error { return refuseExitedLeader(m) },
 	refuseThreads,
 }
 

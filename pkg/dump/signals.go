@@ -44,7 +44,7 @@ func (d *dumper) askSignals(a asker, p *image.Process) error {
 			return nil
 		}, unix.SYS_GETITIMER, uint64(which), outArg)
 	}
-	timers, err := readPosixTimers(d.pid)
+	timers, err := readPosixTimers(d.rd())
 	if err != nil {
 		return err
 	}
@@ -88,7 +88,7 @@ func (d *dumper) collectPending(p *image.Process) error {
 			p.Signals.Pending = append(p.Signals.Pending, image.SigInfo(s))
 		}
 	}
-	shared, err := ptrace.PeekSigInfo(d.pid.Leader(), true)
+	shared, err := ptrace.PeekSigInfo(d.fz.tasks[0].tid, true) // the leader, or a live thread
 	if err != nil {
 		return err
 	}

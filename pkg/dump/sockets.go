@@ -53,18 +53,18 @@ func (t *tree) takeSockets() error {
 		if m.fz == nil {
 			continue
 		}
-		fds, err := proc.FDs(m.pid)
+		fds, err := proc.FDs(m.rd())
 		if err != nil {
 			return fmt.Errorf("process %d: list fds: %w", m.pid, err)
 		}
 		var pidfd *sys.FD
 		for _, fd := range fds {
 			var st syscall.Stat_t
-			if err := syscall.Stat(proc.Path(m.pid, "fd", fd.String()), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
+			if err := syscall.Stat(proc.Path(m.rd(), "fd", fd.String()), &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
 				continue
 			}
 			if pidfd == nil {
-				if pidfd, err = sys.PidfdOpen(m.pid, 0); err != nil {
+				if pidfd, err = sys.PidfdOpen(m.rd(), pidfdFlags(m.fz)); err != nil {
 					return fmt.Errorf("process %d: %w", m.pid, err)
 				}
 				defer pidfd.Close()
@@ -73,7 +73,7 @@ func (t *tree) takeSockets() error {
 			if err != nil {
 				return fmt.Errorf("process %d fd %d: %w", m.pid, fd, err)
 			}
-			t.socks.fds[heldFD{m.pid, fd}] = copied // closed by closeSockets
+			t.socks.fds[heldFD{m.rd(), fd}] = copied // closed by closeSockets
 			our := copied.Int()
 			if dom, err := unix.GetsockoptInt(our, unix.SOL_SOCKET, unix.SO_DOMAIN); err == nil && dom == unix.AF_UNIX {
 				if t.socks.inos == nil {
@@ -102,7 +102,7 @@ func (t *tree) takeSockets() error {
 			}
 		}
 		if pidfd != nil {
-			if err := t.socks.setNetns(m.pid); err != nil {
+			if err := t.socks.setNetns(m.rd()); err != nil {
 				return fmt.Errorf("process %d: %w", m.pid, err)
 			}
 		}

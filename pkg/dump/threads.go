@@ -77,7 +77,7 @@ func (d *dumper) fixRseq(th *image.Thread) error {
 	}
 	// struct rseq: u32 cpu_id_start, u32 cpu_id, u64 rseq_cs, ...
 	var csPtr [8]byte
-	if err := readMem(d.pid, th.Rseq.Ptr+8, csPtr[:]); err != nil {
+	if err := readMem(d.rd(), th.Rseq.Ptr+8, csPtr[:]); err != nil {
 		return fmt.Errorf("read rseq area: %w", err)
 	}
 	cs := binary.LittleEndian.Uint64(csPtr[:])
@@ -86,7 +86,7 @@ func (d *dumper) fixRseq(th *image.Thread) error {
 	}
 	// struct rseq_cs: u32 version, u32 flags, u64 start_ip, u64 post_commit_offset, u64 abort_ip
 	var b [32]byte
-	if err := readMem(d.pid, cs, b[:]); err != nil {
+	if err := readMem(d.rd(), cs, b[:]); err != nil {
 		return nil // a stale pointer: the kernel ignores it too until used
 	}
 	start, off, abort := binary.LittleEndian.Uint64(b[8:]), binary.LittleEndian.Uint64(b[16:]), binary.LittleEndian.Uint64(b[24:])

@@ -80,7 +80,7 @@ func (t *tree) freezeOnce(root sys.PID) error {
 			continue // exited and reaped meanwhile
 		}
 		m := &member{pid: pid, comm: st.Comm}
-		if st.State == 'Z' && pid != root {
+		if st.State == 'Z' && pid != root && !leaderExited(pid) {
 			m.p = zombie(st)
 			t.members = append(t.members, m)
 			continue
@@ -114,7 +114,7 @@ func (t *tree) freezeOnce(root sys.PID) error {
 			if pid != root && (errors.Is(err, unix.ESRCH) || errors.Is(err, unix.EPERM)) {
 				st2, err2 := proc.ReadStat(pid, 0)
 				switch {
-				case err2 == nil && st2.State == 'Z':
+				case err2 == nil && st2.State == 'Z' && !leaderExited(pid):
 					m.p = zombie(st2)
 					t.members = append(t.members, m)
 					continue

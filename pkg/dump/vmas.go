@@ -29,8 +29,8 @@ var vmAdvice = []struct {
 func (d *dumper) collectVMAs(p *image.Process) error {
 	// numa_maps and smaps both walk the page tables: read them at once.
 	policies := make(chan error, 1)
-	go func() { policies <- vmaPolicies(d.pid) }()
-	maps, err := proc.ReadSmaps(d.pid)
+	go func() { policies <- vmaPolicies(d.rd()) }()
+	maps, err := proc.ReadSmaps(d.rd())
 	perr := <-policies
 	if err != nil {
 		return fmt.Errorf("read smaps: %w", err)
@@ -92,7 +92,7 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 			v.Kind = image.VMASysVShm
 		case m.Path == "/[aio] (deleted)":
 			v.Kind, v.Advice = image.VMAAIO, nil // the kernel's own flags
-			if v.AIO, err = readAIORing(d.pid, m.Start, m.End); err != nil {
+			if v.AIO, err = readAIORing(d.rd(), m.Start, m.End); err != nil {
 				return fmt.Errorf("mapping %#x-%#x [aio]: %w", m.Start, m.End, err)
 			}
 		case m.Path == "/secretmem (deleted)":
@@ -123,7 +123,7 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 			// The shared memory object: processes of the tree that map
 			// the same one share it again after restore.
 			var st syscall.Stat_t
-			mf := proc.Path(d.pid, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End))
+			mf := proc.Path(d.rd(), "map_files", fmt.Sprintf("%x-%x", m.Start, m.End))
 			if err := syscall.Stat(mf, &st); err != nil {
 				return fmt.Errorf("mapping %#x-%#x: stat shared memory: %w", m.Start, m.End, err)
 			}
@@ -140,7 +140,7 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 	if err := sysvWhole(p.VMAs); err != nil {
 		return err
 	}
-	return identifyMapped(d.pid, p)
+	return identifyMapped(d.rd(), p)
 }
 
 // identifyMapped records the content identity (ELF build-id, or a hash
@@ -198,7 +198,7 @@ func mergeExtents(rs []image.Extent) []image.Extent {
 // that a deleted file is still reachable; its content is kept in the image
 // when it was deleted. The maps path text does not say which file it is.
 func (d *dumper) mappedFile(m proc.Mapping) (image.FileRef, error) {
-	mf := proc.Path(d.pid, "map_files", fmt.Sprintf("%x-%x", m.Start, m.End))
+	mf := proc.Path(d.rd(), "map_files", fmt.Sprintf("%x-%x", m.Start, m.End))
 	lf, err := proc.ReadLinkedFile(mf)
 	if err != nil {
 		return image.FileRef{}, err
@@ -397,7 +397,7 @@ func checkAIOQuiet(members []*member) error {
 				continue
 			}
 			var tail [4]byte
-			if err := ptrace.ReadMem(m.pid, v.Start+12, tail[:]); err != nil {
+			if err := ptrace.ReadMem(m.rd(), v.Start+12, tail[:]); err != nil {
 				return fmt.Errorf("process %d: AIO ring %#x: %w", m.pid, v.Start, err)
 			}
 			if now := binary.LittleEndian.Uint32(tail[:]); now != v.AIO.Tail {

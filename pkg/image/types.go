@@ -129,6 +129,20 @@ type Process struct {
 	Zombie     bool `json:"zombie,omitempty"`
 	ExitStatus int  `json:"exit_status,omitempty"`
 
+	// LeaderExited marks a process whose thread-group leader had exited
+	// (pthread_exit or the exit system call in its main thread) while
+	// other threads ran on: the leader is a zombie thread, seen in
+	// /proc/PID/task/PID in state Z until the process ends. Threads[0]
+	// then holds what the zombie leader still shows (its TID, name,
+	// signal mask, credentials and scheduling); its registers are a
+	// copy of another thread's, for the restore to build it with. The
+	// restore makes the leader exit (the exit system call, with
+	// LeaderExitCode) once the process is built.
+	LeaderExited bool `json:"leader_exited,omitempty"`
+	// LeaderExitCode is the exit code of the dead leader as its stat
+	// shows it (the status the exit system call took, shifted left 8).
+	LeaderExitCode int `json:"leader_exit_code,omitempty"`
+
 	MM      MM       `json:"mm"`
 	Auxv    []uint64 `json:"auxv"`
 	VMAs    []VMA    `json:"vmas"`

@@ -72,6 +72,15 @@ func checkProcess(p *Process) error {
 	if len(p.Threads) == 0 || p.Threads[0].TID != p.PID.Leader() {
 		return bad("no leader thread")
 	}
+	if p.LeaderExited && (len(p.Threads) < 2 || p.Threads[0].State != "Z" || p.VforkOf != 0 || p.Misc.Stopped) {
+		return bad("a process whose leader exited with %d threads (the leader in state %q), or inside vfork(), or stopped", len(p.Threads), p.Threads[0].State)
+	}
+	if !p.LeaderExited && p.LeaderExitCode != 0 {
+		return bad("a leader exit code %#x for a leader that has not exited", p.LeaderExitCode)
+	}
+	if p.LeaderExitCode&^0xff00 != 0 {
+		return bad("leader exit code %#x: not one the exit system call makes", p.LeaderExitCode)
+	}
 	if p.VforkOf != 0 && (p.VforkOf != p.PPID || len(p.VMAs) != 0 || len(p.Mapped) != 0 || len(p.Auxv) != 0 || p.MM != (MM{}) || p.FilesOf != 0) {
 		return bad("a vfork() child of %d (parent %d) with memory, auxv or a shared fd table of its own", p.VforkOf, p.PPID)
 	}
