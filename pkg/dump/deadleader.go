@@ -110,6 +110,11 @@ func (d *dumper) addExitedLeader(p *image.Process) error {
 	th := p.Threads[0] // a copy: registers and the rest to build it with
 	th.TID, th.State, th.SigMask, th.Pending = tid, "Z", status.SigBlk, nil
 	th.Restart, th.InSyscall, th.SeccompStrict = 0, -1, false
+	// What the kernel undid at its exit: its clear_child_tid was written
+	// and woken, its robust futexes released; the zombie has none, and
+	// the live thread's (copied) must not be undone once more when the
+	// restored leader exits. Nor its rseq area or signal stack.
+	th.ClearTID, th.Robust, th.Rseq, th.AltStack = 0, image.Robust{}, image.Rseq{}, image.AltStack{Flags: 2} // SS_DISABLE
 	comm, err := os.ReadFile(proc.Path(pid, "task", tid.String(), "comm"))
 	if err != nil {
 		return fmt.Errorf("%s: read comm: %w", what, err)

@@ -328,7 +328,7 @@ func runOnce(pid sys.PID, sink Sink, opts Options) (res *Result, err error) {
 	}
 	opts.fault(PhaseCollected)
 	root := t.members[0].p
-	hdr, err := header(t.members[0].rd(), root)
+	hdr, err := header(pid, t.members[0].rd(), root)
 	if err != nil {
 		return nil, err
 	}
@@ -372,7 +372,7 @@ func runOnce(pid sys.PID, sink Sink, opts Options) (res *Result, err error) {
 	var jobs []memJob
 	for _, m := range t.members {
 		if !m.p.Zombie {
-			jobs = append(jobs, memJob{m.rd(), m.plan})
+			jobs = append(jobs, memJob{m.pid, m.plan, m.rd()})
 		}
 	}
 	memStart := time.Now()
@@ -428,8 +428,9 @@ func runOnce(pid sys.PID, sink Sink, opts Options) (res *Result, err error) {
 	return res, nil
 }
 
-// header describes the machine and the CPU features the process may use.
-func header(pid sys.PID, p *image.Process) (*image.Header, error) {
+// header describes the machine and the CPU features the process may use;
+// rd is the PID its memory is read through (see frozen.via).
+func header(pid, rd sys.PID, p *image.Process) (*image.Header, error) {
 	var uts unix.Utsname
 	if err := unix.Uname(&uts); err != nil {
 		return nil, err
@@ -456,7 +457,7 @@ func header(pid sys.PID, p *image.Process) (*image.Header, error) {
 	for _, v := range p.VMAs {
 		if v.Kind == image.VMAVDSO {
 			buf := make([]byte, v.Len())
-			if err := readMem(pid, v.Start, buf); err != nil {
+			if err := readMem(rd, v.Start, buf); err != nil {
 				return nil, fmt.Errorf("read vdso: %w", err)
 			}
 			h.VDSO = image.VDSO{Size: v.Len(), SHA256: machine.HashVDSO(buf)}

@@ -195,14 +195,14 @@ func dumpMemory(jobs []memJob, sink Sink, progress func(done, total int64), read
 	start := time.Now()
 	var st memStats
 	type work struct {
-		pid  sys.PID
-		runs []run
+		pid, rd sys.PID // rd: the PID its memory is read through
+		runs    []run
 	}
 	var batches []work
 	var total int64
 	for _, j := range jobs {
 		for _, b := range splitBatches(j.plan.runs) {
-			batches = append(batches, work{j.pid, b})
+			batches = append(batches, work{j.pid, j.readPID(), b})
 		}
 		total += j.plan.pages * pageSize
 	}
@@ -251,7 +251,7 @@ func dumpMemory(jobs []memJob, sink Sink, progress func(done, total int64), read
 				allocated <- buf
 			}
 			bt := batch{pid: b.pid, buf: buf, runs: b.runs}
-			if err := readBatch(b.pid, buf, b.runs); err != nil {
+			if err := readBatch(b.rd, buf, b.runs); err != nil {
 				bt.err = fmt.Errorf("process %d: %w", b.pid, err)
 			} else {
 				var meta []image.PageRun
@@ -343,6 +343,14 @@ func bufferLimit(want int64) int64 {
 type memJob struct {
 	pid  sys.PID
 	plan *memPlan
+	rd   sys.PID // the PID to read through, if not pid (frozen.via)
+}
+
+func (j memJob) readPID() sys.PID {
+	if j.rd != 0 {
+		return j.rd
+	}
+	return j.pid
 }
 
 // splitBatches cuts runs into batches of at most batchBytes and maxIov runs.

@@ -158,10 +158,11 @@ func parseStatus(b []byte) (*Status, error) {
 		return nil, err
 	}
 	// Every kernel ckpt runs on writes these: a status without one of them
-	// is refused rather than read as zero.
+	// is refused rather than read as zero. A zombie (a dead leader of
+	// threads that run on) has let its fs go, and with it the Umask line.
 	for _, k := range []string{"Tgid", "Uid", "Gid", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb",
 		"State", "Umask", "SigPnd", "ShdPnd", "SigBlk", "SigIgn", "SigCgt", "NoNewPrivs"} {
-		if !seen[k] {
+		if !seen[k] && !(k == "Umask" && (s.State == 'Z' || s.State == 'X')) {
 			return nil, fmt.Errorf("no %s field", k)
 		}
 	}

@@ -284,7 +284,7 @@ func (b *builder) finish() error {
 			return err
 		}
 	}
-	return nil
+	return b.exitLeader() // a leader that had exited at the dump (deadleader.go)
 }
 
 // resumeRegs adjusts the registers of a thread that was stopped inside a

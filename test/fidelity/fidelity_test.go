@@ -69,6 +69,8 @@ var cases = []fcase{
 	{name: "proc_threadctl", src: "proc_threadctl.c"},
 	{name: "proc_rseq", src: "proc_rseq.c"},
 	{name: "proc_vfork", src: "proc_vfork.c"},
+	{name: "proc_deadleader", src: "proc_deadleader.c"},
+	{name: "proc_deadleader_code", src: "proc_deadleader.c", args: []string{"code"}},
 	{name: "proc_clone_vm", src: "proc_clone_vm.c", refuse: "shares its memory (a vfork() child before it calls exec or exits, or clone(CLONE_VM)): the parent is not waiting in vfork()"},
 	// File descriptors (pkg/fdkind): status flags, FD_CLOEXEC, positions,
 	// owners, shared descriptions.
@@ -527,7 +529,8 @@ func (e *env) refused(t *testing.T, c fcase, p *prog) {
 }
 
 // untouched checks that the program runs on: not traced, not stopped, no
-// exit reported.
+// exit reported. A process whose leader has exited (a zombie thread) is
+// looked at through its first live thread.
 func (e *env) untouched(t *testing.T, p *prog, why string) {
 	t.Helper()
 	if es, ok := e.r.Poll(p.pid); ok {
@@ -535,7 +538,8 @@ func (e *env) untouched(t *testing.T, p *prog, why string) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		tp, st := statusField(p.pid, "TracerPid"), statusField(p.pid, "State")
+		id := liveTask(p.pid)
+		tp, st := statusField(id, "TracerPid"), statusField(id, "State")
 		if tp == "0" && (strings.HasPrefix(st, "S") || strings.HasPrefix(st, "R")) {
 			return
 		}
@@ -577,6 +581,21 @@ func (e *env) ckpt(t *testing.T, wrap []string, args ...string) result {
 		t.Fatalf("%s: %v", strings.Join(argv, " "), err)
 	}
 	return res
+}
+
+// liveTask is pid, or, if its leader is a zombie thread, the first of its
+// other threads.
+func liveTask(pid int) int {
+	if !strings.HasPrefix(statusField(pid, "State"), "Z") {
+		return pid
+	}
+	ents, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	for _, e := range ents {
+		if tid, err := strconv.Atoi(e.Name()); err == nil && tid != pid {
+			return tid
+		}
+	}
+	return pid
 }
 
 func statusField(pid int, name string) string {

@@ -1,0 +1,165 @@
+/*
+ * proc_deadleader: the main thread gives itself a name and a signal mask
+ * of its own, starts two threads that set state of their own (name, mask,
+ * a signal pending in their own queue, a counter in shared memory), and
+ * exits: pthread_exit, or with "code" the exit system call with status 5.
+ * The leader is then a zombie thread while the process runs on. After the
+ * restore the first thread checks from inside: the leader is still a
+ * zombie thread (state Z, its name, mask and exit code), the process is
+ * (Z, 3 threads) as /proc/self/status said before, the threads are there
+ * with their TIDs and their own state, the memory the leader wrote and the
+ * counter the second thread keeps increasing.
+ */
+#include "fidelity.h"
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/prctl.h>
+#include <sys/syscall.h>
+#include <time.h>
+
+static pid_t pid;
+static pid_t tids[2];
+static atomic_long counter;
+static volatile long written; /* by the leader before it exits */
+static pthread_barrier_t bar;
+static int exit_code; /* the leader's exit status (exit system call) */
+
+/* field returns field n (1-based) of /proc/self/task/TID/stat, or -1. */
+static long long stat_field(pid_t tid, int n, char *state)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof path, "/proc/self/task/%d/stat", tid);
+	if (fid_read_file(path, buf, sizeof buf) < 0)
+		return -1;
+	char *p = strrchr(buf, ')');
+	if (!p)
+		return -1;
+	p += 2; /* field 3, the state */
+	if (state)
+		*state = *p;
+	for (int f = 3; f < n; f++) {
+		p = strchr(p, ' ');
+		if (!p)
+			return -1;
+		p++;
+	}
+	return strtoll(p, NULL, 10);
+}
+
+static char leader_state(void)
+{
+	char s = '?';
+	stat_field(pid, 3, &s);
+	return s;
+}
+
+static void check_task(pid_t tid, const char *name, const char *sigblk)
+{
+	char path[64], got[64] = "", v[64] = "";
+	snprintf(path, sizeof path, "/proc/self/task/%d/comm", tid);
+	FID_EXPECT(fid_read_file(path, got, sizeof got) == 0 && strcmp(got, name) == 0,
+		   "task %d comm \"%s\", want %s", tid, got, name);
+	FID_EXPECT(fid_status(tid, "SigBlk", v, sizeof v) == 0 && strcmp(v, sigblk) == 0,
+		   "task %d SigBlk %s, want %s", tid, v, sigblk);
+}
+
+static void *second(void *arg)
+{
+	(void)arg;
+	tids[1] = syscall(SYS_gettid);
+	prctl(PR_SET_NAME, "dl-second");
+	sigset_t s;
+	sigemptyset(&s);
+	sigaddset(&s, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &s, NULL);
+	syscall(SYS_tgkill, pid, tids[1], SIGUSR1); /* stays pending, in its own queue */
+	pthread_barrier_wait(&bar);
+	for (;;) {
+		atomic_fetch_add(&counter, 1);
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	return NULL;
+}
+
+static void *first(void *arg)
+{
+	(void)arg;
+	tids[0] = syscall(SYS_gettid);
+	prctl(PR_SET_NAME, "dl-first");
+	pthread_barrier_wait(&bar);
+	/* Ready once the leader is a zombie thread. */
+	for (int i = 0; leader_state() != 'Z'; i++) {
+		FID_SETUP(i < 10000, "the leader did not exit");
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+	}
+	char before[64] = "", threads[16] = "";
+	FID_SETUP(fid_status(0, "State", before, sizeof before) == 0, "status State");
+	FID_SETUP(fid_status(0, "Threads", threads, sizeof threads) == 0 && strcmp(threads, "3") == 0,
+		  "Threads %s, want 3", threads);
+	fid_ready();
+	fid_wait();
+
+	char st = '?';
+	long long code = stat_field(pid, 52, &st);
+	FID_EXPECT(st == 'Z', "leader %d state %c, want Z", pid, st);
+	FID_EXPECT(code == (long long)exit_code << 8, "leader exit code %lld, want %d", code, exit_code << 8);
+	char after[64] = "";
+	FID_EXPECT(fid_status(0, "State", after, sizeof after) == 0 && strcmp(after, before) == 0,
+		   "process State \"%s\", want \"%s\"", after, before);
+	FID_EXPECT(fid_status(0, "Threads", threads, sizeof threads) == 0 && strcmp(threads, "3") == 0,
+		   "Threads %s, want 3", threads);
+	FID_EXPECT(getpid() == pid, "getpid %d, want %d", getpid(), pid);
+	FID_EXPECT(syscall(SYS_gettid) == tids[0], "gettid %ld, want %d", syscall(SYS_gettid), tids[0]);
+	/* SIGTERM (fid_init), and the leader's SIGUSR2; SIGUSR1 in the second. */
+	check_task(pid, "dl-leader", "0000000000004800");
+	check_task(tids[0], "dl-first", "0000000000004000");
+	check_task(tids[1], "dl-second", "0000000000004200");
+	char pnd[32] = "";
+	FID_EXPECT(fid_status(tids[1], "SigPnd", pnd, sizeof pnd) == 0 && strcmp(pnd, "0000000000000200") == 0,
+		   "second thread SigPnd %s, want 0000000000000200", pnd);
+	FID_EXPECT(fid_status(pid, "SigPnd", pnd, sizeof pnd) == 0 && strcmp(pnd, "0000000000000000") == 0,
+		   "leader SigPnd %s, want 0", pnd);
+	FID_EXPECT(written == 0x5eed, "memory the leader wrote: %#lx, want 0x5eed", written);
+	/* Exactly the three tasks. */
+	char path[64];
+	int n = 0;
+	for (int i = 0; i < 3; i++) {
+		pid_t t = i == 0 ? pid : tids[i - 1];
+		snprintf(path, sizeof path, "/proc/self/task/%d", t);
+		n += access(path, F_OK) == 0;
+	}
+	FID_EXPECT(n == 3, "%d of the 3 tasks there", n);
+	long c0 = atomic_load(&counter);
+	int moved = 0;
+	for (int i = 0; i < 5000 && !moved; i++) {
+		struct timespec ts = {0, 1000000};
+		nanosleep(&ts, NULL);
+		moved = atomic_load(&counter) != c0;
+	}
+	FID_EXPECT(moved, "the second thread does not run (counter stays %ld)", c0);
+	exit(fid_done());
+	return NULL;
+}
+
+int main(int argc, char **argv)
+{
+	fid_init(argc, argv);
+	pid = getpid();
+	exit_code = argc > 2 && strcmp(argv[2], "code") == 0 ? 5 : 0;
+	FID_SETUP(prctl(PR_SET_NAME, "dl-leader") == 0, "PR_SET_NAME");
+	pthread_barrier_init(&bar, NULL, 3);
+	pthread_t t;
+	FID_SETUP(pthread_create(&t, NULL, first, NULL) == 0, "pthread_create");
+	FID_SETUP(pthread_create(&t, NULL, second, NULL) == 0, "pthread_create");
+	pthread_barrier_wait(&bar);
+	written = 0x5eed;
+	sigset_t s;
+	sigemptyset(&s);
+	sigaddset(&s, SIGUSR2);
+	pthread_sigmask(SIG_BLOCK, &s, NULL);
+	if (exit_code)
+		syscall(SYS_exit, exit_code);
+	pthread_exit(NULL);
+}
