@@ -1,9 +1,14 @@
 package bpftask
 
 import (
+	"bytes"
 	"errors"
+	"fmt"
+	"os"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestUnixVerify runs the UNIX accept queue reader's own check: what it
@@ -27,5 +32,79 @@ func TestUnixVerify(t *testing.T) {
 	t.Logf("verified in %v, paged pieces readable: %v", time.Since(start), r.pagedOK)
 	if !r.pagedOK {
 		t.Error("paged pieces not readable on this kernel")
+	}
+}
+
+// TestUnixAcceptQueueMany reads a listener's queue of 300 connections,
+// each with a short piece and one the kernel puts mostly in pages, every
+// third client closed: every connection in order, every byte.
+func TestUnixAcceptQueueMany(t *testing.T) {
+	r, err := OpenUnix()
+	if errors.Is(err, ErrUnixUnavailable) {
+		t.Skipf("reader: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	name := fmt.Sprintf("@ckpt-unixq-many-%d-%d", os.Getpid(), time.Now().UnixNano())
+	lfd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(lfd)
+	if err := unix.Bind(lfd, &unix.SockaddrUnix{Name: name}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 300
+	if err := unix.Listen(lfd, n); err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 500)
+	want := make([]uint32, n)
+	for i := range n {
+		c, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Connect(c, &unix.SockaddrUnix{Name: name}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unix.Write(c, []byte(fmt.Sprint(i))); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := unix.Write(c, big); err != nil {
+			t.Fatal(err)
+		}
+		if i%3 == 0 {
+			unix.Close(c)
+			continue
+		}
+		defer unix.Close(c)
+		var st unix.Stat_t
+		unix.Fstat(c, &st)
+		want[i] = uint32(st.Ino)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(lfd, &st); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	conns, err := r.AcceptQueue(uint32(st.Ino))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%d connections read in %v", len(conns), time.Since(start))
+	if len(conns) != n {
+		t.Fatalf("%d connections, want %d", len(conns), n)
+	}
+	for i, c := range conns {
+		if c.Client != want[i] || len(c.Msgs) != 2 || string(c.Msgs[0].Data) != fmt.Sprint(i) || !bytes.Equal(c.Msgs[1].Data, big) ||
+			c.Msgs[0].PID != os.Getpid() || c.Peer.PID != os.Getpid() {
+			t.Fatalf("connection %d: client %d (want %d), %d pieces", i, c.Client, want[i], len(c.Msgs))
+		}
 	}
 }

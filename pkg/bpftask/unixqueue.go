@@ -194,7 +194,8 @@ func (r *UnixReader) read(reqs ...memReq) ([][]byte, error) {
 			if rc := int64(binary.LittleEndian.Uint64(b[i*8:])); rc != 0 {
 				return nil, fmt.Errorf("kernel memory at %#x (%d bytes): error %d: %w", q.addr, q.size, rc, ErrUnixChanged)
 			}
-			out = append(out, b[memHdr+i*memSlot:memHdr+i*memSlot+int(q.size)])
+			lo, hi := memHdr+i*memSlot, memHdr+i*memSlot+int(q.size)
+			out = append(out, b[lo:hi:hi]) // an append to it copies
 		}
 	}
 	return out, nil
@@ -240,6 +241,10 @@ const maxWalk = 1 << 16
 // UNIX listener whose inode is listener, in the order accept() takes
 // them. The listener must be in the caller's network namespace, and the
 // processes that can change its queue (its clients, itself) stopped.
+//
+// Reads that do not depend on each other run together (batch): the
+// listener's queue is walked one connection per round while what each
+// connection found holds is read alongside.
 func (r *UnixReader) AcceptQueue(listener uint32) ([]UnixConn, error) {
 	socks, err := r.sockets()
 	if err != nil {
@@ -257,235 +262,225 @@ func (r *UnixReader) AcceptQueue(listener uint32) ([]UnixConn, error) {
 	if ls[l.state] != 10 { // TCP_LISTEN
 		return nil, fmt.Errorf("UNIX socket %d is not listening (state %d): %w", listener, ls[l.state], ErrUnixChanged)
 	}
-	head := lsk + uint64(l.rq)
-	var conns []UnixConn
-	for skb, n := u64(ls, l.rq), 0; skb != head; n++ {
-		if n > maxWalk || skb == 0 {
-			return nil, fmt.Errorf("UNIX listener %d: its queue does not end: %w", listener, ErrUnixChanged)
-		}
-		h, err := r.read1(skb, l.skbSize)
-		if err != nil {
-			return nil, err
-		}
-		c, err := r.embryo(u64(h, l.skbSk))
-		if err != nil {
-			return nil, fmt.Errorf("connection %d waiting in the queue of UNIX listener %d: %w", n+1, listener, err)
-		}
-		conns = append(conns, c)
-		skb = u64(h, l.skbNext)
+	qlen := int(u32(ls, l.rq+16))
+	if qlen > maxWalk {
+		return nil, fmt.Errorf("UNIX listener %d: %d connections queued: %w", listener, qlen, ErrUnixChanged)
 	}
-	if q := u32(ls, l.rq+16); int(q) != len(conns) {
-		return nil, fmt.Errorf("UNIX listener %d: %d connections found, its queue says %d: %w", listener, len(conns), q, ErrUnixChanged)
+	conns := make([]UnixConn, qlen)
+	head := lsk + uint64(l.rq)
+	b := &batch{r: r}
+	var walk func(skb uint64, n int)
+	walk = func(skb uint64, n int) {
+		switch {
+		case skb == head && n == qlen:
+			return
+		case skb == head || skb == 0 || n >= qlen:
+			b.fail(fmt.Errorf("UNIX listener %d: its queue does not hold the %d connections it counts: %w", listener, qlen, ErrUnixChanged))
+			return
+		}
+		b.get(skb, int(l.skbSize), func(h []byte) {
+			fail := func(err error) {
+				b.fail(fmt.Errorf("connection %d waiting in the queue of UNIX listener %d: %w", n+1, listener, err))
+			}
+			r.embryo(b, u64(h, l.skbSk), &conns[n], fail)
+			walk(u64(h, l.skbNext), n+1)
+		})
+	}
+	walk(u64(ls, l.rq), 0)
+	if err := b.run(); err != nil {
+		return nil, err
 	}
 	return conns, nil
 }
 
-// embryo reads the server end of a waiting connection at sk.
-func (r *UnixReader) embryo(sk uint64) (UnixConn, error) {
+// embryo reads the server end of a waiting connection at sk into c.
+func (r *UnixReader) embryo(b *batch, sk uint64, c *UnixConn, fail func(error)) {
 	l := r.l
-	var c UnixConn
-	e, err := r.read1(sk, l.unixSockSize)
-	if err != nil {
-		return c, err
-	}
-	if u64(e, l.socket) != 0 {
-		return c, fmt.Errorf("its server end has a socket already: %w", ErrUnixChanged)
-	}
-	c.Shutdown, c.Err = int(e[l.shutdown]), int(int32(u32(e, l.err)))
-	if l.hasOOB && u64(e, l.oob) != 0 {
-		return c, fmt.Errorf("out-of-band data (MSG_OOB) queued: %w", ErrUnixUnreadable)
-	}
-	if c.Peer, err = r.cred(u64(e, l.peerPID), u64(e, l.peerCred)); err != nil {
-		return c, fmt.Errorf("its peer credentials: %w", err)
-	}
-	if peer := u64(e, l.peer); peer != 0 {
-		cs, err := r.read1(peer, l.unixSockSize)
-		if err != nil {
-			return c, err
+	b.get(sk, int(l.unixSockSize), func(e []byte) {
+		if u64(e, l.socket) != 0 {
+			fail(fmt.Errorf("its server end has a socket already: %w", ErrUnixChanged))
+			return
 		}
-		if sock := u64(cs, l.socket); sock != 0 {
-			ino, err := r.read1(sock+uint64(l.inode), 8)
-			if err != nil {
-				return c, err
+		c.Shutdown, c.Err = int(e[l.shutdown]), int(int32(u32(e, l.err)))
+		if l.hasOOB && u64(e, l.oob) != 0 {
+			fail(fmt.Errorf("out-of-band data (MSG_OOB) queued: %w", ErrUnixUnreadable))
+			return
+		}
+		r.cred(b, u64(e, l.peerPID), u64(e, l.peerCred), &c.Peer, func(err error) { fail(fmt.Errorf("its peer credentials: %w", err)) })
+		if peer := u64(e, l.peer); peer != 0 {
+			b.get(peer, int(l.unixSockSize), func(cs []byte) {
+				if sock := u64(cs, l.socket); sock != 0 {
+					b.get(sock+uint64(l.inode), 8, func(ino []byte) {
+						if c.Client = uint32(u64(ino, 0)); c.Client == 0 {
+							fail(fmt.Errorf("its client has inode 0: %w", ErrUnixChanged))
+						}
+					})
+				} else if addr := u64(cs, l.addr); addr != 0 {
+					r.unixName(b, addr, &c.ClientName, func(err error) { fail(fmt.Errorf("the name of its closed client: %w", err)) })
+				}
+			})
+		}
+		qlen := int(u32(e, l.rq+16))
+		if qlen > maxWalk {
+			fail(fmt.Errorf("%d pieces queued: %w", qlen, ErrUnixChanged))
+			return
+		}
+		c.Msgs = make([]UnixQueued, qlen)
+		head := sk + uint64(l.rq)
+		var walk func(skb uint64, n int)
+		walk = func(skb uint64, n int) {
+			switch {
+			case skb == head && n == qlen:
+				return
+			case skb == head || skb == 0 || n >= qlen:
+				fail(fmt.Errorf("its queue does not hold the %d pieces it counts: %w", qlen, ErrUnixChanged))
+				return
 			}
-			c.Client = uint32(u64(ino, 0))
-			if c.Client == 0 {
-				return c, fmt.Errorf("its client has inode 0: %w", ErrUnixChanged)
-			}
-		} else if addr := u64(cs, l.addr); addr != 0 {
-			if c.ClientName, err = r.unixName(addr); err != nil {
-				return c, fmt.Errorf("the name of its closed client: %w", err)
-			}
+			b.get(skb, int(l.skbSize), func(h []byte) {
+				r.piece(b, h, &c.Msgs[n], func(err error) { fail(fmt.Errorf("piece %d of its queue: %w", n+1, err)) })
+				walk(u64(h, l.skbNext), n+1)
+			})
 		}
-	}
-	head := sk + uint64(l.rq)
-	for skb, n := u64(e, l.rq), 0; skb != head; n++ {
-		if n > maxWalk || skb == 0 {
-			return c, fmt.Errorf("its queue does not end: %w", ErrUnixChanged)
-		}
-		h, err := r.read1(skb, l.skbSize)
-		if err != nil {
-			return c, err
-		}
-		m, err := r.piece(h)
-		if err != nil {
-			return c, fmt.Errorf("piece %d of its queue: %w", n+1, err)
-		}
-		c.Msgs = append(c.Msgs, m)
-		skb = u64(h, l.skbNext)
-	}
-	if q := u32(e, l.rq+16); int(q) != len(c.Msgs) {
-		return c, fmt.Errorf("%d pieces found, its queue says %d: %w", len(c.Msgs), q, ErrUnixChanged)
-	}
-	return c, nil
+		walk(u64(e, l.rq), 0)
+	})
 }
 
-// piece reads one queued sk_buff (h: the struct).
-func (r *UnixReader) piece(h []byte) (UnixQueued, error) {
+// piece reads one queued sk_buff (h: the struct) into m.
+func (r *UnixReader) piece(b *batch, h []byte, m *UnixQueued, fail func(error)) {
 	l := r.l
-	var m UnixQueued
 	cb := h[l.skbCB:]
 	if u64(cb, l.cbFP) != 0 {
-		return m, fmt.Errorf("files in flight (SCM_RIGHTS): %w", ErrUnixUnreadable)
+		fail(fmt.Errorf("files in flight (SCM_RIGHTS): %w", ErrUnixUnreadable))
+		return
 	}
 	if u32(cb, l.cbConsumed) != 0 {
-		return m, fmt.Errorf("partly read: %w", ErrUnixChanged)
+		fail(fmt.Errorf("partly read: %w", ErrUnixChanged))
+		return
 	}
 	size, paged := u32(h, l.skbLen), u32(h, l.skbDataLen)
 	if paged > size || size > 64<<20 {
-		return m, fmt.Errorf("%d bytes, %d of them paged: %w", size, paged, ErrUnixChanged)
+		fail(fmt.Errorf("%d bytes, %d of them paged: %w", size, paged, ErrUnixChanged))
+		return
 	}
-	var err error
-	if m.Data, err = r.readLong(u64(h, l.skbData), int(size-paged)); err != nil {
-		return m, err
+	var linear, rest []byte
+	pending := 1
+	done := func() {
+		if pending--; pending == 0 {
+			m.Data = append(append(make([]byte, 0, size), linear...), rest...)
+		}
 	}
 	if paged > 0 {
-		rest, err := r.pages(h, paged)
-		if err != nil {
-			return m, err
-		}
-		m.Data = append(m.Data, rest...)
+		pending++
+		r.pages(b, h, paged, func(p []byte) { rest = p; done() }, fail)
 	}
+	b.get(u64(h, l.skbData), int(size-paged), func(p []byte) { linear = p; done() })
 	if pid := u64(cb, l.cbPID); pid != 0 {
-		if m.PID, err = r.pidNr(pid); err != nil {
-			return m, err
-		}
 		m.UID, m.GID = u32(cb, l.cbUID), u32(cb, l.cbGID)
+		r.pidNr(b, pid, func(nr int) { m.PID = nr })
 	}
-	return m, nil
 }
 
 // pages reads the paged part of a piece (n bytes in the page fragments
 // of its struct skb_shared_info, at head + end).
-func (r *UnixReader) pages(h []byte, n uint32) ([]byte, error) {
+func (r *UnixReader) pages(b *batch, h []byte, n uint32, then func([]byte), fail func(error)) {
 	l := r.l
 	if !r.pagedOK {
-		return nil, fmt.Errorf("%d bytes in pages, which this kernel's reader cannot find: %w", n, ErrUnixUnreadable)
+		fail(fmt.Errorf("%d bytes in pages, which this kernel's reader cannot find: %w", n, ErrUnixUnreadable))
+		return
 	}
-	sh, err := r.read1(u64(h, l.skbHead)+uint64(u32(h, l.skbEnd)), l.shinfoFrags)
-	if err != nil {
-		return nil, err
-	}
-	if u64(sh, l.shinfoFragList) != 0 {
-		return nil, fmt.Errorf("a fragment list: %w", ErrUnixUnreadable)
-	}
-	nr := uint32(sh[l.shinfoNrFrags])
-	fr, err := r.read1(u64(h, l.skbHead)+uint64(u32(h, l.skbEnd))+uint64(l.shinfoFrags), nr*l.fragSize)
-	if err != nil {
-		return nil, err
-	}
-	var out []byte
-	for i := range nr {
-		f := fr[i*l.fragSize:]
-		page, size, off := u64(f, l.fragNetmem), u32(f, l.fragLen), u32(f, l.fragOff)
-		if page&1 != 0 || page < r.vmemmap {
-			return nil, fmt.Errorf("a fragment not in a page: %w", ErrUnixUnreadable)
+	shinfo := u64(h, l.skbHead) + uint64(u32(h, l.skbEnd))
+	b.get(shinfo, int(l.shinfoFrags), func(sh []byte) {
+		if u64(sh, l.shinfoFragList) != 0 {
+			fail(fmt.Errorf("a fragment list: %w", ErrUnixUnreadable))
+			return
 		}
-		addr := r.pageOffset + (page-r.vmemmap)/uint64(l.pageSize)*4096 + uint64(off)
-		b, err := r.readLong(addr, int(size))
-		if err != nil {
-			return nil, err
+		nr := uint32(sh[l.shinfoNrFrags])
+		b.get(shinfo+uint64(l.shinfoFrags), int(nr*l.fragSize), func(fr []byte) {
+			parts := make([][]byte, nr)
+			pending := int(nr)
+			for i := range nr {
+				f := fr[i*l.fragSize:]
+				page, size, off := u64(f, l.fragNetmem), u32(f, l.fragLen), u32(f, l.fragOff)
+				if page&1 != 0 || page < r.vmemmap {
+					fail(fmt.Errorf("a fragment not in a page: %w", ErrUnixUnreadable))
+					return
+				}
+				addr := r.pageOffset + (page-r.vmemmap)/uint64(l.pageSize)*4096 + uint64(off)
+				b.get(addr, int(size), func(p []byte) {
+					parts[i] = p
+					if pending--; pending > 0 {
+						return
+					}
+					out := bytes.Join(parts, nil)
+					if uint32(len(out)) != n {
+						fail(fmt.Errorf("%d bytes in pages, %d found: %w", n, len(out), ErrUnixChanged))
+						return
+					}
+					then(out)
+				})
+			}
+			if nr == 0 {
+				fail(fmt.Errorf("%d bytes in pages, no fragment: %w", n, ErrUnixChanged))
+			}
+		})
+	})
+}
+
+// unixName decodes the struct unix_address at addr (its sockaddr_un)
+// into name.
+func (r *UnixReader) unixName(b *batch, addr uint64, name *string, fail func(error)) {
+	b.get(addr, int(r.l.addrName), func(h []byte) {
+		n := int32(u32(h, r.l.addrLen))
+		if n <= 2 || n > 110 {
+			fail(fmt.Errorf("a name of %d bytes: %w", n, ErrUnixChanged))
+			return
 		}
-		out = append(out, b...)
-	}
-	if uint32(len(out)) != n {
-		return nil, fmt.Errorf("%d bytes in pages, %d found: %w", n, len(out), ErrUnixChanged)
-	}
-	return out, nil
+		b.get(addr+uint64(r.l.addrName), int(n), func(sa []byte) {
+			path := sa[2:]
+			if path[0] == 0 {
+				*name = "@" + string(path[1:])
+				return
+			}
+			if i := bytes.IndexByte(path, 0); i >= 0 {
+				path = path[:i]
+			}
+			*name = string(path)
+		})
+	})
 }
 
-// unixName decodes the struct unix_address at addr: its sockaddr_un.
-func (r *UnixReader) unixName(addr uint64) (string, error) {
-	b, err := r.read1(addr, r.l.addrName)
-	if err != nil {
-		return "", err
-	}
-	n := int32(u32(b, r.l.addrLen))
-	if n <= 2 || n > 110 {
-		return "", fmt.Errorf("a name of %d bytes: %w", n, ErrUnixChanged)
-	}
-	sa, err := r.read1(addr+uint64(r.l.addrName), uint32(n))
-	if err != nil {
-		return "", err
-	}
-	path := sa[2:]
-	if path[0] == 0 {
-		return "@" + string(path[1:]), nil
-	}
-	if i := bytes.IndexByte(path, 0); i >= 0 {
-		path = path[:i]
-	}
-	return string(path), nil
+// pidNr gives the number of the struct pid at p in the initial
+// namespace.
+func (r *UnixReader) pidNr(b *batch, p uint64, then func(int)) {
+	b.get(p, int(r.l.pidNumbers+r.l.upidSize), func(h []byte) { then(int(int32(u32(h, r.l.pidNumbers)))) })
 }
 
-// pidNr is the number of the struct pid at p in the initial namespace.
-func (r *UnixReader) pidNr(p uint64) (int, error) {
-	b, err := r.read1(p, r.l.pidNumbers+r.l.upidSize)
-	if err != nil {
-		return 0, err
-	}
-	return int(int32(u32(b, r.l.pidNumbers))), nil
-}
-
-// cred decodes a socket's peer process and credentials.
-func (r *UnixReader) cred(pid, cred uint64) (PeerCred, error) {
-	var c PeerCred
-	var err error
+// cred decodes a socket's peer process and credentials into c.
+func (r *UnixReader) cred(b *batch, pid, cred uint64, c *PeerCred, fail func(error)) {
 	if pid != 0 {
-		if c.PID, err = r.pidNr(pid); err != nil {
-			return c, err
-		}
+		r.pidNr(b, pid, func(nr int) { c.PID = nr })
 	}
 	if cred == 0 {
-		return c, nil
+		return
 	}
 	l := r.l
-	b, err := r.read1(cred, max(l.credEUID, l.credEGID, l.credGroups)+8)
-	if err != nil {
-		return c, err
-	}
-	c.UID, c.GID = u32(b, l.credEUID), u32(b, l.credEGID)
-	gi := u64(b, l.credGroups)
-	if gi == 0 {
-		return c, nil
-	}
-	g, err := r.read1(gi, l.groupsGID)
-	if err != nil {
-		return c, err
-	}
-	n := int32(u32(g, l.groupsN))
-	if n < 0 || n > 65536 {
-		return c, fmt.Errorf("%d groups: %w", n, ErrUnixChanged)
-	}
-	if n == 0 {
-		return c, nil
-	}
-	gids, err := r.readLong(gi+uint64(l.groupsGID), int(n)*4)
-	if err != nil {
-		return c, err
-	}
-	for i := range int(n) {
-		c.Groups = append(c.Groups, u32(gids, uint32(i*4)))
-	}
-	return c, nil
+	b.get(cred, int(max(l.credEUID, l.credEGID, l.credGroups)+8), func(h []byte) {
+		c.UID, c.GID = u32(h, l.credEUID), u32(h, l.credEGID)
+		gi := u64(h, l.credGroups)
+		if gi == 0 {
+			return
+		}
+		b.get(gi, int(l.groupsGID), func(g []byte) {
+			n := int32(u32(g, l.groupsN))
+			if n < 0 || n > 65536 {
+				fail(fmt.Errorf("%d groups: %w", n, ErrUnixChanged))
+				return
+			}
+			b.get(gi+uint64(l.groupsGID), int(n)*4, func(gids []byte) {
+				for i := range int(n) {
+					c.Groups = append(c.Groups, u32(gids, uint32(i*4)))
+				}
+			})
+		})
+	})
 }
