@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"strings"
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
@@ -306,6 +307,14 @@ func ShowSocket(s *image.Socket) string {
 		return fmt.Sprintf("unix %s, connected outside the dump to an unnamed socket (needs ckpt-redo --inherit-fd)", kind)
 	case s.Family == unix.AF_UNIX && s.Peer != 0:
 		return fmt.Sprintf("unix %s, connected to socket %d", kind, s.Peer)
+	case s.Family == unix.AF_UNIX && s.State == sockets.StateListen && len(s.AcceptQueue) > 0:
+		return fmt.Sprintf("unix %s %s listening, %d waiting to be accepted (%d from a closed client)", kind, s.Local, len(s.AcceptQueue), len(s.Orphans))
+	case s.Family == unix.AF_UNIX && s.AcceptOf != 0:
+		out := strings.TrimSuffix("unix "+kind+" "+s.Local, " ") + fmt.Sprintf(", waiting in the accept queue of socket %d", s.AcceptOf)
+		if s.Waiting != nil {
+			out += fmt.Sprintf(", %d pieces sent", len(s.Waiting.Msgs))
+		}
+		return out
 	case s.Family == unix.AF_UNIX:
 		return fmt.Sprintf("unix %s %s", kind, s.Local)
 	case s.Family == unix.AF_NETLINK:

@@ -6,6 +6,7 @@ import (
 
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/rewrite"
+	"github.com/ckpt/ckpt/pkg/sockets"
 	"golang.org/x/sys/unix"
 )
 
@@ -15,6 +16,9 @@ func TestShowSocket(t *testing.T) {
 		want string
 	}{
 		{image.Socket{Family: unix.AF_UNIX, Type: unix.SOCK_STREAM, Peer: 7}, "unix stream, connected to socket 7"},
+		{image.Socket{Family: unix.AF_UNIX, Type: unix.SOCK_STREAM, State: sockets.StateListen, Local: "@l", AcceptQueue: []uint32{5, 0}, Orphans: []image.Waiting{{}}}, "unix stream @l listening, 2 waiting to be accepted (1 from a closed client)"},
+		{image.Socket{Family: unix.AF_UNIX, Type: unix.SOCK_STREAM, AcceptOf: 4, Waiting: &image.Waiting{Msgs: []int{1, 2}}}, "unix stream, waiting in the accept queue of socket 4, 2 pieces sent"},
+		{image.Socket{Family: unix.AF_UNIX, Type: unix.SOCK_SEQPACKET, AcceptOf: 4, Local: "@c"}, "unix seqpacket @c, waiting in the accept queue of socket 4"},
 		{image.Socket{Family: unix.AF_UNIX, Type: unix.SOCK_DGRAM, Local: "/run/x.sock"}, "unix dgram /run/x.sock"},
 		{image.Socket{Family: unix.AF_INET, Type: unix.SOCK_STREAM, Local: "1.2.3.4:5", Remote: "6.7.8.9:10", TCP: &image.TCPRepair{}}, "tcp 1.2.3.4:5 -> 6.7.8.9:10 established, 0 bytes unsent"},
 		{image.Socket{Family: unix.AF_INET, Type: unix.SOCK_STREAM, State: 10, Local: "0.0.0.0:80", Backlog: 5}, "tcp 0.0.0.0:80 listening, backlog 5"},
