@@ -17,6 +17,12 @@
 // stopped under ptrace the same way and compares every decoded value with
 // what ptrace (and injected calls) gave for it. A caller uses the reader
 // only once that check passed.
+//
+// The package also reads what nothing but accept() reaches: the server
+// ends of the connections waiting in a UNIX listener's accept queue
+// (UnixReader, unixqueue.go), with a UNIX socket iterator and a kernel
+// memory reader, checked the same way (UnixReader.Verify) on connections
+// it makes itself.
 package bpftask
 
 import (
