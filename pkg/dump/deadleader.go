@@ -83,7 +83,9 @@ func (fz *frozen) viaLive() error {
 // what the zombie still shows: its name, signal mask, credentials,
 // scheduling and exit code; the rest is a copy of the first live thread,
 // which the restore builds it as before it makes it exit. What the
-// zombie keeps and the restore cannot give it is refused by name.
+// zombie keeps and the restore cannot give it is refused by name. Its
+// own queue of signals is empty: the kernel (6.18) empties it at its
+// exit and queues nothing on a zombie thread (a tgkill to it is lost).
 func (d *dumper) addExitedLeader(p *image.Process) error {
 	if !d.fz.leaderExited {
 		return nil
@@ -102,7 +104,9 @@ func (d *dumper) addExitedLeader(p *image.Process) error {
 		return fmt.Errorf("%s: read status: %w", what, err)
 	}
 	if status.SigPnd != 0 {
-		return refuse(pid, what, "signals %#x pending in its own queue: the kernel keeps them with the dead thread, a restore cannot queue them there", status.SigPnd)
+		// Linux (6.18) empties it at the exit, and queues nothing on
+		// a zombie: never seen, its siginfo could not be read.
+		return refuse(pid, what, "signals %#x pending in its own queue: their siginfo cannot be read from a dead thread", status.SigPnd)
 	}
 	if err := exitedLeaderSeccomp(d.fz, status); err != nil {
 		return err

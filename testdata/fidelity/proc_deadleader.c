@@ -3,6 +3,8 @@
  * of its own, starts two threads that set state of their own (name, mask,
  * a signal pending in their own queue, a counter in shared memory), and
  * exits: pthread_exit, or with "code" the exit system call with status 5.
+ * With "seccomp" every thread has a seccomp filter (allow all), which the
+ * dump refuses: the filters of the dead leader cannot be read.
  * The leader is then a zombie thread while the process runs on. After the
  * restore the first thread checks from inside: the leader is still a
  * zombie thread (state Z, its name, mask and exit code), the process is
@@ -13,6 +15,8 @@
 #include "fidelity.h"
 #include <pthread.h>
 #include <stdatomic.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <time.h>
@@ -148,6 +152,12 @@ int main(int argc, char **argv)
 	fid_init(argc, argv);
 	pid = getpid();
 	exit_code = argc > 2 && strcmp(argv[2], "code") == 0 ? 5 : 0;
+	if (argc > 2 && strcmp(argv[2], "seccomp") == 0) {
+		struct sock_filter allow = BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW);
+		struct sock_fprog prog = {.len = 1, .filter = &allow};
+		FID_SETUP(prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "PR_SET_NO_NEW_PRIVS");
+		FID_SETUP(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0, "seccomp");
+	}
 	FID_SETUP(prctl(PR_SET_NAME, "dl-leader") == 0, "PR_SET_NAME");
 	pthread_barrier_init(&bar, NULL, 3);
 	pthread_t t;
