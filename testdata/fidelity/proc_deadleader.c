@@ -3,7 +3,9 @@
  * of its own, starts two threads that set state of their own (name, mask,
  * a signal pending in their own queue, a counter in shared memory), and
  * exits: pthread_exit, or with "code" the exit system call with status 5.
- * With "seccomp" every thread has a seccomp filter (allow all), which the
+ * With "child" all that happens in a child, which tells its findings to
+ * the parent through a pipe; the parent then reaps it (its exit is seen
+ * as after any other child's). With "seccomp" every thread has a seccomp filter (allow all), which the
  * dump refuses: the filters of the dead leader cannot be read.
  * The leader is then a zombie thread while the process runs on. After the
  * restore the first thread checks from inside: the leader is still a
@@ -19,6 +21,7 @@
 #include <linux/seccomp.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 
 static pid_t pid;
@@ -27,6 +30,7 @@ static atomic_long counter;
 static volatile long written; /* by the leader before it exits */
 static pthread_barrier_t bar;
 static int exit_code; /* the leader's exit status (exit system call) */
+static int ready_w = -1, verdict_w = -1; /* "child": the pipes to the parent */
 
 /* field returns field n (1-based) of /proc/self/task/TID/stat, or -1. */
 static long long stat_field(pid_t tid, int n, char *state)
@@ -102,7 +106,10 @@ static void *first(void *arg)
 	FID_SETUP(fid_status(0, "State", before, sizeof before) == 0, "status State");
 	FID_SETUP(fid_status(0, "Threads", threads, sizeof threads) == 0 && strcmp(threads, "3") == 0,
 		  "Threads %s, want 3", threads);
-	fid_ready();
+	if (ready_w >= 0)
+		FID_SETUP(write(ready_w, "r", 1) == 1, "tell the parent");
+	else
+		fid_ready();
 	fid_wait();
 
 	char st = '?';
@@ -143,13 +150,61 @@ static void *first(void *arg)
 		moved = atomic_load(&counter) != c0;
 	}
 	FID_EXPECT(moved, "the second thread does not run (counter stays %ld)", c0);
+	if (verdict_w >= 0) {
+		if (fid_whylen && write(verdict_w, fid_why, fid_whylen) != (ssize_t)fid_whylen)
+			_exit(3);
+		_exit(fid_failed ? 1 : 0);
+	}
 	exit(fid_done());
 	return NULL;
+}
+
+/* parent runs the case in a child, and collects its findings. */
+static int parent(void)
+{
+	int ready[2], verdict[2];
+	FID_SETUP(pipe2(ready, O_CLOEXEC) == 0 && pipe2(verdict, O_CLOEXEC) == 0, "pipe");
+	pid_t c = fork();
+	FID_SETUP(c >= 0, "fork");
+	if (c == 0) {
+		close(ready[0]);
+		close(verdict[0]);
+		ready_w = ready[1];
+		verdict_w = verdict[1];
+		return -1; /* go on as the case */
+	}
+	close(ready[1]);
+	close(verdict[1]);
+	char b;
+	FID_SETUP(read(ready[0], &b, 1) == 1, "the child did not get ready");
+	fid_ready();
+	fid_wait();
+	FID_EXPECT(kill(c, SIGTERM) == 0, "kill the child %d: %s", c, strerror(errno));
+	char why[2048];
+	size_t n = 0;
+	ssize_t r;
+	while (n < sizeof why - 1 && ((r = read(verdict[0], why + n, sizeof why - 1 - n)) > 0 || (r < 0 && errno == EINTR)))
+		if (r > 0)
+			n += r;
+	why[n] = 0;
+	FID_EXPECT(n == 0, "child: %s", why);
+	int ws;
+	pid_t w;
+	do
+		w = waitpid(c, &ws, 0);
+	while (w < 0 && errno == EINTR);
+	FID_EXPECT(w == c && WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "child %d: waitpid %d status %#x", c, w, ws);
+	return fid_done();
 }
 
 int main(int argc, char **argv)
 {
 	fid_init(argc, argv);
+	if (argc > 2 && strcmp(argv[2], "child") == 0) {
+		int ret = parent();
+		if (ret >= 0)
+			return ret;
+	}
 	pid = getpid();
 	exit_code = argc > 2 && strcmp(argv[2], "code") == 0 ? 5 : 0;
 	if (argc > 2 && strcmp(argv[2], "seccomp") == 0) {
