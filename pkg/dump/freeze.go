@@ -113,9 +113,10 @@ func tgidOf(tid sys.TID) sys.PID {
 // caught by rescanning until the set is stable. Each round seizes and
 // interrupts every new thread first and then waits for them: they stop
 // together, not one after the other. On error everything seized is
-// released.
-func freeze(pid sys.PID) (*frozen, error) {
-	fz := &frozen{pid: pid, leaderExited: leaderExited(pid)}
+// released. deadLeader tells that the leader has exited (a zombie
+// thread, other threads running: see deadleader.go): it is not seized.
+func freeze(pid sys.PID, deadLeader bool) (*frozen, error) {
+	fz := &frozen{pid: pid, leaderExited: deadLeader}
 	seen := map[sys.TID]bool{}
 	if fz.leaderExited {
 		seen[pid.Leader()] = true // a zombie thread: not seized

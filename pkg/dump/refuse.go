@@ -247,7 +247,11 @@ func refuseAuditSession(pid sys.PID) error {
 // outside ckpt's own bounding set: the restored threads start with
 // ckpt-redo's, and can only drop from there.
 func refuseThreads(m *member, own *limits) error {
-	for _, t := range m.fz.tasks {
+	tasks := m.fz.tasks
+	if m.fz.leaderExited { // its zombie too: the restore gives it its credentials
+		tasks = append([]*task{{tid: m.pid.Leader()}}, tasks...)
+	}
+	for _, t := range tasks {
 		st, err := t.readStatus()
 		if err != nil {
 			return fmt.Errorf("thread %d: read status: %w", t.tid, err)

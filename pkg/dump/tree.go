@@ -80,7 +80,8 @@ func (t *tree) freezeOnce(root sys.PID) error {
 			continue // exited and reaped meanwhile
 		}
 		m := &member{pid: pid, comm: st.Comm}
-		if st.State == 'Z' && pid != root && !leaderExited(pid) {
+		dead := st.State == 'Z' && leaderExited(pid) // a zombie leader, other threads running
+		if st.State == 'Z' && pid != root && !dead {
 			m.p = zombie(st)
 			t.members = append(t.members, m)
 			continue
@@ -107,7 +108,7 @@ func (t *tree) freezeOnce(root sys.PID) error {
 			queue = append(queue, kids...)
 			continue
 		}
-		if m.fz, err = freeze(pid); err != nil {
+		if m.fz, err = freeze(pid, dead); err != nil {
 			// A child that exits meanwhile: seizing a zombie says EPERM
 			// (ptrace_attach refuses a task with an exit state), a
 			// reaped one ESRCH.

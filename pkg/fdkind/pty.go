@@ -585,9 +585,14 @@ func lockPtmx(t Target, p *image.Process, f *image.File) error {
 	return err
 }
 
-// pidfdCopy returns ckpt's own fd of fd of process pid.
+// pidfdCopy returns ckpt's own fd of fd of process pid (or of the
+// process of thread pid: where the leader has exited, the dump names a
+// live thread).
 func pidfdCopy(pid sys.PID, fd sys.TargetFD) (*sys.FD, error) {
 	pidfd, err := sys.PidfdOpen(pid, 0)
+	if errors.Is(err, unix.EINVAL) {
+		pidfd, err = sys.PidfdOpen(pid, unix.PIDFD_THREAD)
+	}
 	if err != nil {
 		return nil, err
 	}

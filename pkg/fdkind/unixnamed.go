@@ -72,7 +72,9 @@ func connectorOf(env DumpEnv, pid sys.PID, s *image.Socket) error {
 	if err != nil {
 		return fmt.Errorf("UNIX socket %d: %w", s.Ino, err)
 	}
-	c := &image.PeerCred{PID: pid, UID: uint32(st.UID[1]), GID: uint32(st.GID[1])}
+	// st.TGID: pid may be a live thread's TID, where the process's
+	// leader has exited (the dump reads its /proc files there).
+	c := &image.PeerCred{PID: st.TGID, UID: uint32(st.UID[1]), GID: uint32(st.GID[1])}
 	for _, g := range st.Groups {
 		c.Groups = append(c.Groups, uint32(g))
 	}
