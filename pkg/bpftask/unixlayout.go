@@ -31,19 +31,25 @@ type unixLayout struct {
 	fragNetmem, fragLen, fragOff   uint32 // skb_frag_t
 	pageSize                       uint32 // sizeof(struct page)
 	addrLen, addrName              uint32 // struct unix_address
+	fpCount, fpFiles               uint32 // struct scm_fp_list: count, fp[]
+	tgid                           uint32 // task_struct.tgid
+	itfTask, itfFD, itfFile        uint32 // struct bpf_iter__task_file
 }
 
 // loadUnixLayout reads the offsets from the kernel's BTF s.
 func loadUnixLayout(s *btf.Spec) (*unixLayout, error) {
 	var err error
 	st := map[string]*btf.Struct{}
-	for _, n := range []string{"unix_sock", "sock", "socket_alloc", "inode", "sk_buff", "unix_skb_parms", "pid", "upid", "cred", "group_info", "skb_shared_info", "skb_frag", "page", "unix_address"} {
+	for _, n := range []string{"unix_sock", "sock", "socket_alloc", "inode", "sk_buff", "unix_skb_parms", "pid", "upid", "cred", "group_info", "skb_shared_info", "skb_frag", "page", "unix_address", "scm_fp_list", "task_struct", "bpf_iter__task_file"} {
 		if st[n], err = structType(s, n); err != nil {
 			return nil, err
 		}
 	}
 	if _, err := structType(s, "bpf_iter__unix"); err != nil {
 		return nil, fmt.Errorf("no BPF UNIX socket iterator: %w", err)
+	}
+	if l := st["task_struct"].Size; l > 1<<15 {
+		return nil, fmt.Errorf("task_struct of %d bytes: %w", l, errLayout)
 	}
 	l := &unixLayout{unixSockSize: st["unix_sock"].Size, skbSize: st["sk_buff"].Size, upidSize: st["upid"].Size,
 		fragSize: st["skb_frag"].Size, pageSize: st["page"].Size}
@@ -96,6 +102,12 @@ func loadUnixLayout(s *btf.Spec) (*unixLayout, error) {
 		{&l.fragOff, "skb_frag", 4, []string{"offset"}},
 		{&l.addrLen, "unix_address", 4, []string{"len"}},
 		{&l.addrName, "unix_address", 0, []string{"name"}},
+		{&l.fpCount, "scm_fp_list", 2, []string{"count"}},
+		{&l.fpFiles, "scm_fp_list", 0, []string{"fp"}},
+		{&l.tgid, "task_struct", 4, []string{"tgid"}},
+		{&l.itfTask, "bpf_iter__task_file", 8, []string{"task"}},
+		{&l.itfFD, "bpf_iter__task_file", 4, []string{"fd"}},
+		{&l.itfFile, "bpf_iter__task_file", 8, []string{"file"}},
 	}
 	if _, _, err := member(st["unix_sock"], "oob_skb"); err == nil {
 		l.hasOOB = true

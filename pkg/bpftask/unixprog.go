@@ -121,26 +121,61 @@ func memProgram() asm.Instructions {
 	)
 }
 
+// filesProgram builds the program that lists open files: a task file
+// iterator (iter/task_file) writing for every fd of every task its
+// process (tgid), its number and its struct file's address, 16 bytes
+// each.
+func filesProgram(l *unixLayout) asm.Instructions {
+	return asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.LoadMem(asm.R7, asm.R6, int16(l.itfTask), asm.DWord),
+		asm.JEq.Imm(asm.R7, 0, "out"),
+		asm.LoadMem(asm.R8, asm.R6, 0, asm.DWord), // ctx->meta
+		asm.LoadMem(asm.R8, asm.R8, 0, asm.DWord), // meta->seq
+		asm.StoreImm(asm.R10, -4, 0, asm.Word),
+		asm.LoadMapPtr(asm.R1, 0).WithReference("fbuf"),
+		asm.Mov.Reg(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, -4),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "out"),
+		asm.Mov.Reg(asm.R9, asm.R0),
+		asm.LoadMem(asm.R1, asm.R6, int16(l.itfFD), asm.Word),
+		asm.StoreMem(asm.R9, 4, asm.R1, asm.Word),
+		asm.LoadMem(asm.R1, asm.R6, int16(l.itfFile), asm.DWord),
+		asm.StoreMem(asm.R9, 8, asm.R1, asm.DWord),
+		asm.Mov.Reg(asm.R1, asm.R9),
+		asm.Mov.Imm(asm.R2, 4),
+		asm.Mov.Reg(asm.R3, asm.R7), asm.Add.Imm(asm.R3, int32(l.tgid)),
+		asm.FnProbeReadKernel.Call(),
+		asm.Mov.Reg(asm.R1, asm.R8),
+		asm.Mov.Reg(asm.R2, asm.R9),
+		asm.Mov.Imm(asm.R3, 16),
+		asm.FnSeqWrite.Call(),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+		asm.Return(),
+	}
+}
+
 // unixProgs are the loaded programs and their maps.
 type unixProgs struct {
-	tbuf, mbuf, mreq *ebpf.Map
-	table, mem       *ebpf.Program
+	tbuf, mbuf, mreq, fbuf *ebpf.Map
+	table, mem, files      *ebpf.Program
 }
 
 func (p *unixProgs) Close() {
-	for _, pr := range []*ebpf.Program{p.table, p.mem} {
+	for _, pr := range []*ebpf.Program{p.table, p.mem, p.files} {
 		if pr != nil {
 			pr.Close()
 		}
 	}
-	for _, m := range []*ebpf.Map{p.tbuf, p.mbuf, p.mreq} {
+	for _, m := range []*ebpf.Map{p.tbuf, p.mbuf, p.mreq, p.fbuf} {
 		if m != nil {
 			m.Close()
 		}
 	}
 }
 
-// loadUnixProgs makes the maps and loads both programs (one collection:
+// loadUnixProgs makes the maps and loads the programs (one collection:
 // the kernel's BTF, which each program's attach target is found in, is
 // read once, from cache).
 func loadUnixProgs(l *unixLayout, cache *btf.Cache) (*unixProgs, error) {
@@ -148,20 +183,22 @@ func loadUnixProgs(l *unixLayout, cache *btf.Cache) (*unixProgs, error) {
 		return &ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: size, MaxEntries: 1}
 	}
 	spec := &ebpf.CollectionSpec{
-		Maps: map[string]*ebpf.MapSpec{"tbuf": arr(16), "mbuf": arr(memOut), "mreq": arr(memSlots * 16)},
+		Maps: map[string]*ebpf.MapSpec{"tbuf": arr(16), "mbuf": arr(memOut), "mreq": arr(memSlots * 16), "fbuf": arr(16)},
 		Programs: map[string]*ebpf.ProgramSpec{
 			"table": {Name: "ckpt_unix", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "unix",
 				Instructions: tableProgram(l.socket, l.inode), License: "GPL"},
 			"mem": {Name: "ckpt_kmem", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "task",
 				Instructions: memProgram(), License: "GPL"},
+			"files": {Name: "ckpt_files", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "task_file",
+				Instructions: filesProgram(l), License: "GPL"},
 		},
 	}
 	coll, err := ebpf.NewCollectionWithOptions(spec, ebpf.CollectionOptions{Cache: cache})
 	if err != nil {
 		return nil, fmt.Errorf("BPF UNIX socket iterator and memory reader programs: %w", err)
 	}
-	return &unixProgs{tbuf: coll.Maps["tbuf"], mbuf: coll.Maps["mbuf"], mreq: coll.Maps["mreq"],
-		table: coll.Programs["table"], mem: coll.Programs["mem"]}, nil
+	return &unixProgs{tbuf: coll.Maps["tbuf"], mbuf: coll.Maps["mbuf"], mreq: coll.Maps["mreq"], fbuf: coll.Maps["fbuf"],
+		table: coll.Programs["table"], mem: coll.Programs["mem"], files: coll.Programs["files"]}, nil
 }
 
 // runIter attaches prog as an iterator (info: its union

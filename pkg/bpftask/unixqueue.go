@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/cilium/ebpf/btf"
@@ -68,6 +69,16 @@ type UnixQueued struct {
 	Data     []byte
 	PID      int
 	UID, GID uint32
+	// Files are the files in flight attached to it (SCM_RIGHTS), in
+	// order: each the processes and fds that hold the same open file
+	// description (none: no process holds it).
+	Files [][]FileHolder
+	files []uint64 // their struct file addresses
+}
+
+// FileHolder is a process's fd of an open file description.
+type FileHolder struct {
+	PID, FD int
 }
 
 // PeerCred is a process and its effective ids and groups, as a socket
@@ -290,7 +301,41 @@ func (r *UnixReader) AcceptQueue(listener uint32) ([]UnixConn, error) {
 	if err := b.run(); err != nil {
 		return nil, err
 	}
+	if err := r.holders(conns); err != nil {
+		return nil, err
+	}
 	return conns, nil
+}
+
+// holders finds the holders of the files in flight of conns: every fd
+// of every process (the task file iterator) whose open file description
+// is one of them.
+func (r *UnixReader) holders(conns []UnixConn) error {
+	want := map[uint64][]*[]FileHolder{}
+	for i := range conns {
+		for j := range conns[i].Msgs {
+			m := &conns[i].Msgs[j]
+			for k, f := range m.files {
+				want[f] = append(want[f], &m.Files[k])
+			}
+		}
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	out, err := runIter(r.p.files, nil)
+	if err != nil {
+		return fmt.Errorf("open files: %w", err)
+	}
+	for ; len(out) >= 16; out = out[16:] {
+		tgid, fd, f := u32(out, 0), u32(out, 4), u64(out, 8)
+		for _, h := range want[f] {
+			if !slices.Contains(*h, FileHolder{int(tgid), int(fd)}) {
+				*h = append(*h, FileHolder{int(tgid), int(fd)})
+			}
+		}
+	}
+	return nil
 }
 
 // embryo reads the server end of a waiting connection at sk into c.
@@ -349,9 +394,21 @@ func (r *UnixReader) embryo(b *batch, sk uint64, c *UnixConn, fail func(error)) 
 func (r *UnixReader) piece(b *batch, h []byte, m *UnixQueued, fail func(error)) {
 	l := r.l
 	cb := h[l.skbCB:]
-	if u64(cb, l.cbFP) != 0 {
-		fail(fmt.Errorf("files in flight (SCM_RIGHTS): %w", ErrUnixUnreadable))
-		return
+	if fp := u64(cb, l.cbFP); fp != 0 {
+		b.get(fp, int(l.fpFiles), func(h []byte) {
+			n := int16(binary.LittleEndian.Uint16(h[l.fpCount:]))
+			if n <= 0 || n > 253 {
+				fail(fmt.Errorf("%d files in flight: %w", n, ErrUnixChanged))
+				return
+			}
+			b.get(fp+uint64(l.fpFiles), int(n)*8, func(f []byte) {
+				m.Files = make([][]FileHolder, n)
+				m.files = make([]uint64, n)
+				for i := range m.files {
+					m.files[i] = u64(f, uint32(i*8))
+				}
+			})
+		})
 	}
 	if u32(cb, l.cbConsumed) != 0 {
 		fail(fmt.Errorf("partly read: %w", ErrUnixChanged))

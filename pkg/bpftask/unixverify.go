@@ -32,8 +32,9 @@ var checkGroups = []uint32{4242, 4343, 4444}
 
 // Verify checks the reader on connections it makes in the caller's
 // network namespace: a listener, a client that connects with other ids
-// and groups and sends pieces (one with credentials of its choosing),
-// another, bound to a name, that sends and closes. What AcceptQueue reads must be what was
+// and groups and sends pieces (one with credentials of its choosing, one
+// with a file in flight), another, bound to a name, that sends and
+// closes. What AcceptQueue reads must be what was
 // sent, in the same pieces, and what SO_PEERCRED and SO_PEERGROUPS say
 // on the accepted ends. A second check, with a piece large enough that
 // the kernel puts part of it in pages, finds where the kernel maps
@@ -130,12 +131,25 @@ func (r *UnixReader) check(paged bool) error {
 		}
 		wantA = append(wantA, UnixQueued{Data: big, PID: pid})
 	}
+	// A last piece with a file in flight: the read end of a pipe this
+	// process holds.
+	var pp [2]int
+	if err := unix.Pipe2(pp[:], unix.O_CLOEXEC); err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	defer unix.Close(pp[0])
+	defer unix.Close(pp[1])
+	wantA = append(wantA, UnixQueued{Data: []byte("delta"), PID: pid, Files: [][]FileHolder{{{pid, pp[0]}}}})
 	cred := unix.UnixCredentials(&unix.Ucred{Pid: int32(pid), Uid: checkMsgUID, Gid: checkMsgGID})
 	if err := unix.Sendmsg(a, wantA[0].Data, cred, nil, 0); err != nil {
 		return fmt.Errorf("check: send: %w", err)
 	}
 	for _, m := range wantA[1:] {
-		if n, err := unix.Write(a, m.Data); err != nil || n != len(m.Data) {
+		var oob []byte
+		if m.Files != nil {
+			oob = unix.UnixRights(pp[0])
+		}
+		if n, err := unix.SendmsgN(a, m.Data, oob, nil, 0); err != nil || n != len(m.Data) {
 			return fmt.Errorf("check: send: %d, %v", n, err)
 		}
 	}
@@ -204,6 +218,16 @@ func sameConn(g, w UnixConn) error {
 	}
 	for i, m := range g.Msgs {
 		x := w.Msgs[i]
+		if len(m.Files) != len(x.Files) {
+			return fmt.Errorf("piece %d: %d files in flight, want %d", i+1, len(m.Files), len(x.Files))
+		}
+		for k, hs := range x.Files {
+			for _, h := range hs {
+				if !slices.Contains(m.Files[k], h) {
+					return fmt.Errorf("piece %d: file %d in flight held by %v, want %v among them", i+1, k+1, m.Files[k], h)
+				}
+			}
+		}
 		if !bytes.Equal(m.Data, x.Data) || m.PID != x.PID || m.UID != x.UID || m.GID != x.GID {
 			return fmt.Errorf("piece %d: %d bytes from %d %d/%d, want %d bytes from %d %d/%d",
 				i+1, len(m.Data), m.PID, m.UID, m.GID, len(x.Data), x.PID, x.UID, x.GID)

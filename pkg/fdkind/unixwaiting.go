@@ -29,7 +29,8 @@ import (
 // them, 0 for a closed one) and refuses by name what cannot be restored:
 // a reader that cannot run or read them, a closed client that was bound
 // to a relative path name, a pending error, a connection made by a
-// process that exists outside the dump.
+// process that exists outside the dump, a file in flight that no process
+// of the dump holds.
 func WaitingConns(se SocketDumpEnv, lino uint32, name string, icons []uint32) ([]bpftask.UnixConn, error) {
 	conns, err := se.Waiting(lino)
 	if err != nil {
@@ -55,6 +56,13 @@ func WaitingConns(se SocketDumpEnv, lino uint32, name string, icons []uint32) ([
 		if _, err := os.Stat(proc.Path(sys.PID(c.Peer.PID))); err == nil && !se.Member(sys.PID(c.Peer.PID)) {
 			return nil, fmt.Errorf("%s: made by process %d (SO_PEERCRED), which is outside the dump or a zombie: its peer credentials could not be made again", what, c.Peer.PID)
 		}
+		for j, m := range c.Msgs {
+			for k, hs := range m.Files {
+				if !slices.ContainsFunc(hs, func(h bpftask.FileHolder) bool { return se.Member(sys.PID(h.PID)) }) {
+					return nil, fmt.Errorf("%s: piece %d: file %d in flight (SCM_RIGHTS) held by no process of the dump: it cannot be read back from a connection not accepted yet", what, j+1, k+1)
+				}
+			}
+		}
 	}
 	return conns, nil
 }
@@ -73,9 +81,13 @@ func describeWaiting(env DumpEnv, our int, s *image.Socket, all map[uint32]socke
 		if err != nil {
 			return fmt.Errorf("%w: %w", err, ErrUnsupported)
 		}
-		for _, c := range conns {
+		for i, c := range conns {
 			if c.Client == 0 {
-				s.Orphans = append(s.Orphans, *saveWaiting(env, c))
+				w, err := saveWaiting(env, c)
+				if err != nil {
+					return fmt.Errorf("UNIX listener %s: connection %d waiting in its accept queue (its client closed): %w", s.Local, i+1, err)
+				}
+				s.Orphans = append(s.Orphans, *w)
 			}
 		}
 	case s.AcceptOf != 0:
@@ -95,7 +107,10 @@ func describeWaiting(env DumpEnv, our int, s *image.Socket, all map[uint32]socke
 		}
 		for _, c := range conns {
 			if c.Client == s.Ino {
-				w := saveWaiting(env, c)
+				w, err := saveWaiting(env, c)
+				if err != nil {
+					return fmt.Errorf("UNIX socket %d waiting in the accept queue of %s: %w", s.Ino, l.Name, err)
+				}
 				if out > 0 {
 					s.Waiting = w
 				}
@@ -108,15 +123,56 @@ func describeWaiting(env DumpEnv, our int, s *image.Socket, all map[uint32]socke
 	return nil
 }
 
-// saveWaiting stores the pieces of a waiting connection.
-func saveWaiting(env DumpEnv, c bpftask.UnixConn) *image.Waiting {
+// saveWaiting stores the pieces of a waiting connection, each file in
+// flight described through a process of the dump that holds the same
+// open file description (ckpt's copy of its fd); one that none holds is
+// refused: nothing but accept() reaches it.
+func saveWaiting(env DumpEnv, c bpftask.UnixConn) (*image.Waiting, error) {
 	w := &image.Waiting{Connector: &image.PeerCred{PID: sys.PID(c.Peer.PID), UID: c.Peer.UID, GID: c.Peer.GID, Groups: c.Peer.Groups},
 		Name: c.ClientName}
+	rights := false
 	for _, m := range c.Msgs {
+		rights = rights || len(m.Files) > 0
+	}
+	for i, m := range c.Msgs {
 		w.Msgs = append(w.Msgs, env.AddData(m.Data))
 		w.Creds = append(w.Creds, image.PeerCred{PID: sys.PID(m.PID), UID: m.UID, GID: m.GID})
+		if !rights {
+			continue
+		}
+		var fl []image.InFlight
+		for k, hs := range m.Files {
+			r, err := heldInFlight(env, hs)
+			if err != nil {
+				return nil, fmt.Errorf("piece %d, file %d in flight (SCM_RIGHTS): %w", i+1, k+1, err)
+			}
+			fl = append(fl, r)
+		}
+		w.Rights = append(w.Rights, fl)
 	}
-	return w
+	return w, nil
+}
+
+// heldInFlight describes a file in flight in a waiting connection
+// through a process of the dump that holds it (hs: its holders).
+func heldInFlight(env DumpEnv, hs []bpftask.FileHolder) (image.InFlight, error) {
+	for _, h := range hs {
+		if !env.Sockets().Member(sys.PID(h.PID)) {
+			continue
+		}
+		pidfd, err := sys.PidfdOpen(sys.PID(h.PID), 0)
+		if err != nil {
+			return image.InFlight{}, fmt.Errorf("process %d: %w", h.PID, err)
+		}
+		fd, err := sys.PidfdGetfd(pidfd, sys.TargetFD(h.FD))
+		pidfd.Close()
+		if err != nil {
+			return image.InFlight{}, fmt.Errorf("process %d fd %d: %w", h.PID, h.FD, err)
+		}
+		defer fd.Close()
+		return env.InFlight(fd.Int())
+	}
+	return image.InFlight{}, fmt.Errorf("held by no process of the dump (held by %v): it cannot be read back from a connection not accepted yet: %w", hs, ErrUnsupported)
 }
 
 // waitingMsgs are the pieces to send again into a waiting connection.
@@ -152,7 +208,7 @@ func connectWaiting(env RestoreEnv, at Where, s *image.Socket, lfd int, listener
 	if err != nil {
 		return nil, err
 	}
-	if err := fillLater(env, at, fill, queue{s, q}); err != nil {
+	if err := fillLater(env, at, fill, waitingQueue(s.Type, s.Ino, s.Waiting, q)); err != nil {
 		sock.Close()
 		return nil, err
 	}
@@ -175,5 +231,12 @@ func openOrphan(env RestoreEnv, at Where, l *image.Socket, lfd int, w *image.Wai
 	if err != nil {
 		return fmt.Errorf("UNIX listener %s: a connection waiting in its accept queue whose client was closed: %w", l.Local, err)
 	}
-	return fillLater(env, at, fill, queue{&image.Socket{Type: l.Type}, q})
+	return fillLater(env, at, fill, waitingQueue(l.Type, l.Ino, w, q))
+}
+
+// waitingQueue is the queue fillLater fills for a waiting connection: its
+// files in flight are found once every process exists (RecvRights of a
+// stand-in for the server end, which has no image of its own).
+func waitingQueue(typ int, ino uint32, w *image.Waiting, q []sockets.UnixMsg) queue {
+	return queue{&image.Socket{Family: unix.AF_UNIX, Type: typ, Ino: ino, RecvRights: w.Rights}, q}
 }

@@ -489,6 +489,9 @@ type Waiting struct {
 	// Name is, for a closed client, the name it was bound to ("@..."
 	// abstract): getpeername on the accepted end gives it.
 	Name string `json:"name,omitempty"`
+	// Rights are the files in flight attached to each of Msgs
+	// (SCM_RIGHTS, same index; empty if none has any).
+	Rights [][]InFlight `json:"rights,omitempty"`
 }
 
 // InFlight is a file in flight in a UNIX socket's queue: a UNIX socket

@@ -221,6 +221,7 @@ var cases = []fcase{
 	{name: "sock_unix_acceptq", src: "sock_unix_acceptq.c"},
 	{name: "sock_unix_acceptq_oob", src: "sock_unix_acceptq.c", args: []string{"oob"}, refuse: "out-of-band data (MSG_OOB) queued"},
 	{name: "sock_unix_acceptq_path", src: "sock_unix_acceptq.c", args: []string{"path", "DIR/"}},
+	{name: "sock_unix_acceptq_self", src: "sock_unix_acceptq.c", args: []string{"self"}},
 	{name: "sock_unix_acceptq_outside", src: "sock_unix_acceptq.c", args: []string{"outside"}, refuse: "which is outside the dump or a zombie: its peer credentials could not be made again"},
 	{name: "sock_unix_acceptq_relative", src: "sock_unix_acceptq.c", args: []string{"relative"}, refuse: "was closed: that name, which the accepted end gives as its peer's, is not bound again"},
 	{name: "sock_peercred_named_outside", src: "sock_peercred_named.c", args: []string{"outside"}, refuse: "which is outside the dump or a zombie"},
@@ -257,7 +258,7 @@ var cases = []fcase{
 	{name: "sock_packet_ring", src: "sock_families.c", args: []string{"packet_ring"}, refuse: "packet socket with a receive ring (PACKET_RX_RING) that may hold frames"},
 	{name: "sock_raw_queued", src: "sock_families.c", args: []string{"raw_queued"}, refuse: "IPv4 raw socket (protocol 1) with packets waiting in its receive queue"},
 	{name: "sock_tcp_acceptq", src: "sock_refused.c", args: []string{"tcp_acceptq"}, refuse: "connections not accepted yet"},
-	{name: "sock_unix_acceptq_rights", src: "sock_refused.c", args: []string{"unix_acceptq"}, refuse: "files in flight (SCM_RIGHTS)"},
+	{name: "sock_unix_acceptq_rights", src: "sock_refused.c", args: []string{"unix_acceptq"}, refuse: "file 1 in flight (SCM_RIGHTS) held by no process of the dump"},
 	{name: "sock_unix_external", src: "sock_refused.c", args: []string{"unix_external"}, refuse: "of a process outside the dump"},
 	{name: "sock_pending_error", src: "sock_refused.c", args: []string{"pending_error"}, refuse: "a pending socket error"},
 	// Refusals: each dump fails by name, the program goes on untouched.

@@ -3,9 +3,9 @@
  * not yet): SCM_RIGHTS in flight, an eBPF socket filter, MPTCP, a TCP
  * connection reset by its peer, one in CLOSE_WAIT or FIN_WAIT2, a UNIX
  * connection to a process outside the dump, connections waiting in a TCP
- * listener's accept queue or in a UNIX one's with a file in flight, a
- * pending socket error. The dump must
- * refuse it by name; untouched, the socket is as it was.
+ * listener's accept queue or in a UNIX one's with a file in flight no
+ * process holds, a pending socket error. The dump must refuse it by
+ * name; untouched, the socket is as it was.
  */
 #include "sock.h"
 #include <linux/bpf.h>
@@ -106,15 +106,20 @@ int main(int argc, char **argv)
 		FID_SETUP(bind(fd, (struct sockaddr *)&a, l) == 0 && listen(fd, 4) == 0, "listen");
 		other = socket(AF_UNIX, SOCK_STREAM, 0);
 		FID_SETUP(connect(other, (struct sockaddr *)&a, l) == 0, "connect");
-		/* A file in flight sent before the accept: the server end's
-		 * queue holds it, which the dump does not read back. */
+		/* A file in flight sent before the accept and closed since:
+		 * only the server end's queue holds it, which nothing but
+		 * accept() reaches. */
+		int pp[2];
+		FID_SETUP(pipe(pp) == 0, "pipe");
 		char cbuf[CMSG_SPACE(sizeof(int))];
 		struct iovec io = {"early", 5};
 		struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = sizeof cbuf};
 		struct cmsghdr *c = CMSG_FIRSTHDR(&m);
 		c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &other, sizeof other);
+		memcpy(CMSG_DATA(c), &pp[0], sizeof(int));
 		FID_SETUP(sendmsg(other, &m, 0) == 5, "send a file before accept");
+		close(pp[0]);
+		close(pp[1]);
 	} else if (strcmp(kind, "unix_external") == 0) {
 		/* The peer is a grandchild reparented away: outside the tree. */
 		int sp[2], ready[2];

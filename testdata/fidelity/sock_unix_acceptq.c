@@ -9,7 +9,8 @@
  *       puts most of it in pages), and exited: its client end is closed
  *       (the accepted end still names it as its peer);
  *   c3  P's own client, which sent "cred" with credentials of its
- *       choosing (SCM_CREDENTIALS pid P, uid 1234, gid 5678), then shut
+ *       choosing (SCM_CREDENTIALS pid P, uid 1234, gid 5678), then "fd"
+ *       with the write end of a pipe P keeps (SCM_RIGHTS), then shut
  *       down its sending side;
  *   c4  a client P connected and gave to a child D, closing its own
  *       copy: the accepted end names P, not D, the holder.
@@ -18,7 +19,7 @@
  * After the restore P accepts: each connection in the same order, with
  * the same SO_PEERCRED and SO_PEERGROUPS (the process that connected,
  * C2 gone), the same bytes (the credentials of c3's piece seen with
- * SO_PASSCRED), the same message boundaries on S, end of file where the
+ * SO_PASSCRED, its file in flight the same pipe), the same message boundaries on S, end of file where the
  * client closed or shut down; C1 then checks its own end and sends
  * "three", which P reads too. Nothing more waits.
  */
@@ -101,7 +102,8 @@ int main(int argc, char **argv)
 	if (mode[0]) {
 		/* "path DIR/": a client bound to a path name in DIR sent
 		 * and was closed (its socket file stays); restored, the
-		 * accepted end names that path as its peer's. Refused:
+		 * accepted end names that path as its peer's. "self": a
+		 * client sent itself (SCM_RIGHTS) and stays. Refused:
 		 * "oob", a waiting client sent out-of-band data; "relative",
 		 * a closed client was bound to a relative path name;
 		 * "outside", the client was connected by a process alive
@@ -159,11 +161,20 @@ int main(int argc, char **argv)
 			strcpy(b.sun_path, bname);
 			FID_SETUP(bind(s, (struct sockaddr *)&b, sizeof b) == 0, "bind the client to %s", bname);
 		}
-		if (stay[1] < 0)
+		if (strcmp(mode, "self") == 0) {
+			/* The client sends itself (SCM_RIGHTS) and stays. */
+			char cb[CMSG_SPACE(sizeof(int))];
+			struct iovec io = {"data", 4};
+			struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = cb, .msg_controllen = sizeof cb};
+			struct cmsghdr *c = CMSG_FIRSTHDR(&m);
+			c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof(int));
+			memcpy(CMSG_DATA(c), &s, sizeof s);
+			FID_SETUP(connect(s, (struct sockaddr *)&a, al) == 0 && sendmsg(s, &m, 0) == 4, "connect, send itself");
+		} else if (stay[1] < 0)
 			FID_SETUP(connect(s, (struct sockaddr *)&a, al) == 0 && send(s, "data", 4, 0) == 4, "connect, send");
 		if (strcmp(mode, "oob") == 0)
 			FID_SETUP(send(s, "!", 1, MSG_OOB) == 1, "send out-of-band");
-		else if (stay[1] < 0)
+		else if (stay[1] < 0 && strcmp(mode, "self") != 0)
 			close(s);
 		fid_ready();
 		fid_wait();
@@ -171,9 +182,20 @@ int main(int argc, char **argv)
 		socklen_t pl = sizeof pa;
 		memset(&pa, 0, sizeof pa);
 		int c = accept(l, (struct sockaddr *)&pa, &pl);
-		char buf[8];
-		FID_EXPECT(c >= 0 && recv(c, buf, sizeof buf, MSG_DONTWAIT) == 4 && memcmp(buf, "data", 4) == 0, "the waiting connection's data");
-		if (strcmp(mode, "oob") != 0 && stay[1] < 0)
+		char buf[8], cb[CMSG_SPACE(sizeof(int))];
+		struct iovec io = {buf, sizeof buf};
+		struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = cb, .msg_controllen = sizeof cb};
+		FID_EXPECT(c >= 0 && recvmsg(c, &m, MSG_DONTWAIT) == 4 && memcmp(buf, "data", 4) == 0, "the waiting connection's data");
+		if (strcmp(mode, "self") == 0) {
+			struct cmsghdr *cm = CMSG_FIRSTHDR(&m);
+			int got = -1;
+			if (cm && cm->cmsg_type == SCM_RIGHTS)
+				memcpy(&got, CMSG_DATA(cm), sizeof got);
+			struct stat s1, s2;
+			FID_EXPECT(got >= 0 && fstat(got, &s1) == 0 && fstat(s, &s2) == 0 && s1.st_ino == s2.st_ino,
+				   "the file in flight is not the client itself");
+		}
+		if (strcmp(mode, "oob") != 0 && strcmp(mode, "self") != 0 && stay[1] < 0)
 			FID_EXPECT(recv(c, buf, sizeof buf, MSG_DONTWAIT) == 0, "no end of file");
 		if (stay[1] >= 0)
 			close(stay[1]);
@@ -246,7 +268,17 @@ int main(int argc, char **argv)
 	c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_CREDENTIALS, c->cmsg_len = CMSG_LEN(sizeof(struct ucred));
 	struct ucred cr = {.pid = me, .uid = 1234, .gid = 5678};
 	memcpy(CMSG_DATA(c), &cr, sizeof cr);
-	FID_SETUP(sendmsg(c3, &m, 0) == 4 && shutdown(c3, SHUT_WR) == 0, "c3: send");
+	FID_SETUP(sendmsg(c3, &m, 0) == 4, "c3: send");
+	/* ... then "fd" with the write end of a pipe P keeps (SCM_RIGHTS). */
+	int pp[2];
+	FID_SETUP(pipe(pp) == 0, "pipe");
+	char rbuf[CMSG_SPACE(sizeof(int))];
+	io = (struct iovec){"fd", 2};
+	m = (struct msghdr){.msg_iov = &io, .msg_iovlen = 1, .msg_control = rbuf, .msg_controllen = sizeof rbuf};
+	c = CMSG_FIRSTHDR(&m);
+	c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(c), &pp[1], sizeof(int));
+	FID_SETUP(sendmsg(c3, &m, 0) == 2 && shutdown(c3, SHUT_WR) == 0, "c3: send a file");
 
 	/* c4: P connects, sends nothing, gives the client to a child D and
 	 * closes its own copy: the accepted end names P, not D. */
@@ -317,6 +349,20 @@ int main(int argc, char **argv)
 	FID_EXPECT(n == 4 && memcmp(buf, "cred", 4) == 0 && got.pid == me && got.uid == 1234 && got.gid == 5678,
 		   "c3's connection: %zd bytes, credentials pid %d uid %d gid %d, want cred from %d 1234 5678", n, got.pid, got.uid,
 		   got.gid, me);
+	char rcv[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct ucred))];
+	io = (struct iovec){buf, sizeof buf};
+	m = (struct msghdr){.msg_iov = &io, .msg_iovlen = 1, .msg_control = rcv, .msg_controllen = sizeof rcv};
+	n = recvmsg(a3, &m, MSG_DONTWAIT);
+	int passed = -1;
+	for (c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+		if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS)
+			memcpy(&passed, CMSG_DATA(c), sizeof passed);
+	FID_EXPECT(n == 2 && memcmp(buf, "fd", 2) == 0 && passed >= 0, "c3's connection: %zd bytes, file %d; want fd with a file", n, passed);
+	if (passed >= 0) {
+		char pb[4] = "";
+		FID_EXPECT(write(passed, "via", 3) == 3 && read(pp[0], pb, 3) == 3 && memcmp(pb, "via", 3) == 0,
+			   "c3's connection: the file in flight is not the write end of P's pipe");
+	}
 	FID_EXPECT(recv(a3, buf, 1, MSG_DONTWAIT) == 0, "c3's connection: no end of file");
 	/* c4's, made by P, its client held by D. */
 	int a4 = accept(l, NULL, NULL);
