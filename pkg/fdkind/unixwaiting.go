@@ -17,12 +17,13 @@ import (
 // A connection waiting in a UNIX listener's accept queue has a server
 // end the kernel made at connect() (no file yet), whose receive queue
 // holds what the client sent and which keeps the connecting process's
-// credentials; nothing but accept() reaches it. When its client sent
-// data, or was closed since, the dump reads it from the kernel
-// (bpftask.UnixReader, through SocketDumpEnv.Waiting); the restore
-// connects again from the rebuilt client (or, for a closed one, from a
-// temporary socket in the connecting process, closed afterwards) and
-// sends the pieces again with their credentials.
+// credentials; nothing but accept() reaches it. The dump reads it from
+// the kernel (bpftask.UnixReader, through SocketDumpEnv.Waiting): who
+// connected, and what the client sent (with credentials and files in
+// flight) if it did, or was closed since; the restore connects again
+// from the rebuilt client (or, for a closed one, from a temporary socket
+// in the connecting process, closed afterwards) and sends the pieces
+// again with their credentials and files.
 
 // WaitingConns reads the connections waiting in the accept queue of the
 // UNIX listener lino (name its name, icons its clients as sock_diag lists
