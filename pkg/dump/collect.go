@@ -110,6 +110,9 @@ func (d *dumper) collect() (*image.Process, error) {
 	if err := d.collectPending(p); err != nil {
 		return nil, err
 	}
+	if err := d.exitedLeaderTask(p, &p.Threads[0]); err != nil {
+		return nil, err
+	}
 	if err := d.addExitedLeader(p); err != nil {
 		return nil, err
 	}

@@ -19,8 +19,10 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"unsafe"
 
 	"github.com/ckpt/ckpt/internal/sys"
+	"github.com/ckpt/ckpt/pkg/bpftask"
 	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/proc"
 	"golang.org/x/sys/unix"
@@ -168,4 +170,56 @@ func exitedLeaderSeccomp(fz *frozen, status *proc.Status) error {
 		return nil
 	}
 	return refuse(fz.pid, fmt.Sprintf("thread %d (the leader, exited)", fz.pid.Leader()), "seccomp mode %d: the filters of a dead thread cannot be read", status.Seccomp)
+}
+
+// exitedLeaderTask reads, with the BPF task reader, what only the dead
+// leader's task holds and the restored leader must exit with: its
+// parent-death signal (the kernel sends it to the process when the
+// parent dies, the dead leader's too; PR_GET_PDEATHSIG in a live thread
+// tells that thread's own). The reader is first checked on the first live
+// thread, frozen and dumped (th, the process p). Speculation controls of
+// the leader other than that thread's (its copy) are refused by name.
+func (d *dumper) exitedLeaderTask(p *image.Process, th *image.Thread) error {
+	if !d.fz.leaderExited {
+		return nil
+	}
+	tid := d.pid.Leader()
+	what := fmt.Sprintf("thread %d (the leader, exited)", tid)
+	t := d.t
+	if t.bpf == nil {
+		var err error
+		if t.bpf, err = bpftask.Open(); err != nil {
+			return refuse(d.pid, what, "its parent-death signal is read with the BPF task reader: %v", err)
+		}
+	}
+	want := &bpftask.Task{XState: th.XState, ClearTID: th.ClearTID, PdeathSig: p.Misc.PdeathSig,
+		AltStack:       bpftask.AltStack{SP: th.AltStack.SP, Flags: th.AltStack.Flags, Size: th.AltStack.Size},
+		Rseq:           bpftask.Rseq{Ptr: th.Rseq.Ptr, Size: th.Rseq.Size, Sig: th.Rseq.Sig},
+		Securebits:     p.Creds.Securebits,
+		ChildSubreaper: p.Misc.ChildSubreaper}
+	want.Regs = *(*unix.PtraceRegs)(unsafe.Pointer(&th.Regs))
+	if th.Creds != nil {
+		want.Securebits = th.Creds.Securebits
+	}
+	var handled uint64
+	for i, a := range p.Signals.Actions {
+		want.Actions[i] = bpftask.Sigaction{Handler: a.Handler, Flags: a.Flags, Restorer: a.Restorer, Mask: a.Mask}
+		if a != (image.Sigaction{}) {
+			handled |= 1 << i
+		}
+	}
+	live, err := t.bpf.Verify(int(th.TID), want, handled)
+	if err != nil {
+		return refuse(d.pid, what, "the BPF task reader, checked on thread %d, %v: its parent-death signal cannot be read", th.TID, err)
+	}
+	lead, err := t.bpf.Read(int(tid), th.XState)
+	if err != nil {
+		return refuse(d.pid, what, "the BPF task reader cannot read it: %v", err)
+	}
+	if lead.AtomicFlags&specFlags != live.AtomicFlags&specFlags {
+		return refuse(d.pid, what, "its speculation controls differ from thread %d's (flags %#x, %#x): they can be read only from a live thread", th.TID,
+			lead.AtomicFlags&specFlags, live.AtomicFlags&specFlags)
+	}
+	p.Misc.PdeathSig = lead.PdeathSig
+	return nil
 }

@@ -72,6 +72,7 @@ var cases = []fcase{
 	{name: "proc_deadleader", src: "proc_deadleader.c"},
 	{name: "proc_deadleader_code", src: "proc_deadleader.c", args: []string{"code"}},
 	{name: "proc_deadleader_child", src: "proc_deadleader.c", args: []string{"child"}},
+	{name: "proc_deadleader_pdeath", src: "proc_deadleader.c", args: []string{"pdeath"}},
 	{name: "proc_deadleader_seccomp", src: "proc_deadleader.c", args: []string{"seccomp"}, refuse: "(the leader, exited): seccomp mode 2: the filters of a dead thread cannot be read"},
 	{name: "proc_clone_vm", src: "proc_clone_vm.c", refuse: "shares its memory (a vfork() child before it calls exec or exits, or clone(CLONE_VM)): the parent is not waiting in vfork()"},
 	// File descriptors (pkg/fdkind): status flags, FD_CLOEXEC, positions,

@@ -3,16 +3,21 @@
  * of its own, starts two threads that set state of their own (name, mask,
  * a signal pending in their own queue, a counter in shared memory), and
  * exits: pthread_exit, or with "code" the exit system call with status 5.
- * With "child" all that happens in a child, which tells its findings to
- * the parent through a pipe; the parent then reaps it (its exit is seen
- * as after any other child's). With "seccomp" every thread has a seccomp filter (allow all), which the
- * dump refuses: the filters of the dead leader cannot be read.
  * The leader is then a zombie thread while the process runs on. After the
  * restore the first thread checks from inside: the leader is still a
  * zombie thread (state Z, its name, mask and exit code), the process is
  * (Z, 3 threads) as /proc/self/status said before, the threads are there
  * with their TIDs and their own state, the memory the leader wrote and the
  * counter the second thread keeps increasing.
+ *
+ * With "child" all that happens in a child, which tells its findings to
+ * the parent through a pipe; the parent then reaps it (its exit is seen
+ * as after any other child's). With "pdeath" the leader has a parent-death
+ * signal (SIGUSR1) when it exits, and the case runs in a grandchild: after
+ * the restore its parent dies, and the first thread must get the signal
+ * (the kernel sends the dead leader's too). With "seccomp" every thread
+ * has a seccomp filter (allow all), which the dump refuses: the filters of
+ * the dead leader cannot be read.
  */
 #include "fidelity.h"
 #include <pthread.h>
@@ -31,6 +36,7 @@ static volatile long written; /* by the leader before it exits */
 static pthread_barrier_t bar;
 static int exit_code; /* the leader's exit status (exit system call) */
 static int ready_w = -1, verdict_w = -1; /* "child": the pipes to the parent */
+static int pdeath;                        /* "pdeath": SIGUSR1 blocked everywhere */
 
 /* field returns field n (1-based) of /proc/self/task/TID/stat, or -1. */
 static long long stat_field(pid_t tid, int n, char *state)
@@ -110,7 +116,21 @@ static void *first(void *arg)
 		FID_SETUP(write(ready_w, "r", 1) == 1, "tell the parent");
 	else
 		fid_ready();
-	fid_wait();
+	if (pdeath) {
+		sigset_t u;
+		sigemptyset(&u);
+		sigaddset(&u, SIGUSR1);
+		struct timespec limit = {60, 0};
+		int got;
+		do
+			got = sigtimedwait(&u, NULL, &limit);
+		while (got < 0 && errno == EINTR);
+		FID_EXPECT(got == SIGUSR1, "no parent-death signal from the dead leader when the parent died (%s)", strerror(errno));
+		int own = -1;
+		prctl(PR_GET_PDEATHSIG, &own);
+		FID_EXPECT(own == 0, "first thread PR_GET_PDEATHSIG %d, want 0", own);
+	} else
+		fid_wait();
 
 	char st = '?';
 	long long code = stat_field(pid, 52, &st);
@@ -124,8 +144,12 @@ static void *first(void *arg)
 	FID_EXPECT(getpid() == pid, "getpid %d, want %d", getpid(), pid);
 	FID_EXPECT(syscall(SYS_gettid) == tids[0], "gettid %ld, want %d", syscall(SYS_gettid), tids[0]);
 	/* SIGTERM (fid_init), and the leader's SIGUSR2; SIGUSR1 in the second. */
-	check_task(pid, "dl-leader", "0000000000004800");
-	check_task(tids[0], "dl-first", "0000000000004000");
+	unsigned long long usr1 = pdeath ? 1ULL << (SIGUSR1 - 1) : 0;
+	char mask[32];
+	snprintf(mask, sizeof mask, "%016llx", 0x4800ULL | usr1);
+	check_task(pid, "dl-leader", mask);
+	snprintf(mask, sizeof mask, "%016llx", 0x4000ULL | usr1);
+	check_task(tids[0], "dl-first", mask);
 	check_task(tids[1], "dl-second", "0000000000004200");
 	char pnd[32] = "";
 	FID_EXPECT(fid_status(tids[1], "SigPnd", pnd, sizeof pnd) == 0 && strcmp(pnd, "0000000000000200") == 0,
@@ -169,6 +193,17 @@ static int parent(void)
 	if (c == 0) {
 		close(ready[0]);
 		close(verdict[0]);
+		if (pdeath) {
+			pid_t d = fork();
+			FID_SETUP(d >= 0, "fork");
+			if (d > 0) {
+				/* The case's parent: it dies on SIGTERM. */
+				close(ready[1]);
+				close(verdict[1]);
+				fid_wait();
+				_exit(0);
+			}
+		}
 		ready_w = ready[1];
 		verdict_w = verdict[1];
 		return -1; /* go on as the case */
@@ -200,7 +235,8 @@ static int parent(void)
 int main(int argc, char **argv)
 {
 	fid_init(argc, argv);
-	if (argc > 2 && strcmp(argv[2], "child") == 0) {
+	pdeath = argc > 2 && strcmp(argv[2], "pdeath") == 0;
+	if (argc > 2 && (strcmp(argv[2], "child") == 0 || pdeath)) {
 		int ret = parent();
 		if (ret >= 0)
 			return ret;
@@ -214,6 +250,12 @@ int main(int argc, char **argv)
 		FID_SETUP(syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &prog) == 0, "seccomp");
 	}
 	FID_SETUP(prctl(PR_SET_NAME, "dl-leader") == 0, "PR_SET_NAME");
+	if (pdeath) {
+		sigset_t u;
+		sigemptyset(&u);
+		sigaddset(&u, SIGUSR1);
+		pthread_sigmask(SIG_BLOCK, &u, NULL);
+	}
 	pthread_barrier_init(&bar, NULL, 3);
 	pthread_t t;
 	FID_SETUP(pthread_create(&t, NULL, first, NULL) == 0, "pthread_create");
@@ -224,6 +266,8 @@ int main(int argc, char **argv)
 	sigemptyset(&s);
 	sigaddset(&s, SIGUSR2);
 	pthread_sigmask(SIG_BLOCK, &s, NULL);
+	if (pdeath)
+		FID_SETUP(prctl(PR_SET_PDEATHSIG, SIGUSR1) == 0, "PR_SET_PDEATHSIG");
 	if (exit_code)
 		syscall(SYS_exit, exit_code);
 	pthread_exit(NULL);
