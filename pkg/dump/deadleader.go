@@ -133,6 +133,9 @@ func (d *dumper) addExitedLeader(p *image.Process) error {
 	if err := collectSched(pid, lead, &th); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
+	if err := threadFlags(pid, lead, &th); err != nil { // its machine-check policy, from its stat flags
+		return err
+	}
 	p.Threads = append([]image.Thread{th}, p.Threads...)
 	p.LeaderExited = true
 	p.LeaderExitCode = st.ExitCode
