@@ -256,6 +256,10 @@ func sendWith(fd int, m UnixMsg, to unix.Sockaddr) error {
 		if m.Cred != nil {
 			oob = append(oob, unix.UnixCredentials(m.Cred)...)
 		}
+		if len(b) == 0 && len(oob) > 0 && to == nil {
+			// An empty seqpacket message (SendmsgN would add a byte).
+			return sendEmpty(fd, oob, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
+		}
 		n, err := unix.SendmsgN(fd, b, oob, to, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
 		if err == unix.EINTR {
 			continue

@@ -2,6 +2,7 @@ package sockets
 
 import (
 	"fmt"
+	"unsafe"
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
@@ -81,4 +82,23 @@ func sendWaiting(fd int, msgs []UnixMsg, hold Hold) error {
 		}
 	}
 	return nil
+}
+
+// sendEmpty sends a message without bytes and with the control messages
+// oob on the connected socket fd: unix.SendmsgN would send one byte
+// instead (for a stream, which cannot carry control messages alone).
+func sendEmpty(fd int, oob []byte, flags int) error {
+	var msg unix.Msghdr
+	msg.Control = &oob[0]
+	msg.SetControllen(len(oob))
+	for {
+		_, _, e := unix.Syscall(unix.SYS_SENDMSG, uintptr(fd), uintptr(unsafe.Pointer(&msg)), uintptr(flags))
+		switch e {
+		case 0:
+			return nil
+		case unix.EINTR:
+			continue
+		}
+		return e
+	}
 }

@@ -15,7 +15,8 @@
  *   c4  a client P connected and gave to a child D, closing its own
  *       copy: the accepted end names P, not D, the holder.
  * On S (an abstract seqpacket name), a client of P sent the messages
- * "m1" and "m22" and was closed.
+ * "m1" and "m22" and was closed; another, which P keeps, sent "k1", an
+ * empty message and "k333".
  * After the restore P accepts: each connection in the same order, with
  * the same SO_PEERCRED and SO_PEERGROUPS (the process that connected,
  * C2 gone), the same bytes (the credentials of c3's piece seen with
@@ -307,6 +308,11 @@ int main(int argc, char **argv)
 	FID_SETUP(sc >= 0 && connect(sc, (struct sockaddr *)&sa, sal) == 0, "connect to S");
 	FID_SETUP(send(sc, "m1", 2, 0) == 2 && send(sc, "m22", 3, 0) == 3, "send to S");
 	close(sc);
+	/* ... and another, which P keeps, sent "k1", an empty message and
+	 * "k333". */
+	int sk = socket(AF_UNIX, SOCK_SEQPACKET, 0);
+	FID_SETUP(sk >= 0 && connect(sk, (struct sockaddr *)&sa, sal) == 0, "connect to S again");
+	FID_SETUP(send(sk, "k1", 2, 0) == 2 && send(sk, "", 0, 0) == 0 && send(sk, "k333", 4, 0) == 4, "send to S again");
 
 	fid_ready();
 	fid_wait();
@@ -381,6 +387,15 @@ int main(int argc, char **argv)
 	FID_EXPECT(m1 == 2 && memcmp(buf, "m1", 2) == 0 && m2 == 3 && memcmp(buf + 8, "m22", 3) == 0,
 		   "S: messages of %zd and %zd bytes, want m1 and m22", m1, m2);
 	FID_EXPECT(recv(as1, buf, sizeof buf, MSG_DONTWAIT) == 0, "S: no end of file");
+	int as2 = accept(sl, NULL, NULL);
+	FID_EXPECT(as2 >= 0, "accept on S again: %s", strerror(errno));
+	ssize_t k1 = recv(as2, buf, sizeof buf, MSG_DONTWAIT);
+	ssize_t k2 = recv(as2, buf + 8, sizeof buf - 8, MSG_DONTWAIT);
+	ssize_t k3 = recv(as2, buf + 16, sizeof buf - 16, MSG_DONTWAIT);
+	FID_EXPECT(k1 == 2 && memcmp(buf, "k1", 2) == 0 && k2 == 0 && k3 == 4 && memcmp(buf + 16, "k333", 4) == 0,
+		   "S, the kept client: messages of %zd, %zd and %zd bytes, want k1, empty, k333", k1, k2, k3);
+	FID_EXPECT(recv(as2, buf, sizeof buf, MSG_DONTWAIT) < 0 && errno == EAGAIN, "S, the kept client: more queued");
+	FID_EXPECT(send(sk, "late", 4, 0) == 4 && recv(as2, buf, sizeof buf, 0) == 4, "S, the kept client: a message after");
 	/* C1 checks its end and sends more. */
 	FID_EXPECT(write(go[1], "g", 1) == 1, "go");
 	char why[256] = "";
