@@ -322,7 +322,18 @@ func (t *tree) checkOutsideMembers(ids map[sys.PID]*proc.Stat, ext map[sys.PID]b
 			}
 		}
 	}
-	return proc.ScanGroups(func(g proc.Groups) error {
+	// kthreadd's children are left out: in session 0 and group 0, or
+	// (a helper the kernel started) in a session of their own, whose
+	// leader checkIDs has seen if it is one of the tree's. Not when the
+	// tree itself is in session or group 0.
+	var skip map[sys.PID]bool
+	if _, zero := made[0]; !zero {
+		var err error
+		if skip, err = proc.KthreaddChildren(); err != nil {
+			return err
+		}
+	}
+	return proc.ScanGroupsExcept(skip, func(g proc.Groups) error {
 		if ids[g.PID] != nil {
 			return nil
 		}

@@ -36,9 +36,45 @@ type Groups struct {
 // procfs's Stat (a fmt.Fscan of 44 fields, after a stat of /proc) costs
 // three times a bare open and read of each file; only fields 2 to 6 are
 // parsed here.
-func ScanGroups(fn func(Groups) error) error { return scanGroups(root, fn) }
+func ScanGroups(fn func(Groups) error) error { return scanGroups(root, nil, fn) }
 
-func scanGroups(root string, fn func(Groups) error) error {
+// ScanGroupsExcept is ScanGroups leaving out the processes in skip,
+// whose files are not read.
+func ScanGroupsExcept(skip map[sys.PID]bool, fn func(Groups) error) error {
+	return scanGroups(root, skip, fn)
+}
+
+// KthreaddChildren lists the children of kthreadd, the kernel's creator of
+// kernel threads (PID 2, when that is a kernel thread: in a PID namespace
+// of its own, PID 2 is an ordinary process, and the list is nil). They
+// are kernel threads, in session 0 and process group 0, and the helpers
+// the kernel starts with kthreadd as their parent (call_usermodehelper),
+// which can only leave session 0 for one of their own (setsid): no
+// process of theirs can join an existing session. The list is one read,
+// where a stat of each is a read of its own.
+func KthreaddChildren() (map[sys.PID]bool, error) { return kthreaddChildren(root) }
+
+func kthreaddChildren(root string) (map[sys.PID]bool, error) {
+	st, err := readStat(root, 2, 0)
+	if err != nil || st.Flags&PFKthread == 0 {
+		return nil, nil // no kthreadd here
+	}
+	b, err := ReadFile(filepath.Join(root, "2", "task", "2", "children"))
+	if err != nil {
+		return nil, err
+	}
+	kids := map[sys.PID]bool{}
+	for _, f := range bytes.Fields(b) {
+		n, err := strconv.Atoi(string(f))
+		if err != nil {
+			return nil, fmt.Errorf("%s/2/task/2/children: %q: %w", root, f, err)
+		}
+		kids[sys.PID(n)] = true
+	}
+	return kids, nil
+}
+
+func scanGroups(root string, skip map[sys.PID]bool, fn func(Groups) error) error {
 	dir, err := os.Open(root)
 	if err != nil {
 		return err
@@ -66,6 +102,9 @@ func scanGroups(root string, fn func(Groups) error) error {
 			for i := w; i < len(names); i += workers {
 				name := names[i]
 				if name == "" || name[0] < '1' || name[0] > '9' {
+					continue
+				}
+				if pid, err := strconv.Atoi(name); err == nil && skip[sys.PID(pid)] {
 					continue
 				}
 				b, err := readSmall(filepath.Join(root, name, "stat"), buf)

@@ -15,3 +15,16 @@ func BenchmarkScanGroups(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkScanGroupsUser is the dump's scan: kthreadd's children left out.
+func BenchmarkScanGroupsUser(b *testing.B) {
+	for b.Loop() {
+		skip, err := KthreaddChildren()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := ScanGroupsExcept(skip, func(Groups) error { return nil }); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -285,3 +285,39 @@ func TestReadFileAsOS(t *testing.T) {
 		}
 	}
 }
+
+// TestKthreaddChildren: the children of kthreadd are in session 0 or lead
+// a session of their own (what makes ScanGroupsExcept sound for the
+// dump's scan of outside session members), and ScanGroupsExcept leaves
+// them out but still gives this process.
+func TestKthreaddChildren(t *testing.T) {
+	kids, err := KthreaddChildren()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kids) == 0 {
+		t.Fatal("no child of kthreadd found (PID 2 is the kernel's thread creator on this machine)")
+	}
+	for pid := range kids {
+		st, err := ReadStat(pid, 0)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if st.Session != 0 && st.Session != pid {
+			t.Errorf("kthreadd's child %d (%s) is in session %d, neither 0 nor its own", pid, st.Comm, st.Session)
+		}
+	}
+	self, seen := sys.Getpid(), false
+	if err := ScanGroupsExcept(kids, func(g Groups) error {
+		if kids[g.PID] {
+			t.Errorf("process %d was to be left out", g.PID)
+		}
+		seen = seen || g.PID == self
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !seen {
+		t.Error("the scan left out this process")
+	}
+}

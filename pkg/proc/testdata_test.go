@@ -463,7 +463,7 @@ func checkParse[T any](t *testing.T, got T, err error, want T, wantErr string) {
 
 func TestScanGroupsTestdata(t *testing.T) {
 	var got []Groups
-	if err := scanGroups(testRoot, func(g Groups) error { got = append(got, g); return nil }); err != nil {
+	if err := scanGroups(testRoot, nil, func(g Groups) error { got = append(got, g); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	want := []Groups{{PID: 1848, Comm: "capture", PGRP: 1805, Session: 10709}}
