@@ -1,6 +1,8 @@
 package restore
 
 import (
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -16,8 +18,9 @@ import (
 
 // A vfork() child (image.Process.VforkOf) is not built like the other
 // processes: it is made again, once its parent is built but for its
-// registers, by a vfork() the parent makes, with the child's PID taken
-// through ns_last_pid. At the parent's PTRACE_EVENT_VFORK stop, before
+// registers, by the parent: a clone3 with CLONE_VM|CLONE_VFORK (what
+// vfork() is) and set_tid, so that it has its PID or fails, whatever else
+// forks on the machine. At the parent's PTRACE_EVENT_VFORK stop, before
 // it waits for the child, its registers, xstate and signal mask are set
 // to the dumped ones (inside vfork: once the child calls exec or exits,
 // vfork returns the child's PID with every other register as it was);
@@ -85,32 +88,13 @@ func (b *builder) vfork(c *builder) error {
 	if err != nil {
 		return err
 	}
-	regs.Rip, regs.Rax, regs.Orig_rax = b.in.Gadget, sysVfork, ^uint64(0)
-	var kid sys.TID
-	for try := 1; ; try++ {
-		if err := ptrace.SetRegs(a, &regs); err != nil {
-			return err
-		}
-		if kid, err = vforkAs(a, c.p.PID); err != nil {
-			return err
-		}
-		if err := waitNewTask(kid); err != nil {
-			unix.Kill(int(kid), unix.SIGKILL)
-			return fmt.Errorf("vfork() child %d: %w", kid, err)
-		}
-		if sys.PID(kid) == c.p.PID {
-			break
-		}
-		// Another process forked between ns_last_pid and the vfork.
-		if err := b.undoVfork(a, kid); err != nil {
-			return fmt.Errorf("vfork() made pid %d, not %d: %w", kid, c.p.PID, err)
-		}
-		if try == vforkTries {
-			return fmt.Errorf("vfork() made pid %d, not %d, %d times: other processes take PIDs meanwhile: %w", kid, c.p.PID, try, ErrPIDInUse)
-		}
-		if err := checkPID(c.p.PID, c.p.Comm); err != nil {
-			return err
-		}
+	regs.Rip = b.in.Gadget
+	kid, err := b.cloneVfork(a, regs, c.p)
+	if errors.Is(err, errNoSetTID) {
+		kid, err = b.vforkLastPID(a, regs, c.p)
+	}
+	if err != nil {
+		return err
 	}
 	c.target = sys.PID(kid)
 	c.tasks = []sys.TID{kid}
@@ -149,6 +133,142 @@ func (b *builder) vfork(c *builder) error {
 	}
 	return ptrace.SetSigMask(kid, ct.SigMask)
 }
+
+// errNoSetTID says that the parent of a vfork() child cannot clone with
+// set_tid (no CAP_SYS_ADMIN once its credentials are in place).
+var errNoSetTID = errors.New("clone3 with set_tid not permitted in the parent")
+
+// cloneVfork makes the vfork() child p again from task a (stopped, regs
+// its registers): a clone3 with CLONE_VM|CLONE_VFORK, SIGCHLD and set_tid
+// p's PID, run at a syscall instruction of a, whose arguments are written
+// for the call into a's memory (below its stack pointer, or at the start
+// of another writable mapping) and the bytes there put back before
+// anything runs. It returns the child once a is in its
+// PTRACE_EVENT_VFORK stop (before it waits for the child) and the child
+// in its first stop. A PID taken by another process is ErrPIDInUse.
+func (b *builder) cloneVfork(a sys.TID, regs unix.PtraceRegs, p *image.Process) (sys.TID, error) {
+	addr, err := b.argsArea(b.p.Threads[0].Regs.Rsp) // the dumped stack pointer
+	if err != nil {
+		return 0, err
+	}
+	var args [cloneArgsSize + 8]byte
+	le := binary.LittleEndian
+	le.PutUint64(args[0:], unix.CLONE_VM|unix.CLONE_VFORK) // flags
+	le.PutUint64(args[32:], uint64(unix.SIGCHLD))          // exit_signal
+	le.PutUint64(args[64:], addr+cloneArgsSize)            // set_tid
+	le.PutUint64(args[72:], 1)                             // set_tid_size
+	le.PutUint32(args[cloneArgsSize:], uint32(p.PID))
+	saved := make([]byte, len(args))
+	if err := ptrace.ReadMem(sys.PID(a), addr, saved); err != nil {
+		return 0, fmt.Errorf("read %#x of %d: %w", addr, a, err)
+	}
+	if err := ptrace.WriteMem(sys.PID(a), addr, args[:]); err != nil {
+		return 0, fmt.Errorf("write clone args at %#x of %d: %w", addr, a, err)
+	}
+	kid, err := runVfork(a, regs, addr)
+	if errors.Is(err, unix.EPERM) {
+		// set_tid needs CAP_SYS_ADMIN, which the parent, its
+		// credentials in place, may not have.
+		err = errNoSetTID
+	}
+	if werr := ptrace.WriteMem(sys.PID(a), addr, saved); werr != nil && err == nil {
+		err = fmt.Errorf("put back %#x of %d: %w", addr, a, werr)
+	}
+	if err != nil {
+		if kid != 0 {
+			unix.Kill(int(kid), unix.SIGKILL)
+		}
+		if errors.Is(err, unix.EEXIST) {
+			if cerr := checkPID(p.PID, p.Comm); cerr != nil {
+				return 0, cerr
+			}
+			return 0, fmt.Errorf("clone3 with pid %d: taken by a process that is gone again: %w", p.PID, ErrPIDInUse)
+		}
+		return 0, err
+	}
+	if err := waitNewTask(kid); err != nil {
+		unix.Kill(int(kid), unix.SIGKILL)
+		return 0, fmt.Errorf("vfork() child %d: %w", kid, err)
+	}
+	if sys.PID(kid) != p.PID {
+		unix.Kill(int(kid), unix.SIGKILL)
+		return 0, fmt.Errorf("clone3 gave pid %d, not %d", kid, p.PID)
+	}
+	return kid, nil
+}
+
+// argsArea picks where the arguments of the vfork()'s clone3 go in the
+// parent: below its stack pointer (past the 128-byte red zone) when that
+// lies in a writable mapping, else the start of a writable mapping.
+func (b *builder) argsArea(sp uint64) (uint64, error) {
+	const need = cloneArgsSize + 8
+	writable := func(v *image.VMA) bool {
+		return v.Prot&unix.PROT_WRITE != 0 && v.Prot&unix.PROT_READ != 0 && v.Len() >= need
+	}
+	if sp >= 1024 {
+		at := (sp - 512) &^ 15
+		for i := range b.p.VMAs {
+			v := &b.p.VMAs[i]
+			if writable(v) && v.Start <= at && at+need <= v.End {
+				return at, nil
+			}
+		}
+	}
+	for i := range b.p.VMAs {
+		if v := &b.p.VMAs[i]; writable(v) && (v.Kind == image.VMAAnon || v.Kind == image.VMAHeap || v.Kind == image.VMAStack) {
+			return v.Start, nil
+		}
+	}
+	return 0, fmt.Errorf("no writable memory in the parent for the arguments of its vfork()")
+}
+
+// runVfork runs the clone3 set up in task a: regs with the call at a's
+// syscall instruction, its arguments at addr. It returns the child once
+// a is in its PTRACE_EVENT_VFORK stop; a clone3 that failed returns its
+// errno.
+func runVfork(a sys.TID, regs unix.PtraceRegs, addr uint64) (sys.TID, error) {
+	regs.Rax, regs.Orig_rax = unix.SYS_CLONE3, ^uint64(0)
+	regs.Rdi, regs.Rsi = addr, cloneArgsSize
+	if err := ptrace.SetRegs(a, &regs); err != nil {
+		return 0, err
+	}
+	entered := false
+	for {
+		if err := unix.PtraceSyscall(int(a), 0); err != nil {
+			return 0, fmt.Errorf("vfork in %d: resume: %w", a, err)
+		}
+		st, err := ptrace.Wait(a)
+		if err != nil {
+			return 0, err
+		}
+		switch {
+		case st.Exited():
+			return 0, fmt.Errorf("vfork in %d: %s", a, st)
+		case st.Event == unix.PTRACE_EVENT_VFORK:
+			msg, err := ptrace.GetEventMsg(a)
+			if err != nil {
+				return 0, err
+			}
+			return sys.TID(msg), nil
+		case st.Sig() == unix.SIGTRAP|0x80 && st.Event == 0 && !entered:
+			entered = true // the call's entry stop
+		case st.Sig() == unix.SIGTRAP|0x80 && st.Event == 0:
+			r, err := ptrace.GetRegs(a)
+			if err != nil {
+				return 0, err
+			}
+			if e := ptrace.Errno(r.Rax); e != nil {
+				return 0, fmt.Errorf("clone3 (vfork) in %d: %w", a, e)
+			}
+			return 0, fmt.Errorf("clone3 (vfork) in %d returned %d without a child", a, int64(r.Rax))
+		default:
+			return 0, fmt.Errorf("vfork in %d: unexpected stop: %s", a, st)
+		}
+	}
+}
+
+// waitAll is __WALL.
+const waitAll = 0x40000000
 
 // vforkTries bounds the vforks made for a child's PID: each one that
 // gets another PID is undone.
@@ -280,4 +400,38 @@ func (b *builder) undoVfork(a, kid sys.TID) error {
 }
 
 // waitAll is __WALL.
-const waitAll = 0x40000000
+
+// vforkLastPID makes the vfork() child p from task a by vfork() itself,
+// the child's PID taken through ns_last_pid: for a parent that cannot
+// clone with set_tid. Another process forking meanwhile can take the
+// PID: a child with another one is undone and the vfork() made again, up
+// to vforkTries times; a PID taken for good is ErrPIDInUse.
+func (b *builder) vforkLastPID(a sys.TID, regs unix.PtraceRegs, p *image.Process) (sys.TID, error) {
+	regs.Rax, regs.Orig_rax = sysVfork, ^uint64(0)
+	for try := 1; ; try++ {
+		if err := ptrace.SetRegs(a, &regs); err != nil {
+			return 0, err
+		}
+		kid, err := vforkAs(a, p.PID)
+		if err != nil {
+			return 0, err
+		}
+		if err := waitNewTask(kid); err != nil {
+			unix.Kill(int(kid), unix.SIGKILL)
+			return 0, fmt.Errorf("vfork() child %d: %w", kid, err)
+		}
+		if sys.PID(kid) == p.PID {
+			return kid, nil
+		}
+		// Another process forked between ns_last_pid and the vfork.
+		if err := b.undoVfork(a, kid); err != nil {
+			return 0, fmt.Errorf("vfork() made pid %d, not %d: %w", kid, p.PID, err)
+		}
+		if try == vforkTries {
+			return 0, fmt.Errorf("vfork() made pid %d, not %d, %d times: other processes take PIDs meanwhile: %w", kid, p.PID, try, ErrPIDInUse)
+		}
+		if err := checkPID(p.PID, p.Comm); err != nil {
+			return 0, err
+		}
+	}
+}
