@@ -110,10 +110,14 @@ int main(int argc, char **argv)
 		fid_skip("glibc did not register rseq for its threads");
 	pthread_t t;
 	FID_SETUP(pthread_create(&t, NULL, worker, NULL) == 0, "pthread_create");
-	while (!worker_running)
+	/* Both threads have committed a section before the dump: on a busy
+	 * machine a thread can be preempted inside every section it starts
+	 * for a while, and the check below would fail for that alone. */
+	while (!worker_running || *(volatile long *)&counts[1].commits == 0)
 		sched_yield();
 	volatile uint64_t *csf = rseq_cs_field();
-	run_once(&counts[0], csf);
+	while (counts[0].commits == 0)
+		run_once(&counts[0], csf);
 	fid_ready();
 	while (!term_pending())
 		run_once(&counts[0], csf);
