@@ -151,7 +151,7 @@ func refuseExitedLeader(m *member) error {
 	}
 	for _, t := range m.fz.tasks {
 		if t.stopped {
-			return refuse(m.pid, fmt.Sprintf("thread %d", m.pid.Leader()), "the leader has exited and the process is stopped (%v): a stopped process whose leader exited is not restored", t.stopSig)
+			return refuse(m.pid, fmt.Sprintf("thread %d", m.pid.Leader()), "the leader has exited and the process is stopped (by %s): a stopped process whose leader exited is not restored", unix.SignalName(t.stopSig))
 		}
 	}
 	return nil
