@@ -19,7 +19,9 @@
 // Options.ShellJob. A parent waiting in vfork(), which cannot be stopped,
 // is read from outside (vfork.go); other sharing of memory between
 // processes is refused before anything is seized; every wait for a
-// thread to stop is bounded.
+// thread to stop is bounded. A process whose leader thread has exited
+// while others run (a zombie leader) is frozen without it and read
+// through a live thread (deadleader.go).
 //
 // Nothing lost: the target's registers are changed only while an injected
 // system call runs (between its PTRACE_SYSCALL entry and exit stops: no

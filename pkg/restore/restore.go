@@ -24,7 +24,8 @@
 //     (dup3 of the inherited files), signal handlers, sigaltstack, timers,
 //     rlimits, umask, cwd, rseq, robust list, pending signals, and
 //     credentials last (strict seccomp mode the very last);
-//  6. unmaps the gadget page and sets the registers and full xstate;
+//  6. unmaps the gadget page and sets the registers and full xstate; a
+//     leader that had exited at the dump exits again (deadleader.go);
 //  7. stops again, by the same signal, a process that was stopped (see
 //     stopped.go).
 //
