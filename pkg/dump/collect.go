@@ -87,9 +87,6 @@ func (d *dumper) collect() (*image.Process, error) {
 	if m := d.t.member(pid); m != nil && m.vforkChild != 0 {
 		return d.collectVforkParent(p, status, m.vforkChild) // no thread to inject into
 	}
-	if err := refuseExitedLeader(d.t.member(pid)); err != nil {
-		return nil, err
-	}
 	for _, t := range d.fz.tasks {
 		th, err := d.collectThread(t)
 		if err != nil {

@@ -142,21 +142,6 @@ func (d *dumper) addExitedLeader(p *image.Process) error {
 	return nil
 }
 
-// refuseExitedLeader refuses what a process whose leader has exited
-// cannot be restored with: a group-stop (the restore stops a process
-// through its leader).
-func refuseExitedLeader(m *member) error {
-	if m.fz == nil || !m.fz.leaderExited {
-		return nil
-	}
-	for _, t := range m.fz.tasks {
-		if t.stopped {
-			return refuse(m.pid, fmt.Sprintf("thread %d", m.pid.Leader()), "the leader has exited and the process is stopped (by %s): a stopped process whose leader exited is not restored", unix.SignalName(t.stopSig))
-		}
-	}
-	return nil
-}
-
 // pidfdFlags are the pidfd_open flags for the PID fz is read through: a
 // live thread's TID needs PIDFD_THREAD (its fd table is the process's).
 func pidfdFlags(fz *frozen) int {

@@ -83,7 +83,6 @@ var refuseChecks = []func(m *member, own *limits) error{
 	func(m *member, own *limits) error { return refuseOOMAdj(m.rd(), own) },
 	func(m *member, _ *limits) error { return refuseAutogroupNice(m.rd()) },
 	func(m *member, _ *limits) error { return refuseAuditSession(m.rd()) },
-	func(m *member, _ *limits) error { return refuseExitedLeader(m) },
 	refuseThreads,
 }
 

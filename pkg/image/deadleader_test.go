@@ -28,7 +28,7 @@ func TestCheckLeaderExited(t *testing.T) {
 		{"exit(5)", dead(nil), ""},
 		{"no other thread", dead(func(p *Process) { p.Threads = p.Threads[:1] }), "a process whose leader exited with 1 threads"},
 		{"leader not a zombie", dead(func(p *Process) { p.Threads[0].State = "S" }), `the leader in state "S"`},
-		{"stopped", dead(func(p *Process) { p.Misc.Stopped = true }), "or stopped"},
+		{"stopped", dead(func(p *Process) { p.Misc.Stopped = true }), ""},
 		{"inside vfork", dead(func(p *Process) { p.VforkOf = 1 }), "inside vfork()"},
 		{"exit code of a live leader", func() *Process { p := sampleRoot(); p.LeaderExitCode = 5 << 8; return p }(), "a leader exit code 0x500 for a leader that has not exited"},
 		{"exit code malformed", dead(func(p *Process) { p.LeaderExitCode = 5 }), "leader exit code 0x5: not one the exit system call makes"},

@@ -72,8 +72,8 @@ func checkProcess(p *Process) error {
 	if len(p.Threads) == 0 || p.Threads[0].TID != p.PID.Leader() {
 		return bad("no leader thread")
 	}
-	if p.LeaderExited && (len(p.Threads) < 2 || p.Threads[0].State != "Z" || p.VforkOf != 0 || p.Misc.Stopped) {
-		return bad("a process whose leader exited with %d threads (the leader in state %q), or inside vfork(), or stopped", len(p.Threads), p.Threads[0].State)
+	if p.LeaderExited && (len(p.Threads) < 2 || p.Threads[0].State != "Z" || p.VforkOf != 0) {
+		return bad("a process whose leader exited with %d threads (the leader in state %q), or inside vfork()", len(p.Threads), p.Threads[0].State)
 	}
 	if !p.LeaderExited && p.LeaderExitCode != 0 {
 		return bad("a leader exit code %#x for a leader that has not exited", p.LeaderExitCode)

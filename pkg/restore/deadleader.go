@@ -5,7 +5,9 @@ package restore
 // TIDs, and once it is built (finish) the leader exits with the exit
 // system call, not exit_group: a zombie thread, as at the dump, while the
 // process runs on. Whatever the restore does after that goes through a
-// live thread (builder.in). The dump side is pkg/dump/deadleader.go.
+// live thread (builder.in); a process stopped at the dump is stopped again
+// through its live threads (stopped.go). The dump side is
+// pkg/dump/deadleader.go.
 
 import (
 	"fmt"
@@ -104,4 +106,15 @@ func removeTID(tids []sys.TID, tid sys.TID) []sys.TID {
 		}
 	}
 	return out
+}
+
+// injected is the index in Process.Threads of the thread b.in runs calls
+// in: the leader, or the live thread that took over once it exited.
+func (b *builder) injected() int {
+	for i, th := range b.p.Threads {
+		if th.TID == b.in.TID {
+			return i
+		}
+	}
+	return 0
 }

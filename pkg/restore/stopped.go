@@ -56,6 +56,9 @@ func (b *builder) stop() error {
 		sig = unix.SIGSTOP
 	}
 	ths := b.p.Threads
+	if b.p.LeaderExited {
+		ths = ths[1:] // the leader has exited again (deadleader.go)
+	}
 	first := -1
 	for i, th := range ths {
 		if sig == unix.SIGSTOP || th.SigMask&sigBit(sig) == 0 {
@@ -141,7 +144,7 @@ func groupStop(tid sys.TID, sig unix.Signal, first bool) error {
 // one: collected already (unless StopUnreported), and no SIGCHLD for it
 // unless one was pending at the dump.
 func (b *builder) settleStop(c *builder) error {
-	leader := b.p.Threads[0]
+	leader := b.p.Threads[b.injected()] // the leader, or a live thread if it has exited
 	if err := ptrace.SetSigMask(leader.TID, allSignals); err != nil {
 		return err
 	}
@@ -181,22 +184,23 @@ func hasPending(sis []image.SigInfo, sig unix.Signal) bool {
 // rt_sigtimedwait, its arguments on the stack below the red zone (put back
 // after). The caller blocks every signal in the leader.
 func (b *builder) dequeue(sig unix.Signal) error {
-	regs, err := ptrace.GetRegs(b.p.PID.Leader())
+	tid := b.in.TID // the leader, or a live thread if it has exited
+	regs, err := ptrace.GetRegs(tid)
 	if err != nil {
 		return err
 	}
 	at := (regs.Rsp - 128 - 64) &^ 15
 	saved := make([]byte, 24)
-	if err := ptrace.ReadMem(b.p.PID, at, saved); err != nil {
+	if err := ptrace.ReadMem(sys.PID(tid), at, saved); err != nil {
 		return err
 	}
 	args := make([]byte, 24) // sigset, then a zero timespec
 	binary.LittleEndian.PutUint64(args, sigBit(sig))
-	if err := ptrace.WriteMem(b.p.PID, at, args); err != nil {
+	if err := ptrace.WriteMem(sys.PID(tid), at, args); err != nil {
 		return err
 	}
 	ret, err := b.call("rt_sigtimedwait", unix.SYS_RT_SIGTIMEDWAIT, at, 0, at+8, 8)
-	if werr := ptrace.WriteMem(b.p.PID, at, saved); err == nil {
+	if werr := ptrace.WriteMem(sys.PID(tid), at, saved); err == nil {
 		err = werr
 	}
 	if err != nil {

@@ -14,13 +14,13 @@ import (
 	"github.com/ckpt/ckpt/internal/testenv"
 )
 
-// TestDeadLeaderStoppedRefused checks the refusal of a stopped process
-// whose leader thread has exited (the fidelity case proc_deadleader,
-// stopped by SIGSTOP once ready): the dump fails naming the process, the
-// dead leader and why, writes no image, and leaves the process as it was:
-// its leader a zombie thread, its other threads stopped and untraced.
-// After SIGCONT and SIGTERM the case checks its own state and says PASS.
-func TestDeadLeaderStoppedRefused(t *testing.T) {
+// TestDeadLeaderStopped checks a stopped process whose leader thread has
+// exited (the fidelity case proc_deadleader, stopped by SIGSTOP once
+// ready): after two dumps with --leave-running, and after a dump and a
+// restore, it is as it was: its leader a zombie thread, its other threads
+// stopped and untraced. After SIGCONT and SIGTERM the case checks its own
+// state and says PASS.
+func TestDeadLeaderStopped(t *testing.T) {
 	e := setup(t)
 	srcDir := filepath.Join(testenv.RepoRoot(t), "testdata", "fidelity")
 	bin := filepath.Join(t.TempDir(), "proc_deadleader")
@@ -35,29 +35,37 @@ func TestDeadLeaderStoppedRefused(t *testing.T) {
 	live := liveThreads(t, pid)
 	e.r.Signal(t, pid, syscall.SIGSTOP)
 	waitThreadStates(t, pid, live, "T")
-
-	img := filepath.Join(t.TempDir(), "img")
-	res := e.runCkpt(t, nil, "dump", "--dir", img, strconv.Itoa(pid))
-	want := fmt.Sprintf("process %d: thread %d: the leader has exited and the process is stopped (by SIGSTOP)", pid, pid)
-	if res.code == 0 || !strings.Contains(res.stderr, want) {
-		t.Fatalf("ckpt dump of a stopped process whose leader exited: %v; want it refused saying %q", res, want)
-	}
-	noImage(t, img)
-	if st := procState(pid); !strings.HasPrefix(st, "Z") {
-		t.Errorf("after the refused dump: the leader is in state %q, want Z", st)
-	}
-	for _, tid := range live {
-		path := fmt.Sprintf("/proc/%d/task/%d/status", pid, tid)
-		st, tp := field(readFile(path), "State"), field(readFile(path), "TracerPid")
-		if !strings.HasPrefix(st, "T") || tp != "0" {
-			t.Errorf("after the refused dump: thread %d state %q, TracerPid %q; want stopped and untraced", tid, st, tp)
+	stopped := func(why string) {
+		t.Helper()
+		if st := procState(pid); !strings.HasPrefix(st, "Z") {
+			t.Errorf("%s: the leader is in state %q, want Z", why, st)
+		}
+		waitThreadStates(t, pid, live, "T")
+		for _, tid := range live {
+			if tp := field(readFile(fmt.Sprintf("/proc/%d/task/%d/status", pid, tid)), "TracerPid"); tp != "0" {
+				t.Errorf("%s: thread %d TracerPid %q, want untraced", why, tid, tp)
+			}
 		}
 	}
+	for i := 1; i <= 2; i++ {
+		e.dump(t, pid, filepath.Join(t.TempDir(), "img"), "--leave-running")
+		stopped(fmt.Sprintf("after dump %d --leave-running", i))
+	}
+	img := filepath.Join(t.TempDir(), "img")
+	e.dump(t, pid, img)
+	if es := e.r.WaitExit(t, pid, wait); es.Signal != int(syscall.SIGKILL) {
+		t.Fatalf("after the dump: %v, want killed by SIGKILL", es)
+	}
+	if res := e.runRedo(t, nil, img); res.code != 0 {
+		t.Fatalf("ckpt-redo: %v", res)
+	}
+	e.r.Alive(pid)
+	stopped("after the restore")
 	e.r.Signal(t, pid, syscall.SIGCONT)
 	e.r.Signal(t, pid, syscall.SIGTERM)
 	got := testenv.WaitForLine(t, log, func(l string) bool { return l == "PASS" || strings.HasPrefix(l, "FAIL") }, wait)
 	if got != "PASS" {
-		t.Fatalf("after the refused dump: %s", got)
+		t.Fatalf("after the restore: %s", got)
 	}
 	if es := e.r.WaitExit(t, pid, wait); es.Code != 0 || es.Signal != 0 {
 		t.Fatalf("proc_deadleader: %v, want exit code 0", es)
