@@ -235,6 +235,9 @@ type VMA struct {
 	// HugePageSize is the huge page size in bytes of a private anonymous
 	// hugetlb mapping (MAP_HUGETLB), 0 for ordinary memory.
 	HugePageSize uint64 `json:"huge_page_size,omitempty"`
+	// MemPolicy is the mapping's own NUMA memory policy (mbind), nil for
+	// none (the thread's policy applies).
+	MemPolicy *MemPolicy `json:"mem_policy,omitempty"`
 }
 
 // AIORing is an AIO context (io_setup) as its ring shows it: the number
@@ -838,7 +841,41 @@ type Thread struct {
 	SpecCtrl []int `json:"spec_ctrl,omitempty"`
 	TSC      int   `json:"tsc,omitempty"`
 	MCEKill  int   `json:"mce_kill,omitempty"`
+	// MemPolicy is the thread's NUMA memory policy (set_mempolicy), nil
+	// for the default.
+	MemPolicy *MemPolicy `json:"mem_policy,omitempty"`
 }
+
+// MemPolicy is a NUMA memory policy as get_mempolicy(2) returns it: the
+// mode (MPOL_BIND, MPOL_INTERLEAVE, ...) with its mode flags OR'ed in
+// (MPOL_F_STATIC_NODES, MPOL_F_RELATIVE_NODES, MPOL_F_NUMA_BALANCING),
+// and the nodemask, 64 nodes a word (the nodes the program gave, for a
+// policy with MPOL_F_STATIC_NODES or MPOL_F_RELATIVE_NODES).
+type MemPolicy struct {
+	Mode  uint32   `json:"mode"`
+	Nodes []uint64 `json:"nodes,omitempty"`
+}
+
+// NUMA memory policy modes and mode flags (linux/mempolicy.h).
+const (
+	MpolDefault            = 0
+	MpolPreferred          = 1
+	MpolBind               = 2
+	MpolInterleave         = 3
+	MpolLocal              = 4
+	MpolPreferredMany      = 5
+	MpolWeightedInterleave = 6
+	MpolMax                = 7 // the first mode that is none
+
+	MpolFNumaBalancing = 1 << 13
+	MpolFRelativeNodes = 1 << 14
+	MpolFStaticNodes   = 1 << 15
+	MpolModeFlags      = MpolFStaticNodes | MpolFRelativeNodes | MpolFNumaBalancing
+
+	// MemPolicyMaxNode is the number of nodes a MemPolicy's nodemask
+	// holds at most (get_mempolicy's maxnode at the dump).
+	MemPolicyMaxNode = 1024
+)
 
 // Sched is struct sched_attr (sched_getattr(2)) with the nice value,
 // which sched_getattr leaves out for real-time policies.

@@ -90,6 +90,11 @@ func checkProcess(p *Process) error {
 			return bad("thread id %d malformed or repeated", t.TID)
 		}
 		tids[t.TID] = true
+		if t.MemPolicy != nil {
+			if err := t.MemPolicy.Check(); err != nil {
+				return bad("thread %d: %v", t.TID, err)
+			}
+		}
 	}
 	var prevEnd uint64
 	for i, v := range p.VMAs {
@@ -116,6 +121,11 @@ func checkProcess(p *Process) error {
 		}
 		if v.ParentPages < 0 || v.ParentPages > v.Pages {
 			return bad("vma %d %#x-%#x holds %d of its %d pages from the parent", i, v.Start, v.End, v.ParentPages, v.Pages)
+		}
+		if v.MemPolicy != nil {
+			if err := v.MemPolicy.Check(); err != nil {
+				return bad("vma %d %#x-%#x: %v", i, v.Start, v.End, err)
+			}
 		}
 		prevEnd = v.End
 	}
@@ -174,6 +184,22 @@ func (p *Process) VMAAt(addr, n uint64) *VMA {
 	i := sort.Search(len(vs), func(i int) bool { return vs[i].End > addr })
 	if i < len(vs) && vs[i].Start <= addr && addr+n <= vs[i].End {
 		return &vs[i]
+	}
+	return nil
+}
+
+// Check tells whether the policy is one set_mempolicy or mbind could
+// set: a known mode, known flags, not both static and relative nodes,
+// a nodemask of at most MemPolicyMaxNode nodes.
+func (m *MemPolicy) Check() error {
+	mode, flags := m.Mode&^MpolModeFlags, m.Mode&MpolModeFlags
+	switch {
+	case mode >= MpolMax || m.Mode&^(MpolModeFlags|0xff) != 0:
+		return fmt.Errorf("NUMA policy mode %d unknown (%#x): %w", mode, m.Mode, ErrInvalid)
+	case flags&MpolFStaticNodes != 0 && flags&MpolFRelativeNodes != 0:
+		return fmt.Errorf("NUMA policy with both static and relative nodes: %w", ErrInvalid)
+	case len(m.Nodes) > MemPolicyMaxNode/64:
+		return fmt.Errorf("NUMA policy nodemask of %d words: %w", len(m.Nodes), ErrInvalid)
 	}
 	return nil
 }
