@@ -418,6 +418,9 @@ func (d *dumper) injectOthers(p *image.Process, gadget, area uint64) error {
 			if err := b.finish(); err != nil && ierr == nil {
 				ierr = err
 			}
+			if ierr == nil {
+				ierr = memPolicyNodes(b, &threads[w+k])
+			}
 			t := wave[k]
 			if err := ptrace.SetSigMask(t.tid, t.mask); err != nil && ierr == nil {
 				ierr = err
@@ -450,9 +453,13 @@ func (d *dumper) askThread(a asker, th *image.Thread) {
 func (d *dumper) injectThread(a asker, p *image.Process, th *image.Thread, leader bool) error {
 	d.askThread(a, th)
 	if !leader {
-		return a.flush()
+		if err := a.flush(); err != nil {
+			return err
+		}
+		return memPolicyNodes(a, th)
 	}
 	injectProcAttrs(a, p)
+	askVMAPolicies(a, p)
 	if err := d.askSignals(a, p); err != nil {
 		return err
 	}
@@ -465,7 +472,10 @@ func (d *dumper) injectThread(a asker, p *image.Process, th *image.Thread, leade
 		return nil
 	}, unix.SYS_PRCTL, unix.PR_GET_DUMPABLE)
 	d.stopReports(a)
-	return a.flush()
+	if err := a.flush(); err != nil {
+		return err
+	}
+	return memPolicyNodes(a, th)
 }
 
 // Options of waitid(2) not in x/sys/unix.

@@ -198,6 +198,9 @@ func (d *dumper) collectVforkParent(p *image.Process, status *proc.Status, child
 		return nil, refuse(pid, what, "syscall user dispatch (PR_SET_SYSCALL_USER_DISPATCH) is not restored")
 	case bt.MemPolicy != 0:
 		return nil, refuse(pid, what, "a NUMA memory policy (set_mempolicy) cannot be restored")
+	case vmaPolicyMarked(p) != nil:
+		v := vmaPolicyMarked(p)
+		return nil, refuse(pid, what, "mapping %#x-%#x has a NUMA memory policy in numa_maps (mbind, or the task's): it cannot be read without injected calls", v.Start, v.End)
 	case bt.ITimers != [3]bool{}:
 		return nil, refuse(pid, what, "an interval timer (setitimer) is armed: its time can be read only from a stopped process")
 	}

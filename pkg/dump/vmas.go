@@ -28,10 +28,18 @@ var vmAdvice = []struct {
 
 func (d *dumper) collectVMAs(p *image.Process) error {
 	// numa_maps and smaps both walk the page tables: read them at once.
-	policies := make(chan error, 1)
-	go func() { policies <- vmaPolicies(d.rd()) }()
+	type numa struct {
+		marked map[uint64]bool
+		err    error
+	}
+	policies := make(chan numa, 1)
+	go func() {
+		m, err := vmaPolicies(d.rd())
+		policies <- numa{m, err}
+	}()
 	maps, err := proc.ReadSmaps(d.rd())
-	perr := <-policies
+	pol := <-policies
+	perr := pol.err
 	if err != nil {
 		return fmt.Errorf("read smaps: %w", err)
 	}
@@ -52,6 +60,10 @@ func (d *dumper) collectVMAs(p *image.Process) error {
 		}
 		v.Shared = m.Perms[3] == 's'
 		v.GrowsDown = m.VmFlags["gd"]
+		if pol.marked[m.Start] && m.Path != "[vsyscall]" {
+			// A policy to ask in the injection window (askVMAPolicies).
+			v.MemPolicy = &image.MemPolicy{}
+		}
 		if err := vmaAttributes(&v, m); err != nil {
 			return fmt.Errorf("mapping %#x-%#x %s: %w", m.Start, m.End, m.Path, err)
 		}

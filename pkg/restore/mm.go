@@ -184,6 +184,9 @@ func (b *builder) protect() error {
 		case image.VMAVDSO, image.VMAVvar, image.VMAVsyscall:
 			continue
 		}
+		if err := b.vmaPolicy(v); err != nil {
+			return err
+		}
 		if mapProt(v) != v.Prot {
 			if _, err := b.call("mprotect", unix.SYS_MPROTECT, v.Start, v.Len(), uint64(v.Prot)); err != nil {
 				return err

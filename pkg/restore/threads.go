@@ -35,7 +35,7 @@ func (b *builder) threadsMisc() error {
 func (b *builder) askThreadMisc(i int, tb *threadBatch) (threadControls, bool) {
 	th := &b.p.Threads[i]
 	name := append([]byte(th.Comm), 0)
-	if !tb.fits(len(name) + 32) {
+	if !tb.fits(len(name) + 32 + image.MemPolicyMaxNode/8) {
 		return threadControls{}, false
 	}
 	addr, err := tb.put(name)
@@ -64,6 +64,10 @@ func (b *builder) askThreadMisc(i int, tb *threadBatch) (threadControls, bool) {
 			return threadControls{}, true
 		}
 		tb.add("sigaltstack", unix.SYS_SIGALTSTACK, addr, 0)
+	}
+	if err := threadPolicy(tb, th); err != nil {
+		tb.err = err
+		return threadControls{}, true
 	}
 	cur := threadControls{spec: make([]int, len(th.SpecCtrl))}
 	for w, want := range th.SpecCtrl {

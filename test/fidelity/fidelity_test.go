@@ -128,6 +128,8 @@ var cases = []fcase{
 	{name: "mem_sysv_msg_gone", src: "mem_sysv_msg.c", args: []string{"DIR/msqids", "gone"}, beforeRedo: removeMsgQueues},
 	{name: "mem_hugetlb", src: "mem_hugetlb.c"},
 	{name: "mem_hugetlb_sysv", src: "mem_hugetlb.c", args: []string{"sysv"}},
+	{name: "mem_mbind", src: "mem_numa.c", args: []string{"mbind"}},
+	{name: "mem_mempolicy", src: "mem_numa.c", args: []string{"mempolicy"}},
 	// AIO contexts: the ring at its address, head, tail, completions.
 	{name: "proc_aio", src: "proc_aio.c"},
 	// Private memory shared copy-on-write after fork: 64 MiB, 3 children,
@@ -287,8 +289,6 @@ var cases = []fcase{
 	{name: "proc_userfaultfd", src: "proc_uffd.c", refuse: "userfaultfd"},
 	{name: "mem_shm_unreachable", src: "mem_refused.c", args: []string{"unreachable"}, refuse: "holds data at offset 0x1000 that no mapping of the tree covers: cannot be restored"},
 	{name: "mem_sysv_part", src: "mem_refused.c", args: []string{"sysv_part"}, refuse: "attached in part (offset 0x0, 4096 of 8192 bytes): cannot be restored"},
-	{name: "mem_mbind", src: "mem_refused.c", args: []string{"mbind"}, refuse: "NUMA memory policy bind:0 (mbind"},
-	{name: "mem_mempolicy", src: "mem_refused.c", args: []string{"mempolicy"}, refuse: "NUMA memory policy prefer:0 (mbind, or the thread's set_mempolicy): cannot be restored"},
 	{name: "mem_sysv_sem", src: "mem_refused.c", args: []string{"sem"}, refuse: "has SEM_UNDO operations"},
 	{name: "mem_secret", src: "mem_refused.c", args: []string{"secret"}, refuse: "memfd_secret memory: no one but the process can read it: cannot be restored"},
 	{name: "mem_hugetlb_shared", src: "mem_refused.c", args: []string{"hugetlb_shared"}, refuse: "shared hugetlb memory"},

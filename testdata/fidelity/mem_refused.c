@@ -8,8 +8,6 @@
  *                object but no mapping covers it.
  *   sysv_part    a System V segment of 2 pages attached, its second page
  *                unmapped (an attachment in part).
- *   mbind        a mapping with a NUMA policy of its own (MPOL_BIND, node 0).
- *   mempolicy    a thread NUMA policy (set_mempolicy MPOL_PREFERRED, node 0).
  *   sem          a System V semaphore set the program operated on with SEM_UNDO
  *                (semop): the adjustment is held in the process, unreadable.
  *   secret       a memfd_secret page, mapped (its fd closed).
@@ -24,16 +22,13 @@
 #include <sys/shm.h>
 #include <sys/syscall.h>
 
-#define MPOL_PREFERRED 1
-#define MPOL_BIND 2
 
 int main(int argc, char **argv)
 {
 	fid_init(argc, argv);
-	FID_SETUP(argc == 3, "usage: %s LOG unreachable|sysv_part|mbind|mempolicy", argv[0]);
+	FID_SETUP(argc == 3, "usage: %s LOG unreachable|sysv_part|sem|msg|secret|hugetlb_shared", argv[0]);
 	unsigned char *p;
 	int id = -1;
-	unsigned long node0 = 1;
 	if (strcmp(argv[2], "sem") == 0 || strcmp(argv[2], "msg") == 0) {
 		int sem = argv[2][1] == 'e';
 		id = sem ? semget(IPC_PRIVATE, 2, IPC_CREAT | 0600) : msgget(IPC_PRIVATE, IPC_CREAT | 0600);
@@ -87,19 +82,7 @@ int main(int argc, char **argv)
 		FID_EXPECT(p[100] == 0x5a, "hugetlb memory changed");
 		return fid_done();
 	}
-	if (strcmp(argv[2], "mbind") == 0 || strcmp(argv[2], "mempolicy") == 0) {
-		p = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-		FID_SETUP(p != MAP_FAILED, "mmap: %s", strerror(errno));
-		if (argv[2][1] == 'b')
-			FID_SETUP(syscall(SYS_mbind, p, 2 * 4096, MPOL_BIND, &node0, 2, 0) == 0, "mbind: %s", strerror(errno));
-		else
-			FID_SETUP(syscall(SYS_set_mempolicy, MPOL_PREFERRED, &node0, 2) == 0, "set_mempolicy: %s", strerror(errno));
-		memset(p, 0x5a, 2 * 4096);
-		p = mmap(p + 4096, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
-		FID_SETUP(p != MAP_FAILED, "mmap: %s", strerror(errno));
-		memset(p, 0x5a, 4096);
-		p -= 4096;
-	} else if (strcmp(argv[2], "unreachable") == 0) {
+	if (strcmp(argv[2], "unreachable") == 0) {
 		p = mmap(NULL, 2 * 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 		FID_SETUP(p != MAP_FAILED, "mmap: %s", strerror(errno));
 	} else {
