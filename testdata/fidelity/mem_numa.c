@@ -93,10 +93,12 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-#define MAPS 5
-static const char *map_names[MAPS] = {"bind", "interleave static", "default", "preferred many", "weighted interleave"};
-static const int map_modes[MAPS] = {MPOL_BIND, MPOL_INTERLEAVE | MPOL_F_STATIC_NODES, MPOL_DEFAULT, MPOL_PREFERRED_MANY,
-				    MPOL_WEIGHTED_INTERLEAVE};
+#define MAPS 6
+static const char *map_names[MAPS] = {"bind",		"interleave static",   "default",
+				      "preferred many", "weighted interleave", "shared bind"};
+static const int map_modes[MAPS] = {
+	MPOL_BIND, MPOL_INTERLEAVE | MPOL_F_STATIC_NODES, MPOL_DEFAULT, MPOL_PREFERRED_MANY, MPOL_WEIGHTED_INTERLEAVE,
+	MPOL_BIND | MPOL_F_RELATIVE_NODES};
 
 int main(int argc, char **argv)
 {
@@ -108,14 +110,15 @@ int main(int argc, char **argv)
 	char *maps[MAPS];
 	struct pol map_pol[MAPS];
 	for (int i = 0; i < MAPS; i++) {
-		maps[i] = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		int shared = i == MAPS - 1 ? MAP_SHARED : MAP_PRIVATE;
+		maps[i] = mmap(NULL, 4 * 4096, PROT_READ | PROT_WRITE, shared | MAP_ANONYMOUS, -1, 0);
 		FID_SETUP(maps[i] != MAP_FAILED, "mmap: %s", strerror(errno));
 		map_pol[i].mode = map_modes[i];
 		map_pol[i].node = map_modes[i] == MPOL_DEFAULT ? 0 : 1;
 		if (map_modes[i] != MPOL_DEFAULT &&
 		    syscall(SYS_mbind, maps[i], 4 * 4096, map_modes[i], &node0, 64 + 1, 0) != 0) {
 			/* Only the two newest modes may be missing. */
-			FID_SETUP(i >= 3 && errno == EINVAL, "mbind %s: %s", map_names[i], strerror(errno));
+			FID_SETUP((i == 3 || i == 4) && errno == EINVAL, "mbind %s: %s", map_names[i], strerror(errno));
 			map_pol[i].mode = -1;
 		}
 		memset(maps[i], 'a' + i, 4 * 4096);
