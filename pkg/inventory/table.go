@@ -324,7 +324,7 @@ func memoryAttrs() []Attr {
 			Save:    "each thread's policy (get_mempolicy: the mode with MPOL_F_STATIC_NODES, MPOL_F_RELATIVE_NODES, MPOL_F_NUMA_BALANCING, then the nodemask of 1024 nodes if not the default); for each mapping numa_maps shows with a policy other than the default (numa_maps shows the leader's policy for a mapping without one of its own), the mapping's own (get_mempolicy MPOL_F_ADDR), kept only if not the default",
 			Restore: "mbind of each mapping with a policy of its own once the memory is laid out, set_mempolicy in each thread (injected, before the program runs); a node this machine lacks fails the restore naming the policy",
 			Reason:  "the home node of a mapping (set_mempolicy_home_node) cannot be read and is not restored; a parent waiting in vfork() with a policy is refused (read from outside, no injected call); where the pages lie is not kept, only the policy",
-			CRIU:    "restores it", Case: "mem_mbind, mem_mempolicy"},
+			CRIU:    "restores it", Case: "mem_mbind, mem_mempolicy, e2e TestVforkParentMbind"},
 		{Name: "memfd_secret memory", Family: f, Status: Refused,
 			Seen:   Seen{Other: "/secretmem (deleted) in maps, memfd_secret(2)"},
 			Reason: "removed from the kernel's direct map: only the process can read it", CRIU: "not handled", Case: "mem_secret"},

@@ -151,3 +151,41 @@ func TestVforkThenExec(t *testing.T) {
 	v.check(t)
 	e.bye(t, v)
 }
+
+// TestVforkParentMbind dumps a tree whose parent P waiting in vfork() has
+// a page with a NUMA policy of its own (mbind MPOL_BIND, node 0): read
+// from outside, P cannot be asked it, so the dump refuses naming P and
+// the mapping, and everything goes on untraced; once the child has
+// exited, the tree is dumped and restored, and P finds the policy again
+// (get_mempolicy MPOL_F_ADDR, logged when told with SIGUSR1).
+func TestVforkParentMbind(t *testing.T) {
+	e := setup(t)
+	v := e.startVictim(t, "tree_vfork", "mbind")
+	l := v.waitLine(t, func(l string) bool { return strings.HasPrefix(l, "vfork child ") })
+	var c, p int
+	if _, err := fmt.Sscanf(l, "vfork child c=%d p=%d", &c, &p); err != nil {
+		t.Fatalf("line %q: %v", l, err)
+	}
+	res := e.runCkpt(t, nil, "dump", "--dir", filepath.Join(t.TempDir(), "img"), strconv.Itoa(v.pid))
+	want := fmt.Sprintf("process %d: thread %d, waiting in vfork(): mapping ", p, p)
+	if res.code == 0 || !strings.Contains(res.stderr, want) || !strings.Contains(res.stderr, "has a NUMA memory policy in numa_maps") {
+		t.Fatalf("dump: %v; want a refusal saying %q and naming the NUMA policy", res, want)
+	}
+	for _, pid := range []int{v.pid, p, c} {
+		if tp := statusField(pid, "TracerPid"); tp != "0" {
+			t.Errorf("after the refused dump: process %d has TracerPid %q", pid, tp)
+		}
+	}
+	v.waitNewTicks(t, 2)
+	e.r.MustSignal(t, c, syscall.SIGUSR1)
+	v.waitLine(t, func(l string) bool { return l == fmt.Sprintf("vfork done c=%d", c) })
+	e.waitGone(t, c)
+	img := filepath.Join(t.TempDir(), "img")
+	e.dumpKill(t, v, img)
+	e.waitTreeGone(t, "after the dump", []int{p})
+	e.restore(t, v, img)
+	e.r.MustSignal(t, p, syscall.SIGUSR1)
+	v.waitLine(t, func(l string) bool { return l == "policy r=0 mode=2 nodes=0x1" })
+	v.check(t)
+	e.bye(t, v)
+}

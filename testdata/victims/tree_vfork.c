@@ -1,5 +1,5 @@
 /*
- * tree_vfork: a parent waiting in vfork() (usage: tree_vfork LOG [exec|rename]).
+ * tree_vfork: a parent waiting in vfork() (usage: tree_vfork LOG [exec|rename|mbind]).
  *
  * The root R forks P, which blocks SIGUSR1 and calls vfork(): its child C
  * writes "vfork child c=C p=P" to the log and waits for SIGUSR1 with raw
@@ -8,13 +8,17 @@
  * sleeps. With "exec", C instead sleeps 300 ms and then executes
  * /bin/sleep 1000 (the usual vfork and exec, only slow). With "rename", C
  * first names itself "vforked" (PR_SET_NAME): a vfork() child that
- * differs from its parent, which the dump refuses. R writes
+ * differs from its parent, which the dump refuses. With "mbind", P first
+ * gives a page of its own a NUMA policy (mbind MPOL_BIND, node 0), which
+ * cannot be read while P waits in vfork(): refused; P's check after C
+ * exits verifies the policy (get_mempolicy MPOL_F_ADDR). R writes
  * "start pid=R p=P", then "tick N" every 20 ms (victim.h); its check
  * verifies that P is alive.
  */
 #pragma GCC diagnostic ignored "-Wunused-function"
 #include "victim.h"
 
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -42,7 +46,8 @@ static char *utoa(char *s, unsigned long n)
 	return s;
 }
 
-static int do_exec, do_rename;
+static int do_exec, do_rename, do_mbind;
+static char *bound; /* P's page with MPOL_BIND, node 0 ("mbind") */
 
 static void run_p(void)
 {
@@ -50,6 +55,13 @@ static void run_p(void)
 	sigemptyset(&usr1);
 	sigaddset(&usr1, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &usr1, NULL);
+	if (do_mbind) {
+		unsigned long node0 = 1;
+		bound = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (bound == MAP_FAILED || syscall(SYS_mbind, bound, 4096, 2 /* MPOL_BIND */, &node0, 64 + 1, 0) != 0)
+			die("mbind");
+		bound[0] = 1;
+	}
 	pid_t c = vfork();
 	if (c == 0) {
 		/* raw system calls only: this is P's memory and stack */
@@ -76,8 +88,19 @@ static void run_p(void)
 		die("vfork");
 	vlog("vfork done c=%d", c);
 	waitpid(c, NULL, 0);
-	for (;;)
+	for (;;) {
+		if (bound) {
+			/* Told to check (SIGUSR1): the policy is still there. */
+			int sig;
+			sigwait(&usr1, &sig);
+			int mode = -1;
+			unsigned long mask[16] = {0};
+			long r = syscall(SYS_get_mempolicy, &mode, mask, 1024, bound, 2 /* MPOL_F_ADDR */);
+			vlog("policy r=%ld mode=%d nodes=%#lx", r, mode, mask[0]);
+			continue;
+		}
 		pause();
+	}
 }
 
 int main(int argc, char **argv)
@@ -90,8 +113,12 @@ int main(int argc, char **argv)
 		do_rename = 1;
 		argc = 2;
 	}
+	if (argc == 3 && strcmp(argv[2], "mbind") == 0) {
+		do_mbind = 1;
+		argc = 2;
+	}
 	if (argc != 2) {
-		fprintf(stderr, "usage: %s LOG [exec]\n", argv[0]);
+		fprintf(stderr, "usage: %s LOG [exec|rename|mbind]\n", argv[0]);
 		return 2;
 	}
 	log_fd = open(argv[1], O_WRONLY | O_CREAT | O_APPEND, 0644);
