@@ -121,7 +121,8 @@ func (d *dumper) addExitedLeader(p *image.Process) error {
 	// the live thread's (copied) must not be undone once more when the
 	// restored leader exits. Nor its rseq area or signal stack.
 	th.ClearTID, th.Robust, th.Rseq, th.AltStack = 0, image.Robust{}, image.Rseq{}, image.AltStack{Flags: 2} // SS_DISABLE
-	th.MemPolicy = nil                                                                                       // its NUMA policy, freed at its exit too
+	// Its NUMA policy was freed at its exit too.
+	th.MemPolicy = nil
 	comm, err := os.ReadFile(proc.Path(pid, "task", tid.String(), "comm"))
 	if err != nil {
 		return fmt.Errorf("%s: read comm: %w", what, err)
