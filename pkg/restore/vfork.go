@@ -223,15 +223,21 @@ func (b *builder) argsArea(sp uint64) (uint64, error) {
 }
 
 // runVfork runs the clone3 set up in task a: regs with the call at a's
-// syscall instruction, its arguments at addr. It returns the child once
-// a is in its PTRACE_EVENT_VFORK stop; a clone3 that failed returns its
-// errno.
+// syscall instruction, its arguments at addr (see vforkStops).
 func runVfork(a sys.TID, regs unix.PtraceRegs, addr uint64) (sys.TID, error) {
 	regs.Rax, regs.Orig_rax = unix.SYS_CLONE3, ^uint64(0)
 	regs.Rdi, regs.Rsi = addr, cloneArgsSize
 	if err := ptrace.SetRegs(a, &regs); err != nil {
 		return 0, err
 	}
+	return vforkStops(a, nil)
+}
+
+// vforkStops runs task a, set up to make a vfork() child (by vfork or
+// clone3) at its next system call, through the call's stops: atEntry
+// (if set) runs at its entry stop. It returns the child once a is in its
+// PTRACE_EVENT_VFORK stop; a call that failed returns its errno.
+func vforkStops(a sys.TID, atEntry func() error) (sys.TID, error) {
 	entered := false
 	for {
 		if err := unix.PtraceSyscall(int(a), 0); err != nil {
@@ -252,15 +258,20 @@ func runVfork(a sys.TID, regs unix.PtraceRegs, addr uint64) (sys.TID, error) {
 			return sys.TID(msg), nil
 		case st.Sig() == unix.SIGTRAP|0x80 && st.Event == 0 && !entered:
 			entered = true // the call's entry stop
+			if atEntry != nil {
+				if err := atEntry(); err != nil {
+					return 0, err
+				}
+			}
 		case st.Sig() == unix.SIGTRAP|0x80 && st.Event == 0:
 			r, err := ptrace.GetRegs(a)
 			if err != nil {
 				return 0, err
 			}
 			if e := ptrace.Errno(r.Rax); e != nil {
-				return 0, fmt.Errorf("clone3 (vfork) in %d: %w", a, e)
+				return 0, fmt.Errorf("vfork in %d: %w", a, e)
 			}
-			return 0, fmt.Errorf("clone3 (vfork) in %d returned %d without a child", a, int64(r.Rax))
+			return 0, fmt.Errorf("vfork in %d returned %d without a child", a, int64(r.Rax))
 		default:
 			return 0, fmt.Errorf("vfork in %d: unexpected stop: %s", a, st)
 		}
@@ -302,44 +313,19 @@ func vforkAs(a sys.TID, pid sys.PID) (sys.TID, error) {
 	if err != nil {
 		return 0, fmt.Errorf("ns_last_pid %q: %w", b[:n], err)
 	}
-	entered := false
+	written := false
 	defer func() {
-		if entered && old >= int(pid) {
+		if written && old >= int(pid) {
 			f.WriteAt([]byte(strconv.Itoa(old)), 0)
 		}
 	}()
-	for {
-		if err := unix.PtraceSyscall(int(a), 0); err != nil {
-			return 0, fmt.Errorf("vfork in %d: resume: %w", a, err)
+	return vforkStops(a, func() error {
+		written = true
+		if _, err := f.WriteAt([]byte(strconv.Itoa(int(pid)-1)), 0); err != nil {
+			return fmt.Errorf("ns_last_pid %d: %w", pid-1, err)
 		}
-		st, err := ptrace.Wait(a)
-		if err != nil {
-			return 0, err
-		}
-		switch {
-		case st.Exited():
-			return 0, fmt.Errorf("vfork in %d: %s", a, st)
-		case st.Event == unix.PTRACE_EVENT_VFORK:
-			msg, err := ptrace.GetEventMsg(a)
-			if err != nil {
-				return 0, err
-			}
-			return sys.TID(msg), nil
-		case st.Sig() == unix.SIGTRAP|0x80 && st.Event == 0 && !entered:
-			entered = true // the call's entry stop
-			if _, err := f.WriteAt([]byte(strconv.Itoa(int(pid)-1)), 0); err != nil {
-				return 0, fmt.Errorf("ns_last_pid %d: %w", pid-1, err)
-			}
-		case st.Sig() == unix.SIGTRAP|0x80 && st.Event == 0:
-			regs, err := ptrace.GetRegs(a)
-			if err != nil {
-				return 0, err
-			}
-			return 0, fmt.Errorf("vfork in %d returned %d without a child", a, int64(regs.Rax))
-		default:
-			return 0, fmt.Errorf("vfork in %d: unexpected stop: %s", a, st)
-		}
-	}
+		return nil
+	})
 }
 
 // undoVfork undoes a vfork() of task a that made kid with the wrong PID:
