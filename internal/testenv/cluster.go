@@ -9,14 +9,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"golang.org/x/sys/unix"
+	"github.com/ckpt/ckpt/internal/sys"
 )
 
 // Cluster is a set of "nodes" made of namespaces, the way the tests of
@@ -248,24 +247,14 @@ func (c *Cluster) Ckpt(args ...string) (stdout, stderr string, err error) {
 }
 
 // InNetNS runs fn on a thread that has entered the network namespace ns
-// (sockets fn creates belong to it). The thread is never reused.
+// (sockets fn creates belong to it; see sys.InNetns).
 func InNetNS(ns string, fn func() error) error {
-	errc := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		f, err := os.Open("/run/netns/" + ns)
-		if err != nil {
-			errc <- err
-			return
-		}
-		defer f.Close()
-		if err := unix.Setns(int(f.Fd()), unix.CLONE_NEWNET); err != nil {
-			errc <- fmt.Errorf("setns %s: %w", ns, err)
-			return
-		}
-		errc <- fn()
-	}()
-	return <-errc
+	f, err := os.Open("/run/netns/" + ns)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return sys.InNetns(int(f.Fd()), fn)
 }
 
 // ErrShort means a raw TCP measurement moved fewer bytes than asked.

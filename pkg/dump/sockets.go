@@ -3,7 +3,6 @@ package dump
 import (
 	"fmt"
 	"os"
-	"runtime"
 	"syscall"
 	"time"
 
@@ -196,27 +195,12 @@ func (s *sockState) netnsFD() int {
 // unixSockets asks sock_diag, in the tree's network namespace, for its
 // UNIX sockets. Entering another namespace takes a thread of its own, which
 // is thrown away afterwards.
-func (s *sockState) unixSockets() (map[uint32]sockets.UnixInfo, error) {
-	if s.netns == nil {
-		return sockets.UnixSockets()
-	}
-	type result struct {
-		m   map[uint32]sockets.UnixInfo
-		err error
-	}
-	ch := make(chan result)
-	go func() {
-		// Never unlocked: the thread dies with the goroutine.
-		runtime.LockOSThread()
-		if err := unix.Setns(int(s.netns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: fmt.Errorf("setns: %w", err)}
-			return
-		}
-		m, err := sockets.UnixSockets()
-		ch <- result{m, err}
-	}()
-	r := <-ch
-	return r.m, r.err
+func (s *sockState) unixSockets() (m map[uint32]sockets.UnixInfo, err error) {
+	err = sys.InNetns(s.netnsFD(), func() error {
+		m, err = sockets.UnixSockets()
+		return err
+	})
+	return m, err
 }
 
 // releaseSockets lifts the lock (a failed dump, or one that leaves the

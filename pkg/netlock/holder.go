@@ -8,7 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -90,7 +89,7 @@ func newHolder(tableName string, netns int) (*Holder, error) {
 	if h.q == nil {
 		return nil, fmt.Errorf("netlock: holder: every queue from %d to %d is taken", QueueBase, QueueBase+QueueCount-1)
 	}
-	err = inNetns(netns, func() error {
+	err = sys.InNetns(netns, func() error {
 		var err error
 		h.ln, err = net.ListenUnix("unix", &net.UnixAddr{Name: controlName(tableName), Net: "unix"})
 		return err
@@ -304,7 +303,7 @@ func tableExists(name string, netns int) (bool, error) {
 // held is how many packets were held.
 func askRelease(tableName string, netns int, verb string) (held int, done func(), err error) {
 	var c *net.UnixConn
-	err = inNetns(netns, func() error {
+	err = sys.InNetns(netns, func() error {
 		var err error
 		c, err = net.DialUnix("unix", nil, &net.UnixAddr{Name: controlName(tableName), Net: "unix"})
 		return err
@@ -328,36 +327,6 @@ func askRelease(tableName string, netns int, verb string) (held int, done func()
 	}
 	c.Close()
 	return 0, func() {}, fmt.Errorf("holder of %s: %s", tableName, strings.TrimSpace(line))
-}
-
-// inNetns runs f on a thread in the network namespace netns (an fd), or
-// on the caller's when netns is negative. Sockets f makes stay in that
-// namespace wherever they are used later. The thread goes back to its
-// namespace afterwards (or, if it cannot, dies with its goroutine).
-func inNetns(netns int, f func() error) error {
-	if netns < 0 {
-		return f()
-	}
-	ch := make(chan error)
-	go func() {
-		runtime.LockOSThread()
-		back, err := os.Open("/proc/thread-self/ns/net")
-		if err != nil {
-			ch <- err
-			return
-		}
-		defer back.Close()
-		if err := unix.Setns(netns, unix.CLONE_NEWNET); err != nil {
-			ch <- fmt.Errorf("setns: %w", err)
-			return
-		}
-		err = f()
-		if unix.Setns(int(back.Fd()), unix.CLONE_NEWNET) == nil {
-			runtime.UnlockOSThread()
-		}
-		ch <- err
-	}()
-	return <-ch
 }
 
 // StartHolder binds a queue for lock tableName in the network namespace

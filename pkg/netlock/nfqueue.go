@@ -66,7 +66,7 @@ type nfqueue struct {
 // namespace netns (an fd, or negative for the caller's).
 func openQueueSocket(netns int) (*os.File, error) {
 	var sock *sys.FD
-	err := inNetns(netns, func() error {
+	err := sys.InNetns(netns, func() error {
 		var err error
 		sock, err = sys.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_NETFILTER)
 		return err

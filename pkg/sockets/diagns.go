@@ -2,7 +2,6 @@ package sockets
 
 import (
 	"fmt"
-	"runtime"
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
@@ -14,8 +13,8 @@ import (
 // another namespace than ckpt: asked in ckpt's, sock_diag would not know
 // its sockets (and a look-up that finds nothing would say, wrongly, that
 // a listener has no half-open connection or a socket no TCP-MD5 key).
-// A socket made in another namespace takes a thread of its own to enter
-// it, which is thrown away afterwards; the socket keeps its namespace.
+// A socket made in another namespace is made on a thread that enters it
+// (sys.InNetns); the socket keeps its namespace.
 func diagSocket(of int) (*sys.FD, error) {
 	open := func() (*sys.FD, error) {
 		return sys.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
@@ -42,22 +41,10 @@ func diagSocket(of int) (*sys.FD, error) {
 	if theirs.Ino == ours.Ino && theirs.Dev == ours.Dev {
 		return open()
 	}
-	type result struct {
-		fd  *sys.FD
-		err error
-	}
-	ch := make(chan result)
-	go func() {
-		// Never unlocked: the thread, in another namespace now, dies
-		// with the goroutine.
-		runtime.LockOSThread()
-		if err := unix.Setns(ns.Int(), unix.CLONE_NEWNET); err != nil {
-			ch <- result{err: fmt.Errorf("setns: %w", err)}
-			return
-		}
-		fd, err := open()
-		ch <- result{fd, err}
-	}()
-	r := <-ch
-	return r.fd, r.err
+	var fd *sys.FD
+	err = sys.InNetns(ns.Int(), func() error {
+		fd, err = open()
+		return err
+	})
+	return fd, err
 }
