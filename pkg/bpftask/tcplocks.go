@@ -1,0 +1,185 @@
+package bpftask
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+)
+
+// The TCP lock reader reads what nothing but the kernel's struct sock
+// shows of a TCP socket: sk_userlocks, whose SOCK_BINDPORT_LOCK says
+// that the program bound the socket's port (bind with a port, or bind
+// with port 0 before connect) and that the socket keeps it when its
+// connection ends; a port chosen by connect is given back then. A TCP
+// socket iterator (iter/tcp) writes, for every full socket of the
+// network namespace it is opened in (request and TIME_WAIT sockets are
+// skipped), its cookie (SO_COOKIE) and sk_userlocks. It is trusted only
+// once Verify read sockets it made itself the same way.
+
+// Bits of sk_userlocks.
+const (
+	// LockBindAddr (SOCK_BINDADDR_LOCK) is set when the program bound
+	// the socket to an address other than the wildcard.
+	LockBindAddr = 4
+	// LockBindPort (SOCK_BINDPORT_LOCK) is set when the program bound
+	// the socket's port: it keeps it after its connection ends.
+	LockBindPort = 8
+)
+
+var (
+	// ErrTCPUnavailable means the kernel cannot run the TCP lock
+	// reader: no BTF, no BPF TCP iterator, or not allowed.
+	ErrTCPUnavailable = errors.New("BPF TCP lock reader unavailable")
+	// ErrTCPMismatch means the reader read sockets Verify made
+	// otherwise than they were made: it must not be used.
+	ErrTCPMismatch = errors.New("BPF TCP lock reader does not read what the sockets were made with")
+)
+
+// TCP states (sk_state) that are not full sockets.
+const (
+	tcpTimeWait   = 6
+	tcpNewSynRecv = 12
+)
+
+// TCPReader reads the sk_userlocks of TCP sockets.
+type TCPReader struct {
+	buf  *ebpf.Map
+	prog *ebpf.Program
+}
+
+// tcpLayout holds the offsets (bytes) the program reads.
+type tcpLayout struct {
+	iterSk                   uint32 // bpf_iter__tcp.sk_common
+	state, cookie, userlocks uint32 // in struct sock
+}
+
+func loadTCPLayout(s *btf.Spec) (*tcpLayout, error) {
+	it, err := structType(s, "bpf_iter__tcp")
+	if err != nil {
+		return nil, fmt.Errorf("no BPF TCP socket iterator: %w", err)
+	}
+	sk, err := structType(s, "sock")
+	if err != nil {
+		return nil, err
+	}
+	l := &tcpLayout{}
+	for _, f := range []struct {
+		dst  *uint32
+		st   *btf.Struct
+		size uint32
+		path []string
+	}{
+		{&l.iterSk, it, 8, []string{"sk_common"}},
+		{&l.state, sk, 1, []string{"__sk_common", "skc_state"}},
+		{&l.cookie, sk, 8, []string{"__sk_common", "skc_cookie"}},
+		{&l.userlocks, sk, 1, []string{"sk_userlocks"}},
+	} {
+		if *f.dst, err = byteOff(f.st, f.size, f.path...); err != nil {
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// tcpProgram builds the iterator program: 16 bytes a socket, its cookie
+// then its sk_userlocks.
+func tcpProgram(l *tcpLayout) asm.Instructions {
+	read := func(dst int16, size int32, off uint32) asm.Instructions {
+		return asm.Instructions{
+			asm.Mov.Reg(asm.R1, asm.R9), asm.Add.Imm(asm.R1, int32(dst)),
+			asm.Mov.Imm(asm.R2, size),
+			asm.Mov.Reg(asm.R3, asm.R7), asm.Add.Imm(asm.R3, int32(off)),
+			asm.FnProbeReadKernel.Call(),
+		}
+	}
+	in := asm.Instructions{
+		asm.Mov.Reg(asm.R6, asm.R1),
+		asm.LoadMem(asm.R7, asm.R6, int16(l.iterSk), asm.DWord), // ctx->sk_common
+		asm.JEq.Imm(asm.R7, 0, "out"),
+		asm.LoadMem(asm.R8, asm.R6, 0, asm.DWord), // ctx->meta
+		asm.LoadMem(asm.R8, asm.R8, 0, asm.DWord), // meta->seq
+		asm.StoreImm(asm.R10, -4, 0, asm.Word),
+		asm.LoadMapPtr(asm.R1, 0).WithReference("kbuf"),
+		asm.Mov.Reg(asm.R2, asm.R10),
+		asm.Add.Imm(asm.R2, -4),
+		asm.FnMapLookupElem.Call(),
+		asm.JEq.Imm(asm.R0, 0, "out"),
+		asm.Mov.Reg(asm.R9, asm.R0),
+		asm.Mov.Imm(asm.R0, 0),
+		asm.StoreMem(asm.R9, 0, asm.R0, asm.DWord),
+		asm.StoreMem(asm.R9, 8, asm.R0, asm.DWord),
+	}
+	in = append(in, read(8, 1, l.state)...)
+	in = append(in,
+		asm.LoadMem(asm.R1, asm.R9, 8, asm.Byte),
+		asm.JEq.Imm(asm.R1, tcpTimeWait, "out"),
+		asm.JEq.Imm(asm.R1, tcpNewSynRecv, "out"),
+	)
+	in = append(in, read(0, 8, l.cookie)...)
+	in = append(in, read(9, 1, l.userlocks)...)
+	return append(in,
+		asm.Mov.Reg(asm.R1, asm.R8),
+		asm.Mov.Reg(asm.R2, asm.R9),
+		asm.Mov.Imm(asm.R3, 16),
+		asm.FnSeqWrite.Call(),
+		asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
+		asm.Return(),
+	)
+}
+
+// OpenTCP loads the reader's program. It fails with ErrTCPUnavailable
+// when the kernel cannot run it. The caller runs Verify before use.
+func OpenTCP() (*TCPReader, error) {
+	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
+		return nil, fmt.Errorf("%w: no kernel BTF (/sys/kernel/btf/vmlinux): %v", ErrTCPUnavailable, err)
+	}
+	cache := btf.NewCache()
+	spec, err := cache.Kernel()
+	if err != nil {
+		return nil, fmt.Errorf("%w: kernel BTF: %v", ErrTCPUnavailable, err)
+	}
+	l, err := loadTCPLayout(spec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTCPUnavailable, err)
+	}
+	coll, err := ebpf.NewCollectionWithOptions(&ebpf.CollectionSpec{
+		Maps: map[string]*ebpf.MapSpec{"kbuf": {Type: ebpf.Array, KeySize: 4, ValueSize: 16, MaxEntries: 1}},
+		Programs: map[string]*ebpf.ProgramSpec{
+			"tcp": {Name: "ckpt_tcp", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "tcp",
+				Instructions: tcpProgram(l), License: "GPL"},
+		},
+	}, ebpf.CollectionOptions{Cache: cache})
+	if err != nil {
+		return nil, fmt.Errorf("%w: BPF TCP socket iterator program: %v", ErrTCPUnavailable, err)
+	}
+	return &TCPReader{buf: coll.Maps["kbuf"], prog: coll.Programs["tcp"]}, nil
+}
+
+// Close unloads the program.
+func (r *TCPReader) Close() {
+	r.prog.Close()
+	r.buf.Close()
+}
+
+// Locks reads the sk_userlocks of every TCP socket of the caller's
+// network namespace (the thread's, when the iterator is made), by
+// cookie. A socket whose cookie was never asked for has cookie 0 and is
+// left out: SO_COOKIE gives a socket one.
+func (r *TCPReader) Locks() (map[uint64]uint8, error) {
+	out, err := runIter(r.prog, nil)
+	if err != nil {
+		return nil, fmt.Errorf("TCP sockets: %w", err)
+	}
+	m := map[uint64]uint8{}
+	for ; len(out) >= 16; out = out[16:] {
+		if c := binary.LittleEndian.Uint64(out); c != 0 {
+			m[c] = out[9]
+		}
+	}
+	return m, nil
+}

@@ -1,0 +1,30 @@
+package bpftask
+
+import (
+	"errors"
+	"testing"
+	"time"
+)
+
+// TestTCPVerify runs the TCP lock reader's own check (sockets bound to a
+// port, to port 0, to an address only, not bound, then connected) and
+// measures one read of the namespace's TCP sockets.
+func TestTCPVerify(t *testing.T) {
+	r, err := OpenTCP()
+	if errors.Is(err, ErrTCPUnavailable) {
+		t.Skipf("reader: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if err := r.Verify(); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	locks, err := r.Locks()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("one read: %d sockets in %v", len(locks), time.Since(start))
+}
