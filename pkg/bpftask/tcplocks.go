@@ -54,8 +54,8 @@ type TCPReader struct {
 
 // tcpLayout holds the offsets (bytes) the program reads.
 type tcpLayout struct {
-	iterSk                   uint32 // bpf_iter__tcp.sk_common
-	state, cookie, userlocks uint32 // in struct sock
+	iterSk           uint32 // bpf_iter__tcp.sk_common
+	state, userlocks uint32 // in struct sock
 }
 
 func loadTCPLayout(s *btf.Spec) (*tcpLayout, error) {
@@ -76,7 +76,6 @@ func loadTCPLayout(s *btf.Spec) (*tcpLayout, error) {
 	}{
 		{&l.iterSk, it, 8, []string{"sk_common"}},
 		{&l.state, sk, 1, []string{"__sk_common", "skc_state"}},
-		{&l.cookie, sk, 8, []string{"__sk_common", "skc_cookie"}},
 		{&l.userlocks, sk, 1, []string{"sk_userlocks"}},
 	} {
 		if *f.dst, err = byteOff(f.st, f.size, f.path...); err != nil {
@@ -120,7 +119,13 @@ func tcpProgram(l *tcpLayout) asm.Instructions {
 		asm.JEq.Imm(asm.R1, tcpTimeWait, "out"),
 		asm.JEq.Imm(asm.R1, tcpNewSynRecv, "out"),
 	)
-	in = append(in, read(0, 8, l.cookie)...)
+	// bpf_get_socket_cookie gives the socket a cookie if it had none,
+	// as SO_COOKIE would.
+	in = append(in,
+		asm.Mov.Reg(asm.R1, asm.R7),
+		asm.FnGetSocketCookie.Call(),
+		asm.StoreMem(asm.R9, 0, asm.R0, asm.DWord),
+	)
 	in = append(in, read(9, 1, l.userlocks)...)
 	return append(in,
 		asm.Mov.Reg(asm.R1, asm.R8),
@@ -168,8 +173,7 @@ func (r *TCPReader) Close() {
 
 // Locks reads the sk_userlocks of every TCP socket of the caller's
 // network namespace (the thread's, when the iterator is made), by
-// cookie. A socket whose cookie was never asked for has cookie 0 and is
-// left out: SO_COOKIE gives a socket one.
+// cookie (the read gives every socket one, which SO_COOKIE then says).
 func (r *TCPReader) Locks() (map[uint64]uint8, error) {
 	out, err := runIter(r.prog, nil)
 	if err != nil {

@@ -38,6 +38,8 @@ type sockState struct {
 	defs sockets.Defaults
 	// waiting: the connections waiting in UNIX accept queues (unixwaiting.go).
 	waiting *waitingState
+	// tcpLocks: the sk_userlocks of the namespace's TCP sockets (tcplocks.go).
+	tcpLocks *tcpLockState
 }
 
 // takeSockets gets a copy of every socket of the tree and, if any is a
@@ -250,6 +252,7 @@ func (t *tree) keepLock() error {
 func (t *tree) closeSockets() {
 	t.closeFlight()
 	t.closeWaiting()
+	t.closeTCPLocks()
 	for _, fd := range t.socks.fds {
 		fd.Close()
 	}

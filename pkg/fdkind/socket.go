@@ -128,6 +128,13 @@ func describeSocket(env DumpEnv, src *Source, f *image.File) error {
 		return fmt.Errorf("socket %s-%s: leave repair mode: %w", s.Local, s.Remote, err)
 	}
 	se.Dumped(our)
+	bound, ok, err := se.PortBound(our)
+	if err != nil {
+		return fmt.Errorf("socket %s-%s: %w", s.Local, s.Remote, err)
+	}
+	if ok {
+		st.PortBound = &bound
+	}
 	s.TCP = &st.TCPRepair
 	if len(recvQ) > 0 {
 		s.RecvDataID = env.AddData(recvQ)

@@ -572,6 +572,12 @@ type TCPRepair struct {
 	// before any connection (refused, timed out) while no connect() call
 	// waited for it: the socket layer still calls it connecting.
 	Connecting bool `json:"connecting,omitempty"`
+	// PortBound says whether the program bound the connection's port
+	// (SOCK_BINDPORT_LOCK: it keeps the port when the connection ends)
+	// or connect chose it (given back); nil when the dump could not read
+	// it (no BPF TCP reader), and the restore guesses from
+	// ip_local_port_range.
+	PortBound *bool `json:"port_bound,omitempty"`
 }
 
 // EventFile is the state of an event file: eventfd, timerfd, signalfd,

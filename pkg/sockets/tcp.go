@@ -305,8 +305,9 @@ func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
 	}
 	// The port is chosen by connect, as a program's connect chose it, so
 	// that the kernel gives it back when the connection ends (connectAs);
-	// one a listener holds (an accepted connection) is bound.
-	if err := connectAs(fd, st.Local, st.Remote, true); err != nil {
+	// one a listener holds (an accepted connection) is bound, and so is
+	// one the program had bound (it keeps it).
+	if err := connectAs(fd, st.Local, st.Remote, !st.portBound()); err != nil {
 		return err
 	}
 	if err := restorePortOptions(fd, nil); err != nil {
@@ -331,6 +332,14 @@ func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
 		return err
 	}
 	return setWindow(fd, windowBeforeFIN(st.Window, st.recvSeq()))
+}
+
+// portBound says whether the connection's port is to be bound: the
+// program had bound it (PortBound, read at the dump), or, when the dump
+// could not read that, connect could not have chosen it (outside
+// ip_local_port_range; connectAs and connectSynSent look at that too).
+func (st *TCPState) portBound() bool {
+	return st.PortBound != nil && *st.PortBound
 }
 
 // Resume takes a restored socket out of repair mode, sets SO_REUSEADDR

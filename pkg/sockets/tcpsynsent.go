@@ -57,10 +57,11 @@ func resumeSynSent(fd int, st *TCPState) error {
 
 // connectSynSent connects (non-blocking) from st.Local, its port chosen by
 // connect narrowed to it with IP_LOCAL_PORT_RANGE (ResumeSocket sets the
-// option back); a port another socket bound (connect does not share it)
-// is bound in repair mode instead (forced reuse).
+// option back); a port the program had bound (st.PortBound), or one
+// another socket bound (connect does not share it), is bound in repair
+// mode instead (forced reuse).
 func connectSynSent(fd int, st *TCPState) error {
-	if !ephemeral(st.Local.Port()) {
+	if st.portBound() || !ephemeral(st.Local.Port()) {
 		return bindAndConnect(fd, st)
 	}
 	p := int(st.Local.Port())

@@ -1,0 +1,72 @@
+package dump
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ckpt/ckpt/pkg/bpftask"
+)
+
+// tcpLockState is what the dump read of its TCP sockets' sk_userlocks
+// (bpftask.TCPReader): the reader, opened and checked on first need, and
+// the locks of every TCP socket of the tree's network namespace by
+// cookie, read once (again only if a socket is not in it).
+type tcpLockState struct {
+	reader  *bpftask.TCPReader
+	openErr error
+	locks   map[uint64]uint8
+}
+
+// PortBound implements fdkind.SocketDumpEnv: whether the program bound
+// the port of the TCP socket fd (SOCK_BINDPORT_LOCK). A kernel the
+// reader cannot run, or reads wrong (Verify), gives ok false: the
+// restore then guesses from ip_local_port_range.
+func (t *tree) PortBound(fd int) (bound, ok bool, err error) {
+	w := t.socks.tcpLocks
+	if w == nil {
+		w = &tcpLockState{}
+		t.socks.tcpLocks = w
+		w.reader, w.openErr = bpftask.OpenTCP()
+		if w.openErr == nil {
+			if w.openErr = t.socks.inNetns(w.reader.Verify); w.openErr != nil {
+				w.reader.Close()
+				w.reader = nil
+			}
+		}
+		if w.openErr != nil {
+			t.opts.logf("TCP connections: whether their ports were bound by the program is guessed from ip_local_port_range: %v", w.openErr)
+		}
+	}
+	if w.openErr != nil {
+		if errors.Is(w.openErr, bpftask.ErrTCPUnavailable) || errors.Is(w.openErr, bpftask.ErrTCPMismatch) {
+			return false, false, nil
+		}
+		return false, false, w.openErr
+	}
+	cookie, err := bpftask.Cookie(fd)
+	if err != nil {
+		return false, false, err
+	}
+	l, found := w.locks[cookie]
+	if !found {
+		err := t.socks.inNetns(func() (err error) {
+			w.locks, err = w.reader.Locks()
+			return err
+		})
+		if err != nil {
+			return false, false, err
+		}
+		if l, found = w.locks[cookie]; !found {
+			return false, false, fmt.Errorf("TCP socket (cookie %d) not found by the BPF TCP iterator of its namespace: %w", cookie, bpftask.ErrTCPMismatch)
+		}
+	}
+	return l&bpftask.LockBindPort != 0, true, nil
+}
+
+// closeTCPLocks unloads the reader.
+func (t *tree) closeTCPLocks() {
+	if w := t.socks.tcpLocks; w != nil && w.reader != nil {
+		w.reader.Close()
+		w.reader = nil
+	}
+}
