@@ -10,6 +10,7 @@ import (
 // port, to port 0, to an address only, not bound, then connected) and
 // measures one read of the namespace's TCP sockets.
 func TestTCPVerify(t *testing.T) {
+	open := time.Now()
 	r, err := OpenTCP()
 	if errors.Is(err, ErrTCPUnavailable) {
 		t.Skipf("reader: %v", err)
@@ -18,9 +19,12 @@ func TestTCPVerify(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
+	loaded := time.Since(open)
+	verify := time.Now()
 	if err := r.Verify(); err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("load %v, verify %v", loaded, time.Since(verify))
 	start := time.Now()
 	locks, err := r.Locks()
 	if err != nil {

@@ -1,16 +1,14 @@
 package dump
 
 import (
-	"errors"
-	"fmt"
-
 	"github.com/ckpt/ckpt/pkg/bpftask"
 )
 
 // tcpLockState is what the dump read of its TCP sockets' sk_userlocks
 // (bpftask.TCPReader): the reader, opened and checked on first need, and
 // the locks of every TCP socket of the tree's network namespace by
-// cookie, read once (again only if a socket is not in it).
+// cookie, read once (again only if a socket is not in it: one of
+// another namespace is left to the restore's guess).
 type tcpLockState struct {
 	reader  *bpftask.TCPReader
 	openErr error
@@ -19,8 +17,9 @@ type tcpLockState struct {
 
 // PortBound implements fdkind.SocketDumpEnv: whether the program bound
 // the port of the TCP socket fd (SOCK_BINDPORT_LOCK). A kernel the
-// reader cannot run, or reads wrong (Verify), gives ok false: the
-// restore then guesses from ip_local_port_range.
+// reader cannot run (bpftask.ErrTCPUnavailable), or reads wrong (Verify,
+// bpftask.ErrTCPMismatch), gives ok false, said once in the dump's log:
+// the restore then guesses from ip_local_port_range.
 func (t *tree) PortBound(fd int) (bound, ok bool, err error) {
 	w := t.socks.tcpLocks
 	if w == nil {
@@ -38,10 +37,7 @@ func (t *tree) PortBound(fd int) (bound, ok bool, err error) {
 		}
 	}
 	if w.openErr != nil {
-		if errors.Is(w.openErr, bpftask.ErrTCPUnavailable) || errors.Is(w.openErr, bpftask.ErrTCPMismatch) {
-			return false, false, nil
-		}
-		return false, false, w.openErr
+		return false, false, nil
 	}
 	cookie, err := bpftask.Cookie(fd)
 	if err != nil {
@@ -57,7 +53,11 @@ func (t *tree) PortBound(fd int) (bound, ok bool, err error) {
 			return false, false, err
 		}
 		if l, found = w.locks[cookie]; !found {
-			return false, false, fmt.Errorf("TCP socket (cookie %d) not found by the BPF TCP iterator of its namespace: %w", cookie, bpftask.ErrTCPMismatch)
+			// Not in the tree's network namespace (a socket passed
+			// from another one): the restore guesses, as without
+			// the reader.
+			t.opts.logf("TCP socket (cookie %d) not in the tree's network namespace: whether its port was bound by the program is guessed from ip_local_port_range", cookie)
+			return false, false, nil
 		}
 	}
 	return l&bpftask.LockBindPort != 0, true, nil

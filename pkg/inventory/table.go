@@ -559,7 +559,7 @@ func socketAttrs() []Attr {
 			Seen:    Seen{Other: "once the connection ends: whether the socket keeps its port (sock_diag TCP_BOUND_INACTIVE, bind conflicts, bind on the socket itself)"},
 			Save:    "struct sock's sk_userlocks (SOCK_BINDPORT_LOCK: set by a bind with a port, not by bind with port 0 nor by connect), read by a BPF TCP socket iterator in the sockets' network namespace and found by the socket's cookie (pkg/bpftask TCPReader, checked first on sockets it makes: bound to a port, to port 0, to an address only, not bound)",
 			Restore: "a port the program bound is bound in repair mode (kept when the connection ends), one chosen by connect is chosen by connect again (given back); without the reader (no BTF, no iter/tcp, or its check failed: the dump says so in its log) the old guess stays: a port in ip_local_port_range is taken as chosen by connect",
-			CRIU:    "binds every port (kept)", Case: "pkg/sockets TestTCPPortBound, pkg/sockets TestTCPPortGivenBack, pkg/bpftask TestTCPVerify"},
+			CRIU:    "binds every port (kept)", Case: "e2e TestTCPPortBound, pkg/sockets TestTCPPortBound, pkg/sockets TestTCPPortGivenBack, pkg/bpftask TestTCPVerify"},
 		{Name: "TCP socket never connected (bound or not)", Family: "socket", Status: Restored,
 			Seen: Seen{Other: "TCP_INFO tcpi_state CLOSE, getsockname, bind conflicts, poll"},
 			Save: "getsockname, whether it holds the port (sock_diag TCP_BOUND_INACTIVE), shutdown bits (POLLRDHUP)", Restore: "a new socket bound to the same address", CRIU: "same", Case: "sock_tcp_bound_tcp4, sock_tcp_unbound_tcp4"},
