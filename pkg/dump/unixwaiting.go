@@ -1,11 +1,8 @@
 package dump
 
 import (
-	"fmt"
-	"runtime"
-
+	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/bpftask"
-	"golang.org/x/sys/unix"
 )
 
 // waitingState is what the dump read of the connections waiting in UNIX
@@ -61,20 +58,5 @@ func (t *tree) closeWaiting() {
 }
 
 // inNetns runs fn on a thread in the tree's network namespace (at once if
-// it is ckpt's own); that thread dies after it.
-func (s *sockState) inNetns(fn func() error) error {
-	if s.netns == nil {
-		return fn()
-	}
-	ch := make(chan error)
-	go func() {
-		// Never unlocked: the thread dies with the goroutine.
-		runtime.LockOSThread()
-		if err := unix.Setns(int(s.netns.Fd()), unix.CLONE_NEWNET); err != nil {
-			ch <- fmt.Errorf("setns: %w", err)
-			return
-		}
-		ch <- fn()
-	}()
-	return <-ch
-}
+// it is ckpt's own; see sys.InNetns).
+func (s *sockState) inNetns(fn func() error) error { return sys.InNetns(s.netnsFD(), fn) }

@@ -2,6 +2,7 @@ package sockets
 
 import (
 	"encoding/binary"
+	"fmt"
 	"net/netip"
 
 	"github.com/ckpt/ckpt/pkg/image"
@@ -51,4 +52,51 @@ func SettlePort(fd int, s *image.Socket) error {
 		return nil
 	}
 	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, reusePortOf(s))
+}
+
+// ConnectMayChoosePort says whether connect could have chosen the local
+// port of the TCP connection fd: the port is in ip_local_port_range, and
+// no listener of fd's network namespace holds it for fd's address (a
+// connection accepted from a listener shares its port). Only for such a
+// port does the program's own bind look like connect's choice until the
+// connection ends. seen caches the listener look-ups by local address.
+func ConnectMayChoosePort(fd int, seen map[netip.AddrPort]bool) (bool, error) {
+	la, err := unix.Getsockname(fd)
+	if err != nil {
+		return false, fmt.Errorf("getsockname: %w", err)
+	}
+	local := AddrPort(la)
+	if !ephemeral(local.Port()) {
+		return false, nil
+	}
+	if held, ok := seen[local]; ok {
+		return !held, nil
+	}
+	family := unix.AF_INET
+	if _, ok := la.(*unix.SockaddrInet6); ok {
+		family = unix.AF_INET6
+	}
+	req := inetDiagRequest(byte(family), unix.IPPROTO_TCP, 1<<StateListen, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+	held := false
+	err = sockDiagDump(fd, req, func(d []byte) bool {
+		// struct inet_diag_msg: the socket id at 4 (sport, dport, src).
+		if len(d) < 72 || binary.BigEndian.Uint16(d[4:]) != local.Port() {
+			return false
+		}
+		var a netip.Addr
+		if family == unix.AF_INET {
+			a = netip.AddrFrom4([4]byte(d[8:12]))
+		} else {
+			a = netip.AddrFrom16([16]byte(d[8:24]))
+		}
+		held = a.IsUnspecified() || a.Unmap() == local.Addr().Unmap()
+		return held
+	})
+	if err != nil {
+		return false, err
+	}
+	if seen != nil {
+		seen[local] = held
+	}
+	return !held, nil
 }
