@@ -1,8 +1,6 @@
 package dump
 
 import (
-	"net/netip"
-
 	"github.com/ckpt/ckpt/pkg/bpftask"
 	"github.com/ckpt/ckpt/pkg/sockets"
 )
@@ -16,9 +14,9 @@ type tcpLockState struct {
 	reader  *bpftask.TCPReader
 	openErr error
 	locks   map[uint64]uint8
-	// listened caches, by local address, whether a listener holds it
+	// listeners are the namespace's TCP listeners, listed on first need
 	// (sockets.ConnectMayChoosePort).
-	listened map[netip.AddrPort]bool
+	listeners sockets.Listeners
 }
 
 // PortBound implements fdkind.SocketDumpEnv: whether the program bound
@@ -28,17 +26,17 @@ type tcpLockState struct {
 // the restore then guesses from ip_local_port_range.
 //
 // The reader is asked only about a connection whose port connect could
-// have chosen (sockets.ConnectMayChoosePort): for any other the
+// have chosen (sockets.ConnectMayChoosePort, the namespace's listeners listed once): for any other the
 // restore's own rule is exact (a port outside the range was bound; an
 // accepted connection's is its listener's), so a dump of a server's
 // accepted connections does not load it (about 25 ms, while frozen).
 func (t *tree) PortBound(fd int) (bound, ok bool, err error) {
 	w := t.socks.tcpLocks
 	if w == nil {
-		w = &tcpLockState{listened: map[netip.AddrPort]bool{}}
+		w = &tcpLockState{}
 		t.socks.tcpLocks = w
 	}
-	if may, err := sockets.ConnectMayChoosePort(fd, w.listened); err != nil || !may {
+	if may, err := sockets.ConnectMayChoosePort(fd, &w.listeners); err != nil || !may {
 		return false, false, err
 	}
 	if w.reader == nil && w.openErr == nil {

@@ -54,13 +54,50 @@ func SettlePort(fd int, s *image.Socket) error {
 	return unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_REUSEPORT, reusePortOf(s))
 }
 
+// Listeners is the set of TCP listening addresses of a network
+// namespace, listed once (ConnectMayChoosePort); the zero value is
+// empty and listed on first use.
+type Listeners struct {
+	listed bool
+	ports  map[uint16][]netip.Addr // port -> listening addresses
+}
+
+// list reads the listeners of the network namespace of the socket fd,
+// IPv4 and IPv6, with one sock_diag dump each.
+func (l *Listeners) list(fd int) error {
+	l.ports = map[uint16][]netip.Addr{}
+	for _, family := range []int{unix.AF_INET, unix.AF_INET6} {
+		req := inetDiagRequest(byte(family), unix.IPPROTO_TCP, 1<<StateListen, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
+		err := sockDiagDump(fd, req, func(d []byte) bool {
+			// struct inet_diag_msg: the socket id at 4 (sport, dport, src).
+			if len(d) < 72 {
+				return false
+			}
+			var a netip.Addr
+			if family == unix.AF_INET {
+				a = netip.AddrFrom4([4]byte(d[8:12]))
+			} else {
+				a = netip.AddrFrom16([16]byte(d[8:24]))
+			}
+			port := binary.BigEndian.Uint16(d[4:])
+			l.ports[port] = append(l.ports[port], a)
+			return false
+		})
+		if err != nil {
+			return err
+		}
+	}
+	l.listed = true
+	return nil
+}
+
 // ConnectMayChoosePort says whether connect could have chosen the local
 // port of the TCP connection fd: the port is in ip_local_port_range, and
-// no listener of fd's network namespace holds it for fd's address (a
-// connection accepted from a listener shares its port). Only for such a
-// port does the program's own bind look like connect's choice until the
-// connection ends. seen caches the listener look-ups by local address.
-func ConnectMayChoosePort(fd int, seen map[netip.AddrPort]bool) (bool, error) {
+// no listener holds it for fd's address (a connection accepted from a
+// listener shares its port). Only for such a port does the program's own
+// bind look like connect's choice until the connection ends. ls lists the
+// namespace's listeners on first need, once.
+func ConnectMayChoosePort(fd int, ls *Listeners) (bool, error) {
 	la, err := unix.Getsockname(fd)
 	if err != nil {
 		return false, fmt.Errorf("getsockname: %w", err)
@@ -69,34 +106,15 @@ func ConnectMayChoosePort(fd int, seen map[netip.AddrPort]bool) (bool, error) {
 	if !ephemeral(local.Port()) {
 		return false, nil
 	}
-	if held, ok := seen[local]; ok {
-		return !held, nil
-	}
-	family := unix.AF_INET
-	if _, ok := la.(*unix.SockaddrInet6); ok {
-		family = unix.AF_INET6
-	}
-	req := inetDiagRequest(byte(family), unix.IPPROTO_TCP, 1<<StateListen, unix.NLM_F_REQUEST|unix.NLM_F_DUMP)
-	held := false
-	err = sockDiagDump(fd, req, func(d []byte) bool {
-		// struct inet_diag_msg: the socket id at 4 (sport, dport, src).
-		if len(d) < 72 || binary.BigEndian.Uint16(d[4:]) != local.Port() {
-			return false
+	if !ls.listed {
+		if err := ls.list(fd); err != nil {
+			return false, err
 		}
-		var a netip.Addr
-		if family == unix.AF_INET {
-			a = netip.AddrFrom4([4]byte(d[8:12]))
-		} else {
-			a = netip.AddrFrom16([16]byte(d[8:24]))
+	}
+	for _, a := range ls.ports[local.Port()] {
+		if a.IsUnspecified() || a.Unmap() == local.Addr().Unmap() {
+			return false, nil
 		}
-		held = a.IsUnspecified() || a.Unmap() == local.Addr().Unmap()
-		return held
-	})
-	if err != nil {
-		return false, err
 	}
-	if seen != nil {
-		seen[local] = held
-	}
-	return !held, nil
+	return true, nil
 }
