@@ -96,23 +96,11 @@ func tcpProgram(l *tcpLayout) asm.Instructions {
 			asm.FnProbeReadKernel.Call(),
 		}
 	}
-	in := asm.Instructions{
-		asm.Mov.Reg(asm.R6, asm.R1),
-		asm.LoadMem(asm.R7, asm.R6, int16(l.iterSk), asm.DWord), // ctx->sk_common
-		asm.JEq.Imm(asm.R7, 0, "out"),
-		asm.LoadMem(asm.R8, asm.R6, 0, asm.DWord), // ctx->meta
-		asm.LoadMem(asm.R8, asm.R8, 0, asm.DWord), // meta->seq
-		asm.StoreImm(asm.R10, -4, 0, asm.Word),
-		asm.LoadMapPtr(asm.R1, 0).WithReference("kbuf"),
-		asm.Mov.Reg(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, -4),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "out"),
-		asm.Mov.Reg(asm.R9, asm.R0),
+	in := append(iterStart(int16(l.iterSk), asm.LoadMapPtr(asm.R1, 0).WithReference("kbuf")), // ctx->sk_common
 		asm.Mov.Imm(asm.R0, 0),
 		asm.StoreMem(asm.R9, 0, asm.R0, asm.DWord),
 		asm.StoreMem(asm.R9, 8, asm.R0, asm.DWord),
-	}
+	)
 	in = append(in, read(8, 1, l.state)...)
 	in = append(in,
 		asm.LoadMem(asm.R1, asm.R9, 8, asm.Byte),

@@ -35,19 +35,7 @@ const (
 
 // tableProgram builds the socket table program.
 func tableProgram(socketOff, inodeOff uint32) asm.Instructions {
-	return asm.Instructions{
-		asm.Mov.Reg(asm.R6, asm.R1),
-		asm.LoadMem(asm.R7, asm.R6, 8, asm.DWord), // ctx->unix_sk
-		asm.JEq.Imm(asm.R7, 0, "out"),
-		asm.LoadMem(asm.R8, asm.R6, 0, asm.DWord), // ctx->meta
-		asm.LoadMem(asm.R8, asm.R8, 0, asm.DWord), // meta->seq
-		asm.StoreImm(asm.R10, -4, 0, asm.Word),
-		asm.LoadMapPtr(asm.R1, 0).WithReference("tbuf"),
-		asm.Mov.Reg(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, -4),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "out"),
-		asm.Mov.Reg(asm.R9, asm.R0),
+	return append(iterStart(8, asm.LoadMapPtr(asm.R1, 0).WithReference("tbuf")), // ctx->unix_sk
 		asm.StoreMem(asm.R9, 0, asm.R7, asm.DWord),
 		asm.Mov.Imm(asm.R0, 0), asm.StoreMem(asm.R9, 8, asm.R0, asm.DWord),
 		// sk->sk_socket
@@ -69,20 +57,13 @@ func tableProgram(socketOff, inodeOff uint32) asm.Instructions {
 		asm.FnSeqWrite.Call(),
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
 		asm.Return(),
-	}
+	)
 }
 
 // memProgram builds the memory reader program.
 func memProgram() asm.Instructions {
 	lookup := func(m string) asm.Instructions {
-		return asm.Instructions{
-			asm.StoreImm(asm.R10, -4, 0, asm.Word),
-			asm.LoadMapPtr(asm.R1, 0).WithReference(m),
-			asm.Mov.Reg(asm.R2, asm.R10),
-			asm.Add.Imm(asm.R2, -4),
-			asm.FnMapLookupElem.Call(),
-			asm.JEq.Imm(asm.R0, 0, "out"),
-		}
+		return lookupElem(asm.LoadMapPtr(asm.R1, 0).WithReference(m))
 	}
 	in := asm.Instructions{
 		asm.Mov.Reg(asm.R6, asm.R1),
@@ -126,19 +107,7 @@ func memProgram() asm.Instructions {
 // process (tgid), its number and its struct file's address, 16 bytes
 // each.
 func filesProgram(l *unixLayout) asm.Instructions {
-	return asm.Instructions{
-		asm.Mov.Reg(asm.R6, asm.R1),
-		asm.LoadMem(asm.R7, asm.R6, int16(l.itfTask), asm.DWord),
-		asm.JEq.Imm(asm.R7, 0, "out"),
-		asm.LoadMem(asm.R8, asm.R6, 0, asm.DWord), // ctx->meta
-		asm.LoadMem(asm.R8, asm.R8, 0, asm.DWord), // meta->seq
-		asm.StoreImm(asm.R10, -4, 0, asm.Word),
-		asm.LoadMapPtr(asm.R1, 0).WithReference("fbuf"),
-		asm.Mov.Reg(asm.R2, asm.R10),
-		asm.Add.Imm(asm.R2, -4),
-		asm.FnMapLookupElem.Call(),
-		asm.JEq.Imm(asm.R0, 0, "out"),
-		asm.Mov.Reg(asm.R9, asm.R0),
+	return append(iterStart(int16(l.itfTask), asm.LoadMapPtr(asm.R1, 0).WithReference("fbuf")), // ctx->task
 		asm.LoadMem(asm.R1, asm.R6, int16(l.itfFD), asm.Word),
 		asm.StoreMem(asm.R9, 4, asm.R1, asm.Word),
 		asm.LoadMem(asm.R1, asm.R6, int16(l.itfFile), asm.DWord),
@@ -153,7 +122,7 @@ func filesProgram(l *unixLayout) asm.Instructions {
 		asm.FnSeqWrite.Call(),
 		asm.Mov.Imm(asm.R0, 0).WithSymbol("out"),
 		asm.Return(),
-	}
+	)
 }
 
 // unixProgs are the loaded programs and their maps.
