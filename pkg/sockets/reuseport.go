@@ -55,11 +55,15 @@ func SettlePort(fd int, s *image.Socket) error {
 }
 
 // Listeners is the set of TCP listening addresses of a network
-// namespace, listed once (ConnectMayChoosePort); the zero value is
+// namespace, listed once, and ip_local_port_range, read once
+// (ConnectMayChoosePort); the zero value is
 // empty and listed on first use.
 type Listeners struct {
 	listed bool
 	ports  map[uint16][]netip.Addr // port -> listening addresses
+	// ranged tells that lo, hi hold ip_local_port_range (ok: read).
+	ranged, ok bool
+	lo, hi     uint16
 }
 
 // list reads the listeners of the network namespace of the socket fd,
@@ -103,7 +107,11 @@ func ConnectMayChoosePort(fd int, ls *Listeners) (bool, error) {
 		return false, fmt.Errorf("getsockname: %w", err)
 	}
 	local := AddrPort(la)
-	if !ephemeral(local.Port()) {
+	if !ls.ranged {
+		ls.lo, ls.hi, ls.ok = localPortRange()
+		ls.ranged = true
+	}
+	if !ls.ok || local.Port() < ls.lo || local.Port() > ls.hi {
 		return false, nil
 	}
 	if !ls.listed {

@@ -459,15 +459,20 @@ func connectChosen(fd int, local, remote netip.AddrPort, owner diagOwner) (done 
 // namespace's ip_local_port_range (IP_LOCAL_PORT_RANGE only narrows it).
 // A port outside it was bound by the program, or is its listener's.
 func ephemeral(port uint16) bool {
+	lo, hi, ok := localPortRange()
+	return ok && lo <= port && port <= hi
+}
+
+// localPortRange reads ip_local_port_range (of ckpt's network namespace).
+func localPortRange() (lo, hi uint16, ok bool) {
 	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
 	if err != nil {
-		return false
+		return 0, 0, false
 	}
-	var lo, hi uint16
 	if _, err := fmt.Sscan(string(b), &lo, &hi); err != nil {
-		return false
+		return 0, 0, false
 	}
-	return lo <= port && port <= hi
+	return lo, hi, true
 }
 
 // routeSource is the source address the kernel chooses to reach to.
