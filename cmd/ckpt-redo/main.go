@@ -97,6 +97,8 @@ func run(c *cli.Context) error {
 		if ctl, err = control.Open(fd); err != nil {
 			return cli.Exit(err.Error(), 2)
 		}
+		// Run by an agent: one member of a group operation.
+		opts.Group = true
 	}
 	bar := progress.New(os.Stderr, "restore")
 	opts.Progress = bar.Update

@@ -111,6 +111,7 @@ func (c *Cluster) addNode(name, hostname string, host int, mac string) *Node {
 	veth, peer := fmt.Sprintf("v%d%s", c.id, name), fmt.Sprintf("p%d%s", c.id, name)
 	c.ip("netns", "add", n.NS)
 	c.t.Cleanup(func() { exec.Command("ip", "netns", "del", n.NS).Run() })
+	c.t.Cleanup(func() { c.showNetwork(n) })
 	link := []string{"link", "add", veth, "netns", n.NS}
 	if mac != "" {
 		link = append(link, "address", mac)
@@ -298,5 +299,19 @@ func (c *Cluster) stopAgent(pid int) {
 		if _, err := os.Stat(fmt.Sprintf("/proc/%d", pid)); err != nil {
 			return
 		}
+	}
+}
+
+// showNetwork logs, for a failed test, what node n's network holds: its
+// TCP sockets with their timers and retransmissions, and its nftables
+// tables (a lock left behind). It runs before the node's namespace is
+// deleted.
+func (c *Cluster) showNetwork(n *Node) {
+	if !c.t.Failed() {
+		return
+	}
+	for _, argv := range [][]string{{"ss", "-tanoie"}, {"nft", "list", "tables"}} {
+		out, err := exec.Command("ip", append([]string{"netns", "exec", n.NS}, argv...)...).CombinedOutput()
+		c.t.Logf("node %s: %s (%v):\n%s", n.Name, strings.Join(argv, " "), err, out)
 	}
 }

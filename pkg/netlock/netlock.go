@@ -386,27 +386,48 @@ func OpenOutgoing(tableName string, netns int) error {
 	if err != nil {
 		return fmt.Errorf("netlock: nftables: %w", err)
 	}
-	t := table(tableName)
-	n := 0
-	for _, ch := range []string{"in", "out"} {
-		rules, err := c.GetRules(t, &nftables.Chain{Name: ch, Table: t})
-		if err != nil {
-			return fmt.Errorf("netlock: table %s: %w", tableName, err)
-		}
-		for _, r := range rules {
-			if bytes.Equal(r.UserData, ownTag) {
-				c.DelRule(r)
-				n++
-			}
-		}
+	own, err := ownRules(c, tableName)
+	if err != nil || len(own) == 0 {
+		return err
 	}
-	if n == 0 {
-		return nil
+	for _, r := range own {
+		c.DelRule(r)
 	}
 	if err := c.Flush(); err != nil {
 		return fmt.Errorf("netlock: table %s: open outgoing: %w", tableName, err)
 	}
 	return nil
+}
+
+// OutgoingHeld reports whether the lock table named tableName in the
+// network namespace netns (see conn) still drops the locked sockets' own
+// packets (OpenOutgoing has not run).
+func OutgoingHeld(tableName string, netns int) (bool, error) {
+	c, err := conn(netns)
+	if err != nil {
+		return false, fmt.Errorf("netlock: nftables: %w", err)
+	}
+	own, err := ownRules(c, tableName)
+	return len(own) > 0, err
+}
+
+// ownRules returns the rules of lock table tableName that drop the
+// locked sockets' own packets.
+func ownRules(c *nftables.Conn, tableName string) ([]*nftables.Rule, error) {
+	t := table(tableName)
+	var own []*nftables.Rule
+	for _, ch := range []string{"in", "out"} {
+		rules, err := c.GetRules(t, &nftables.Chain{Name: ch, Table: t})
+		if err != nil {
+			return nil, fmt.Errorf("netlock: table %s: %w", tableName, err)
+		}
+		for _, r := range rules {
+			if bytes.Equal(r.UserData, ownTag) {
+				own = append(own, r)
+			}
+		}
+	}
+	return own, nil
 }
 
 // Discard lifts the lock table named tableName as Release does, but its

@@ -221,18 +221,23 @@ func (t *tree) resumeSockets() error {
 	// again only a second later (the peer's answer is held until the
 	// release, like the rest of what the peers send). The others resume
 	// first, while the lock's commit may still be on its way.
+	// The connections of a member of a group leave repair mode at
+	// Release, when the lock lets their packets out (Options.Group):
+	// copies of their sockets wait there.
 	resume := func(r repairing) error {
-		if err := sockets.ResumeSocket(int(r.f.Fd()), r.s, r.sendQ); err != nil {
-			return fmt.Errorf("socket %s-%s: %w", r.s.Local, r.s.Remote, err)
-		}
 		// A copy, so that a restore discarded before its release can
 		// silence the connection again (see Restored.Kill).
 		d, err := dupFile(r.f)
 		if err != nil {
 			return err
 		}
+		if t.opts.Group {
+			r.f = d
+			t.deferred = append(t.deferred, r)
+			return nil
+		}
 		t.conns = append(t.conns, d)
-		return nil
+		return resumeRepairing(r)
 	}
 	var synSent []repairing
 	for _, r := range t.repairs {
@@ -253,6 +258,14 @@ func (t *tree) resumeSockets() error {
 		}
 	}
 	t.repairs = nil
+	return nil
+}
+
+// resumeRepairing takes a restored connection out of repair mode.
+func resumeRepairing(r repairing) error {
+	if err := sockets.ResumeSocket(int(r.f.Fd()), r.s, r.sendQ); err != nil {
+		return fmt.Errorf("socket %s-%s: %w", r.s.Local, r.s.Remote, err)
+	}
 	return nil
 }
 

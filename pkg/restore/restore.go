@@ -102,6 +102,15 @@ type Options struct {
 	Fault func(phase string)
 	// Log receives warnings; nil discards them.
 	Log func(format string, args ...any)
+	// Group says the restore is one member of a group restored at once,
+	// whose other members (its connections' peers) may be restored
+	// elsewhere, each under a network lock its own restore takes. The
+	// restored sockets' own packets are then let out only at Release,
+	// once every member is built and so locked: sent earlier (the data
+	// and window probe of a connection leaving repair mode, a SYN), they
+	// could reach a peer's node before its lock, where the kernel, with
+	// no socket yet, would answer with a reset.
+	Group bool
 }
 
 func (o *Options) logf(format string, args ...any) {
@@ -153,8 +162,13 @@ type Restored struct {
 	pidfds []*sys.FD
 	done   bool
 	// outgoing is closed once the lock lets the sockets' own packets out
-	// (nil without a lock).
+	// (nil without a lock, or for a member of a group: openAtRelease).
 	outgoing chan struct{}
+	// openAtRelease says the lock lets the sockets' own packets out only
+	// at Release (Options.Group), and deferred are the connections
+	// (ckpt-redo's copies, in repair mode) that leave repair mode then.
+	openAtRelease bool
+	deferred      []repairing
 }
 
 // waitOutgoing waits until the lock lets the sockets' own packets out.
@@ -172,10 +186,20 @@ func (r *Restored) closePidfds() {
 }
 
 func (r *Restored) closeConns() {
-	for _, f := range r.conns {
+	for _, f := range append(r.conns, r.takeDeferred()...) {
 		f.Close()
 	}
 	r.conns = nil
+}
+
+// takeDeferred hands over the files of the connections left to Release.
+func (r *Restored) takeDeferred() []*os.File {
+	var fs []*os.File
+	for _, c := range r.deferred {
+		fs = append(fs, c.f)
+	}
+	r.deferred = nil
+	return fs
 }
 
 // unlock lifts the network lock, if any.
@@ -199,6 +223,21 @@ func (r *Restored) Release() error {
 	// request read before the dump) goes out rather than waiting for a
 	// retransmission; the peers' packets stay held until unlock.
 	r.waitOutgoing()
+	if r.openAtRelease {
+		if err := netlock.OpenOutgoing(r.lock, -1); err != nil {
+			r.done = false
+			r.Kill()
+			return fmt.Errorf("release %d: %w", r.PID, err)
+		}
+	}
+	for _, c := range r.deferred {
+		if err := resumeRepairing(c); err != nil {
+			r.done = false
+			r.Kill()
+			return fmt.Errorf("release %d: %w", r.PID, err)
+		}
+	}
+	r.conns = append(r.conns, r.takeDeferred()...)
 	for i := len(r.tasks) - 1; i >= 0; i-- {
 		// A stopped process is in its group-stop already (see
 		// stopAgain): detached, it stays stopped.
@@ -313,7 +352,7 @@ func Build(rd io.Reader, opts Options) (r *Restored, err error) {
 	// waits for the kernel (10-20 ms) and would add to the time the
 	// processes and their peers wait.
 	var outgoing chan struct{}
-	if t.lock != "" {
+	if t.lock != "" && !opts.Group {
 		outgoing = make(chan struct{})
 		go func(lock string) {
 			defer close(outgoing)
@@ -350,8 +389,9 @@ func Build(rd io.Reader, opts Options) (r *Restored, err error) {
 		t.kill()
 		return nil, fmt.Errorf("restore %d: %w", root.PID, err)
 	}
-	r = &Restored{lock: t.lock, ownLock: t.ownLock, conns: t.conns, outgoing: outgoing}
-	t.lock, t.conns = "", nil // owned by r now
+	r = &Restored{lock: t.lock, ownLock: t.ownLock, conns: t.conns, outgoing: outgoing, deferred: t.deferred,
+		openAtRelease: opts.Group && t.lock != ""}
+	t.lock, t.conns, t.deferred = "", nil, nil // owned by r now
 	r.PID = root.PID
 	for _, b := range t.procs {
 		r.Processes++

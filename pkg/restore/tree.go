@@ -50,6 +50,9 @@ type tree struct {
 	ctty map[sys.PID]ctty
 
 	repairs []repairing // restored connections still in repair mode
+	// deferred are the connections a member of a group takes out of
+	// repair mode at Release (copies: see Options.Group).
+	deferred []repairing
 	// outgoing is closed once the lock lets the restored sockets' own
 	// packets out (netlock.OpenOutgoing), nil without a lock.
 	outgoing <-chan struct{}
@@ -143,6 +146,10 @@ func (t *tree) cleanup() {
 		f.Close()
 	}
 	t.conns = nil
+	for _, c := range t.deferred {
+		c.f.Close()
+	}
+	t.deferred = nil
 }
 
 // kill kills every process built so far (and removes the SysV segments
