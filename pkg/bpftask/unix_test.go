@@ -108,3 +108,76 @@ func TestUnixAcceptQueueMany(t *testing.T) {
 		}
 	}
 }
+
+// TestUnixPieces runs the pieces reader's own check, then reads a stream
+// queue holding a large send with a file in flight (the kernel cuts it
+// into several pieces, the file on the first), a short one without, and
+// an empty queue: the lengths add up to what SIOCINQ says, the file is on
+// the first piece only. It logs what loading, checking and reading cost.
+func TestUnixPieces(t *testing.T) {
+	start := time.Now()
+	r, err := OpenUnix()
+	if errors.Is(err, ErrUnixUnavailable) {
+		t.Skipf("reader: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	loaded := time.Now()
+	if err := r.VerifyPieces(); err != nil {
+		t.Fatal(err)
+	}
+	verified := time.Now()
+	p, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	if err := unix.SetsockoptInt(p[1], unix.SOL_SOCKET, unix.SO_SNDBUF, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.SetsockoptInt(p[0], unix.SOL_SOCKET, unix.SO_PASSCRED, 1); err != nil {
+		t.Fatal(err)
+	}
+	ino := func(fd int) uint32 {
+		var st unix.Stat_t
+		if err := unix.Fstat(fd, &st); err != nil {
+			t.Fatal(err)
+		}
+		return uint32(st.Ino)
+	}
+	empty, err := r.Pieces(ino(p[0]))
+	if err != nil || len(empty) != 0 {
+		t.Fatalf("empty queue: %+v, %v", empty, err)
+	}
+	big := bytes.Repeat([]byte("0123456789abcdef"), 300<<10/16)
+	if n, err := unix.SendmsgN(p[1], big, unix.UnixRights(p[1]), nil, 0); err != nil || n != len(big) {
+		t.Fatalf("send: %d, %v", n, err)
+	}
+	if _, err := unix.Write(p[1], []byte("end")); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	got, err := r.Pieces(ino(p[0]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := time.Since(before)
+	t.Logf("load %v, check %v, read %d pieces %v", loaded.Sub(start), verified.Sub(loaded), len(got), read)
+	inq, err := unix.IoctlGetInt(p[0], unix.SIOCINQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0
+	for i, pc := range got {
+		total += pc.Len
+		if want := map[bool]int{true: 1, false: 0}[i == 0]; pc.Files != want || pc.PID != os.Getpid() {
+			t.Errorf("piece %d: %+v, want %d files from %d", i+1, pc, want, os.Getpid())
+		}
+	}
+	if len(got) < 3 || total != inq || got[len(got)-1].Len != 3 {
+		t.Errorf("%d pieces of %d bytes in all (last %+v), want several, %d bytes, the last 3", len(got), total, got[len(got)-1], inq)
+	}
+}

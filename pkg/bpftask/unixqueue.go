@@ -166,6 +166,24 @@ func (r *UnixReader) sockets() (map[uint32]uint64, error) {
 	return m, nil
 }
 
+// socket finds the UNIX socket whose inode is ino (in the caller's
+// network namespace): its address and its struct unix_sock.
+func (r *UnixReader) socket(ino uint32) (uint64, []byte, error) {
+	socks, err := r.sockets()
+	if err != nil {
+		return 0, nil, err
+	}
+	sk, ok := socks[ino]
+	if !ok {
+		return 0, nil, fmt.Errorf("not found by the BPF socket iterator: %w", ErrUnixChanged)
+	}
+	s, err := r.read1(sk, r.l.unixSockSize)
+	if err != nil {
+		return 0, nil, err
+	}
+	return sk, s, nil
+}
+
 // memReq is a piece of kernel memory to read.
 type memReq struct {
 	addr uint64
@@ -257,47 +275,25 @@ const maxWalk = 1 << 16
 // listener's queue is walked one connection per round while what each
 // connection found holds is read alongside.
 func (r *UnixReader) AcceptQueue(listener uint32) ([]UnixConn, error) {
-	socks, err := r.sockets()
+	lsk, ls, err := r.socket(listener)
 	if err != nil {
-		return nil, err
-	}
-	lsk, ok := socks[listener]
-	if !ok {
-		return nil, fmt.Errorf("UNIX listener %d not found by the BPF socket iterator: %w", listener, ErrUnixChanged)
+		return nil, fmt.Errorf("UNIX listener %d: %w", listener, err)
 	}
 	l := r.l
-	ls, err := r.read1(lsk, l.unixSockSize)
-	if err != nil {
-		return nil, err
-	}
 	if ls[l.state] != 10 { // TCP_LISTEN
 		return nil, fmt.Errorf("UNIX socket %d is not listening (state %d): %w", listener, ls[l.state], ErrUnixChanged)
 	}
-	qlen := int(u32(ls, l.rq+16))
-	if qlen > maxWalk {
-		return nil, fmt.Errorf("UNIX listener %d: %d connections queued: %w", listener, qlen, ErrUnixChanged)
+	qlen, err := queueLen(l, ls)
+	if err != nil {
+		return nil, fmt.Errorf("UNIX listener %d: %w", listener, err)
 	}
 	conns := make([]UnixConn, qlen)
-	head := lsk + uint64(l.rq)
 	b := &batch{r: r}
-	var walk func(skb uint64, n int)
-	walk = func(skb uint64, n int) {
-		switch {
-		case skb == head && n == qlen:
-			return
-		case skb == head || skb == 0 || n >= qlen:
-			b.fail(fmt.Errorf("UNIX listener %d: its queue does not hold the %d connections it counts: %w", listener, qlen, ErrUnixChanged))
-			return
-		}
-		b.get(skb, int(l.skbSize), func(h []byte) {
-			fail := func(err error) {
-				b.fail(fmt.Errorf("connection %d waiting in the queue of UNIX listener %d: %w", n+1, listener, err))
-			}
-			r.embryo(b, u64(h, l.skbSk), &conns[n], fail)
-			walk(u64(h, l.skbNext), n+1)
+	r.walkQueue(b, lsk, ls, qlen, func(n int, h []byte) {
+		r.embryo(b, u64(h, l.skbSk), &conns[n], func(err error) {
+			b.fail(fmt.Errorf("connection %d waiting in the queue of UNIX listener %d: %w", n+1, listener, err))
 		})
-	}
-	walk(u64(ls, l.rq), 0)
+	}, func(err error) { b.fail(fmt.Errorf("UNIX listener %d: %w", listener, err)) })
 	if err := b.run(); err != nil {
 		return nil, err
 	}
@@ -365,28 +361,73 @@ func (r *UnixReader) embryo(b *batch, sk uint64, c *UnixConn, fail func(error)) 
 				}
 			})
 		}
-		qlen := int(u32(e, l.rq+16))
-		if qlen > maxWalk {
-			fail(fmt.Errorf("%d pieces queued: %w", qlen, ErrUnixChanged))
+		qlen, err := queueLen(l, e)
+		if err != nil {
+			fail(err)
 			return
 		}
 		c.Msgs = make([]UnixQueued, qlen)
-		head := sk + uint64(l.rq)
-		var walk func(skb uint64, n int)
-		walk = func(skb uint64, n int) {
-			switch {
-			case skb == head && n == qlen:
-				return
-			case skb == head || skb == 0 || n >= qlen:
-				fail(fmt.Errorf("its queue does not hold the %d pieces it counts: %w", qlen, ErrUnixChanged))
-				return
-			}
-			b.get(skb, int(l.skbSize), func(h []byte) {
-				r.piece(b, h, &c.Msgs[n], func(err error) { fail(fmt.Errorf("piece %d of its queue: %w", n+1, err)) })
-				walk(u64(h, l.skbNext), n+1)
-			})
+		r.walkQueue(b, sk, e, qlen, func(n int, h []byte) {
+			r.piece(b, h, &c.Msgs[n], func(err error) { fail(fmt.Errorf("piece %d of its queue: %w", n+1, err)) })
+		}, fail)
+	})
+}
+
+// queueLen is how many sk_buffs the receive queue of the socket s (its
+// struct unix_sock) counts.
+func queueLen(l *unixLayout, s []byte) (int, error) {
+	qlen := int(u32(s, l.rq+16))
+	if qlen > maxWalk {
+		return 0, fmt.Errorf("%d queued in its receive queue: %w", qlen, ErrUnixChanged)
+	}
+	return qlen, nil
+}
+
+// walkQueue walks the receive queue of the socket at sk (s: its struct
+// unix_sock), which counts qlen sk_buffs: each gets every one of them
+// (n from 0, the struct sk_buff) as the batch reads it, one a round. A
+// list that does not hold qlen fails.
+func (r *UnixReader) walkQueue(b *batch, sk uint64, s []byte, qlen int, each func(n int, skb []byte), fail func(error)) {
+	head := sk + uint64(r.l.rq)
+	var walk func(skb uint64, n int)
+	walk = func(skb uint64, n int) {
+		switch {
+		case skb == head && n == qlen:
+			return
+		case skb == head || skb == 0 || n >= qlen:
+			fail(fmt.Errorf("its receive queue does not hold the %d it counts: %w", qlen, ErrUnixChanged))
+			return
 		}
-		walk(u64(e, l.rq), 0)
+		b.get(skb, int(r.l.skbSize), func(h []byte) {
+			each(n, h)
+			walk(u64(h, r.l.skbNext), n+1)
+		})
+	}
+	walk(u64(s, r.l.rq), 0)
+}
+
+// inFlight reads the files in flight of a queued sk_buff (fp: its
+// UNIXCB(skb).fp, a struct scm_fp_list): then gets how many, and with
+// addrs their struct file addresses.
+func (r *UnixReader) inFlight(b *batch, fp uint64, addrs bool, then func(n int, files []uint64), fail func(error)) {
+	l := r.l
+	b.get(fp, int(l.fpFiles), func(h []byte) {
+		n := int(int16(binary.LittleEndian.Uint16(h[l.fpCount:])))
+		if n <= 0 || n > 253 {
+			fail(fmt.Errorf("%d files in flight: %w", n, ErrUnixChanged))
+			return
+		}
+		if !addrs {
+			then(n, nil)
+			return
+		}
+		b.get(fp+uint64(l.fpFiles), n*8, func(f []byte) {
+			files := make([]uint64, n)
+			for i := range files {
+				files[i] = u64(f, uint32(i*8))
+			}
+			then(n, files)
+		})
 	})
 }
 
@@ -395,20 +436,9 @@ func (r *UnixReader) piece(b *batch, h []byte, m *UnixQueued, fail func(error)) 
 	l := r.l
 	cb := h[l.skbCB:]
 	if fp := u64(cb, l.cbFP); fp != 0 {
-		b.get(fp, int(l.fpFiles), func(h []byte) {
-			n := int16(binary.LittleEndian.Uint16(h[l.fpCount:]))
-			if n <= 0 || n > 253 {
-				fail(fmt.Errorf("%d files in flight: %w", n, ErrUnixChanged))
-				return
-			}
-			b.get(fp+uint64(l.fpFiles), int(n)*8, func(f []byte) {
-				m.Files = make([][]FileHolder, n)
-				m.files = make([]uint64, n)
-				for i := range m.files {
-					m.files[i] = u64(f, uint32(i*8))
-				}
-			})
-		})
+		r.inFlight(b, fp, true, func(n int, files []uint64) {
+			m.Files, m.files = make([][]FileHolder, n), files
+		}, fail)
 	}
 	if u32(cb, l.cbConsumed) != 0 {
 		fail(fmt.Errorf("partly read: %w", ErrUnixChanged))
