@@ -26,7 +26,7 @@ func TestCloseRights(t *testing.T) {
 	if err := unix.Sendmsg(p[1], []byte("x"), unix.UnixRights(pipe[0], pipe[1]), nil, 0); err != nil {
 		t.Fatal(err)
 	}
-	msgs, err := PeekUnix(p[0], unix.SOCK_DGRAM)
+	msgs, err := PeekUnix(p[0], inode(t, p[0]), unix.SOCK_DGRAM, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -66,11 +66,12 @@ var oobSize = unix.CmsgSpace(253*4) + unix.CmsgSpace(unix.SizeofUcred) + unix.Cm
 // peekUnix reads the receive queue of a UNIX socket without consuming it:
 // datagram or seqpacket messages one by one with their senders, a
 // stream's bytes as few messages as keep what a reader can observe: a
-// new one where the credentials change, and after each piece files are
-// attached to. A peek of a stream reads up to the end of the piece that
-// has files, and cannot tell where that piece starts: bytes sent before
-// it with the same credentials come back in one piece with it (a reader
-// reading fewer bytes than they are gets the files with the first). Every
+// new one where the credentials change, where a piece files are attached
+// to starts and after it. A peek of a stream reads up to the end of the
+// piece that has files, and cannot tell where that piece starts: bytes
+// sent before it with the same credentials come back in one peek with it;
+// pieces (the kernel's queue of the socket ino) tells, cutPieces cuts
+// them off (without it such a peek is refused, ErrPieceStart). Every
 // message has its credentials and its files in flight (ckpt's fds: the
 // caller closes them, CloseRights). It never blocks, using SO_PEEK_OFF;
 // SO_PASSCRED is on while it reads: every message then carries
@@ -79,7 +80,7 @@ var oobSize = unix.CmsgSpace(253*4) + unix.CmsgSpace(unix.SizeofUcred) + unix.Cm
 // back. With limit >= 0 it stops after that many bytes (a peek past the
 // data would take a pending error; empty seqpacket messages at the end
 // are then not seen).
-func peekUnix(fd, typ, limit int) (out []UnixMsg, err error) {
+func peekUnix(fd int, ino uint32, typ, limit int, pieces Pieces) (out []UnixMsg, err error) {
 	for _, o := range []struct{ name, val int }{{unix.SO_PEEK_OFF, 0}, {unix.SO_PASSCRED, 1}} {
 		old, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, o.name)
 		if err != nil {
@@ -134,6 +135,13 @@ func peekUnix(fd, typ, limit int) (out []UnixMsg, err error) {
 			out = append(out, m)
 		}
 		total += n
+	}
+	if typ == unix.SOCK_STREAM {
+		cut, err := cutPieces(ino, out, pieces)
+		if err != nil {
+			return out, err
+		}
+		out = cut
 	}
 	return out, nil
 }
@@ -203,14 +211,15 @@ func peekOne(fd int, buf, oob []byte) (int, control, int, []byte, error) {
 	return n, c, flags, from, nil
 }
 
-// PeekUnix reads the queue of the UNIX socket fd (ckpt's copy) of type
-// typ without consuming it, as DescribeUnix does (it stops before a
-// pending error): messages with their credentials and files in flight
-// (ckpt's copies: CloseRights). A message is peeked only once: a second
-// peek no longer sees an empty seqpacket message (the kernel skips an
-// empty message it has given a peek), so the dump keeps what it read
-// first and hands it to DescribeUnix.
-func PeekUnix(fd, typ int) ([]UnixMsg, error) {
+// PeekUnix reads the queue of the UNIX socket fd (ckpt's copy, inode
+// ino) of type typ without consuming it, as DescribeUnix does (it stops
+// before a pending error; a stream's pieces with files are found with
+// pieces): messages with their credentials and files in flight (ckpt's
+// copies: CloseRights). A message is peeked only once: a second peek no
+// longer sees an empty seqpacket message (the kernel skips an empty
+// message it has given a peek), so the dump keeps what it read first and
+// hands it to DescribeUnix.
+func PeekUnix(fd int, ino uint32, typ int, pieces Pieces) ([]UnixMsg, error) {
 	limit := -1
 	if typ != unix.SOCK_DGRAM && pendingError(fd) {
 		n, err := sys.IoctlInt(fd, unix.SIOCINQ)
@@ -219,7 +228,7 @@ func PeekUnix(fd, typ int) ([]UnixMsg, error) {
 		}
 		limit = n
 	}
-	return peekUnix(fd, typ, limit)
+	return peekUnix(fd, ino, typ, limit, pieces)
 }
 
 // sendMsg sends a queued message again from fd (to its peer, or to to):

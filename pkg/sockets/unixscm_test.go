@@ -80,6 +80,12 @@ func TestUnixSCMQueue(t *testing.T) {
 					send("gh", []int{0}, &unix.Ucred{Pid: me, Uid: 7, Gid: 8})
 					send("ij", nil, &unix.Ucred{Pid: me, Uid: 7, Gid: 8})
 					send("kl", nil, nil)
+					// Files after bytes with the same
+					// credentials and none: where their piece
+					// starts is found by one-byte peeks.
+					send("opq", []int{1, 2}, nil)
+					send("rs", nil, nil)
+					send("t", []int{0}, nil)
 					if typ != unix.SOCK_STREAM {
 						send("", nil, nil)
 						send("mn", []int{1}, nil)

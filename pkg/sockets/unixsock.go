@@ -43,26 +43,28 @@ const maxUnixMsg = 4 << 20
 // socket connected one way to another socket of the dump.
 //
 // peeked, if not nil, gives the messages the dump already read from the
-// socket (PeekUnix), which are not read again.
+// socket (PeekUnix), which are not read again. pieces, if not nil, reads
+// the pieces of a stream's queue where a peek cannot tell them apart (see
+// cutPieces); without it such a queue is refused (ErrPieceStart).
 //
 // With waiting, the caller reads what the server end of a waiting
 // connection holds (pkg/bpftask): a listener whose queue holds a
 // connection whose client was closed (0 in AcceptQueue), and a waiting
 // client that sent data, are not refused here.
-func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint32) bool, peeked func(uint32) ([]UnixMsg, bool), waiting bool) (*image.Socket, []UnixMsg, error) {
+func DescribeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint32) bool, peeked func(uint32) ([]UnixMsg, bool), pieces Pieces, waiting bool) (*image.Socket, []UnixMsg, error) {
 	if peeked != nil {
 		if msgs, ok := peeked(ino); ok {
-			s, q, err := describeUnix(fd, ino, all, inTree, msgs, waiting)
+			s, q, err := describeUnix(fd, ino, all, inTree, msgs, nil, waiting)
 			if err != nil || q == nil {
 				CloseRights(msgs)
 			}
 			return s, q, err
 		}
 	}
-	return describeUnix(fd, ino, all, inTree, nil, waiting)
+	return describeUnix(fd, ino, all, inTree, nil, pieces, waiting)
 }
 
-func describeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint32) bool, peeked []UnixMsg, waiting bool) (*image.Socket, []UnixMsg, error) {
+func describeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint32) bool, peeked []UnixMsg, pieces Pieces, waiting bool) (*image.Socket, []UnixMsg, error) {
 	u, ok := all[ino]
 	if !ok {
 		return nil, nil, fmt.Errorf("UNIX socket %d not found by sock_diag: %w", ino, ErrState)
@@ -163,7 +165,7 @@ func describeUnix(fd int, ino uint32, all map[uint32]UnixInfo, inTree func(uint3
 				return nil, nil, err
 			}
 		}
-		if msgs, err = peekUnix(fd, u.Type, limit); err != nil {
+		if msgs, err = peekUnix(fd, ino, u.Type, limit, pieces); err != nil {
 			return nil, nil, err
 		}
 	}

@@ -44,6 +44,7 @@ func describeAll(t *testing.T, fds []int) []saved {
 	t.Helper()
 	all, err := UnixSockets()
 	must(t, err)
+	pieces := kernelPieces(t)
 	in := map[uint32]bool{}
 	for _, fd := range fds {
 		in[inode(t, fd)] = true
@@ -52,7 +53,7 @@ func describeAll(t *testing.T, fds []int) []saved {
 	for _, fd := range fds {
 		ino := inode(t, fd)
 		want := readAll(t, fd)
-		s, msgs, err := DescribeUnix(fd, ino, all, func(i uint32) bool { return in[i] }, nil, false)
+		s, msgs, err := DescribeUnix(fd, ino, all, func(i uint32) bool { return in[i] }, nil, pieces, false)
 		must(t, err)
 		out = append(out, saved{s, msgs, want, all[ino].Shutdown, all[ino].Name})
 	}
@@ -246,7 +247,7 @@ func TestUnixRefused(t *testing.T) {
 			defer unix.Close(fd)
 			all, err := UnixSockets()
 			must(t, err)
-			_, _, err = DescribeUnix(fd, inode(t, fd), all, func(uint32) bool { return in }, nil, false)
+			_, _, err = DescribeUnix(fd, inode(t, fd), all, func(uint32) bool { return in }, nil, nil, false)
 			if !errors.Is(err, ErrState) || !strings.Contains(err.Error(), tt.where) {
 				t.Fatalf("DescribeUnix: %v, want a refusal naming %q", err, tt.where)
 			}
