@@ -92,7 +92,7 @@ func (t *tree) peekFlight(fd int, ino uint32, typ, depth int) {
 	if _, done := t.flight.queues[ino]; done {
 		return
 	}
-	msgs, err := sockets.PeekUnix(fd, typ)
+	msgs, err := sockets.PeekUnix(fd, ino, typ, t.UnixPieces)
 	if err != nil || len(msgs) == 0 {
 		return
 	}

@@ -36,8 +36,8 @@ type sockState struct {
 	silenced bool
 	// defs is what sockets.DescribeWith compares every socket with.
 	defs sockets.Defaults
-	// waiting: the connections waiting in UNIX accept queues (unixwaiting.go).
-	waiting *waitingState
+	// unixRd: the BPF UNIX reader and what it read (unixreader.go).
+	unixRd *unixReaderState
 	// tcpLocks: the sk_userlocks of the namespace's TCP sockets (tcplocks.go).
 	tcpLocks *tcpLockState
 }
@@ -251,7 +251,7 @@ func (t *tree) keepLock() error {
 
 func (t *tree) closeSockets() {
 	t.closeFlight()
-	t.closeWaiting()
+	t.closeUnixReader()
 	t.closeTCPLocks()
 	for _, fd := range t.socks.fds {
 		fd.Close()

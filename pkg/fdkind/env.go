@@ -65,6 +65,10 @@ type SocketDumpEnv interface {
 	// Waiting reads the connections waiting in the accept queue of the
 	// UNIX listener ino from the kernel, once (bpftask.UnixReader).
 	Waiting(ino uint32) ([]bpftask.UnixConn, error)
+	// UnixPieces reads the pieces queued in the UNIX stream socket ino
+	// from the kernel (bpftask.UnixReader.Pieces): where a piece with
+	// files in flight starts, which a peek cannot tell.
+	UnixPieces(ino uint32) ([]bpftask.UnixPiece, error)
 	// PortBound tells whether the program bound the port of the TCP
 	// socket fd (a copy in ckpt) itself (SOCK_BINDPORT_LOCK, read with
 	// bpftask.TCPReader); ok is false when the kernel cannot tell.

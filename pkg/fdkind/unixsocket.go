@@ -23,7 +23,7 @@ func describeUnix(env DumpEnv, pid sys.PID, our int, ino uint64, f *image.File) 
 	if err != nil {
 		return err
 	}
-	s, msgs, err := sockets.DescribeUnix(our, uint32(ino), all, se.InTree, se.Peeked, true)
+	s, msgs, err := sockets.DescribeUnix(our, uint32(ino), all, se.InTree, se.Peeked, se.UnixPieces, true)
 	if errors.Is(err, sockets.ErrExternalPeer) {
 		if !se.ExternalUnix(uint32(ino)) {
 			return fmt.Errorf("%w (ckpt dump --external unix:%d saves it, to connect again at restore): %w", err, ino, ErrUnsupported)

@@ -221,8 +221,8 @@ int main(int argc, char **argv)
 	fid_wait();
 
 	struct got r;
-	/* b: "hello" and "F1" come in one read with the files (a peek cannot
-	 * tell where the piece with files starts); then "tail". */
+	/* b: "hello" and "F1" come in one read with the files (a read goes
+	 * on across pieces up to one with files); then "tail". */
 	recvone(ab[1], sizeof r.data - 1, &r);
 	expect_msg(&r, "b first read", "helloF1", 4);
 	if (r.nf == 4) {
