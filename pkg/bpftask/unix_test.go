@@ -11,12 +11,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// TestUnixVerify runs the UNIX accept queue reader's own check: what it
-// reads of connections waiting in a listener's queue (a client with
-// other ids and groups that sent pieces, one with credentials of its
-// choosing, and a client that sent and closed) is what was sent and
-// what SO_PEERCRED says once they are accepted; paged pieces too.
-func TestUnixVerify(t *testing.T) {
+// openUnix loads the reader (closed when the test ends); the test is
+// skipped on a kernel that cannot run it.
+func openUnix(t *testing.T) *UnixReader {
+	t.Helper()
 	r, err := OpenUnix()
 	if errors.Is(err, ErrUnixUnavailable) {
 		t.Skipf("reader: %v", err)
@@ -24,7 +22,17 @@ func TestUnixVerify(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
+	t.Cleanup(r.Close)
+	return r
+}
+
+// TestUnixVerify runs the UNIX accept queue reader's own check: what it
+// reads of connections waiting in a listener's queue (a client with
+// other ids and groups that sent pieces, one with credentials of its
+// choosing, and a client that sent and closed) is what was sent and
+// what SO_PEERCRED says once they are accepted; paged pieces too.
+func TestUnixVerify(t *testing.T) {
+	r := openUnix(t)
 	start := time.Now()
 	if err := r.Verify(); err != nil {
 		t.Fatal(err)
@@ -39,14 +47,7 @@ func TestUnixVerify(t *testing.T) {
 // each with a short piece and one the kernel puts mostly in pages, every
 // third client closed: every connection in order, every byte.
 func TestUnixAcceptQueueMany(t *testing.T) {
-	r, err := OpenUnix()
-	if errors.Is(err, ErrUnixUnavailable) {
-		t.Skipf("reader: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openUnix(t)
 	if err := r.Verify(); err != nil {
 		t.Fatal(err)
 	}
@@ -116,14 +117,7 @@ func TestUnixAcceptQueueMany(t *testing.T) {
 // the first piece only. It logs what loading, checking and reading cost.
 func TestUnixPieces(t *testing.T) {
 	start := time.Now()
-	r, err := OpenUnix()
-	if errors.Is(err, ErrUnixUnavailable) {
-		t.Skipf("reader: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openUnix(t)
 	loaded := time.Now()
 	if err := r.VerifyPieces(); err != nil {
 		t.Fatal(err)

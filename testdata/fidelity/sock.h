@@ -1,7 +1,7 @@
 /*
- * sock.h: helpers of the socket cases (sock_*.c): set an option, and
+ * sock.h: helpers of the socket cases (sock_*.c): set an option,
  * "watch" options (their bytes read back before the restore, compared
- * after it).
+ * after it), send files in flight and credentials, compare descriptions.
  */
 #ifndef SOCK_H
 #define SOCK_H
@@ -145,6 +145,44 @@ static __attribute__((unused)) int tcp_state(int fd)
 	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) < 0)
 		return -1;
 	return ti.tcpi_state;
+}
+
+#include <sys/syscall.h>
+#ifndef KCMP_FILE
+#define KCMP_FILE 0
+#endif
+
+/* sendfds sends b (len n) on s with nf (up to 8) files and, if cred,
+ * credentials. */
+static __attribute__((unused)) void sendfds(int s, const char *b, size_t n, const int *fds, int nf, const struct ucred *cred)
+{
+	char cbuf[CMSG_SPACE(8 * sizeof(int)) + CMSG_SPACE(sizeof(struct ucred))];
+	memset(cbuf, 0, sizeof cbuf);
+	struct iovec io = {(void *)b, n};
+	struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = 0};
+	struct cmsghdr *c = (struct cmsghdr *)cbuf;
+	if (nf) {
+		c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(nf * sizeof(int));
+		memcpy(CMSG_DATA(c), fds, nf * sizeof(int));
+		m.msg_controllen += CMSG_SPACE(nf * sizeof(int));
+		c = (struct cmsghdr *)(cbuf + m.msg_controllen);
+	}
+	if (cred) {
+		c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_CREDENTIALS, c->cmsg_len = CMSG_LEN(sizeof *cred);
+		memcpy(CMSG_DATA(c), cred, sizeof *cred);
+		m.msg_controllen += CMSG_SPACE(sizeof *cred);
+	}
+	if (!m.msg_controllen)
+		m.msg_control = NULL;
+	FID_SETUP(sendmsg(s, &m, 0) == (ssize_t)n, "sendmsg of %zu bytes %.*s", n, (int)(n < 16 ? n : 16), b);
+}
+
+/* same tells whether fds a and b of this process are one open file
+ * description (kcmp). */
+static __attribute__((unused)) int same(int a, int b)
+{
+	pid_t me = getpid();
+	return syscall(SYS_kcmp, me, me, KCMP_FILE, a, b) == 0;
 }
 
 #endif

@@ -25,41 +25,13 @@
  * processes their credentials name, with a socket of theirs some
  * process holds).
  */
-#include "fidelity.h"
+#include "sock.h"
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <stddef.h>
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
-
-#ifndef KCMP_FILE
-#define KCMP_FILE 0
-#endif
-
-/* sendfds sends b (len n) on s with nf files and, if cred, credentials. */
-static void sendfds(int s, const char *b, size_t n, const int *fds, int nf, const struct ucred *cred)
-{
-	char cbuf[CMSG_SPACE(8 * sizeof(int)) + CMSG_SPACE(sizeof(struct ucred))];
-	memset(cbuf, 0, sizeof cbuf);
-	struct iovec io = {(void *)b, n};
-	struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = 0};
-	struct cmsghdr *c = (struct cmsghdr *)cbuf;
-	if (nf) {
-		c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(nf * sizeof(int));
-		memcpy(CMSG_DATA(c), fds, nf * sizeof(int));
-		m.msg_controllen += CMSG_SPACE(nf * sizeof(int));
-		c = (struct cmsghdr *)(cbuf + m.msg_controllen);
-	}
-	if (cred) {
-		c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_CREDENTIALS, c->cmsg_len = CMSG_LEN(sizeof *cred);
-		memcpy(CMSG_DATA(c), cred, sizeof *cred);
-		m.msg_controllen += CMSG_SPACE(sizeof *cred);
-	}
-	if (!m.msg_controllen)
-		m.msg_control = NULL;
-	FID_SETUP(sendmsg(s, &m, 0) == (ssize_t)n, "sendmsg %.*s", (int)n, b);
-}
 
 /* got is what one recvmsg gave. */
 struct got {
@@ -90,12 +62,6 @@ static void recvone(int s, size_t size, struct got *g)
 			memcpy(&g->cred, CMSG_DATA(c), sizeof g->cred);
 		}
 	}
-}
-
-static int same(int a, int b)
-{
-	pid_t me = getpid();
-	return syscall(SYS_kcmp, me, me, KCMP_FILE, a, b) == 0;
 }
 
 static void expect_msg(struct got *g, const char *what, const char *want, int nf)

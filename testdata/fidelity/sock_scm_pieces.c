@@ -21,44 +21,11 @@
  * Pair 3's pieces of the big send are the kernel's own cut of a send, so
  * it reads only up to the first "x" and checks the rest by bytes.
  */
-#include "fidelity.h"
+#include "sock.h"
 #include <sys/socket.h>
 #include <sys/syscall.h>
 
-#ifndef KCMP_FILE
-#define KCMP_FILE 0
-#endif
-
 #define BIG (100 * 1024)
-
-static void sendfds(int s, const char *b, size_t n, const int *fds, int nf, const struct ucred *cred)
-{
-	char cbuf[CMSG_SPACE(4 * sizeof(int)) + CMSG_SPACE(sizeof(struct ucred))];
-	memset(cbuf, 0, sizeof cbuf);
-	struct iovec io = {(void *)b, n};
-	struct msghdr m = {.msg_iov = &io, .msg_iovlen = 1, .msg_control = cbuf, .msg_controllen = 0};
-	struct cmsghdr *c = (struct cmsghdr *)cbuf;
-	if (nf) {
-		c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_RIGHTS, c->cmsg_len = CMSG_LEN(nf * sizeof(int));
-		memcpy(CMSG_DATA(c), fds, nf * sizeof(int));
-		m.msg_controllen += CMSG_SPACE(nf * sizeof(int));
-		c = (struct cmsghdr *)(cbuf + m.msg_controllen);
-	}
-	if (cred) {
-		c->cmsg_level = SOL_SOCKET, c->cmsg_type = SCM_CREDENTIALS, c->cmsg_len = CMSG_LEN(sizeof *cred);
-		memcpy(CMSG_DATA(c), cred, sizeof *cred);
-		m.msg_controllen += CMSG_SPACE(sizeof *cred);
-	}
-	if (!m.msg_controllen)
-		m.msg_control = NULL;
-	FID_SETUP(sendmsg(s, &m, 0) == (ssize_t)n, "sendmsg of %zu bytes", n);
-}
-
-static int same(int a, int b)
-{
-	pid_t me = getpid();
-	return syscall(SYS_kcmp, me, me, KCMP_FILE, a, b) == 0;
-}
 
 /* readexp reads up to size bytes from s and checks that they are want
  * (NULL: any bytes, n of them) with the files wantf (P's fds they must
