@@ -22,7 +22,9 @@
 // ends of the connections waiting in a UNIX listener's accept queue
 // (UnixReader, unixqueue.go), with a UNIX socket iterator and a kernel
 // memory reader, checked the same way (UnixReader.Verify) on connections
-// it makes itself.
+// it makes itself; and where the pieces (sends) queued in a UNIX stream
+// start, which no peek tells (UnixReader.Pieces, unixpieces.go, checked
+// by VerifyPieces).
 package bpftask
 
 import (

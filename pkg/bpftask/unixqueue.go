@@ -25,19 +25,19 @@ import (
 // data the same way.
 
 var (
-	// ErrUnixUnavailable means the kernel cannot run the UNIX accept
-	// queue reader: no BTF, no BPF UNIX socket iterator, not allowed, or
+	// ErrUnixUnavailable means the kernel cannot run the UNIX reader
+	// (accept queues, stream pieces): no BTF, no BPF UNIX socket iterator, not allowed, or
 	// ckpt is not in the initial PID and user namespaces (whose numbers
 	// the kernel's structures hold).
-	ErrUnixUnavailable = errors.New("BPF UNIX accept queue reader unavailable")
+	ErrUnixUnavailable = errors.New("BPF UNIX socket queue reader unavailable")
 	// ErrUnixUnreadable means a waiting connection holds what the reader
 	// does not read: files in flight (SCM_RIGHTS), out-of-band data, a
 	// piece of a queued message out of its reach.
 	ErrUnixUnreadable = errors.New("a connection waiting in a UNIX accept queue holds what cannot be read back")
 	// ErrUnixChanged means the kernel's structures changed while they
-	// were read (a connection came or went), or are not what the reader
-	// expects.
-	ErrUnixChanged = errors.New("UNIX accept queue changed while read")
+	// were read (a connection or a piece came or went), or are not what
+	// the reader expects.
+	ErrUnixChanged = errors.New("UNIX socket queue changed while read")
 )
 
 // UnixConn is a connection waiting in a UNIX listener's accept queue, as
@@ -89,7 +89,8 @@ type PeerCred struct {
 	Groups   []uint32
 }
 
-// UnixReader reads the accept queues of UNIX listeners.
+// UnixReader reads the accept queues of UNIX listeners (AcceptQueue)
+// and where the pieces of UNIX streams' receive queues start (Pieces).
 type UnixReader struct {
 	l *unixLayout
 	p *unixProgs

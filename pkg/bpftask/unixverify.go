@@ -15,10 +15,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// ErrUnixMismatch means that what the UNIX accept queue reader read of
-// connections it made itself differs from what they hold: its idea of
-// the kernel's structures is wrong, and it must not be used.
-var ErrUnixMismatch = fmt.Errorf("BPF UNIX accept queue reader does not read what was sent")
+// ErrUnixMismatch means that what the UNIX reader read of sockets it
+// made itself differs from what they hold: its idea of the kernel's
+// structures is wrong, and it must not be used.
+var ErrUnixMismatch = fmt.Errorf("BPF UNIX socket queue reader does not read what was sent")
 
 // The connector's ids and groups in the check, and the credentials one
 // piece is sent with: unlike root's zeros, they tell a field read at the
