@@ -12,14 +12,16 @@
  * with the pipe again; then "xy" and a send of BIG bytes with the pipe
  * (cut by the kernel into several pieces, the files on the first). After
  * the restore they are read:
- *   pair 1 one byte at a time: the files come with "o", "t" and "x"+2;
+ *   pair 1 one byte at a time: the files come with "o", "t" and the
+ *     first byte after "xy";
  *   pair 2 three bytes at a time: "ij" (other credentials), "klo" with
  *     the two files, "pqr", "st" with one, then "xy" and 1 byte of the big
  *     send with its file;
- *   pair 3 in one read of 4096 bytes: "ij", "klopq" with two, "rst" with
- *     one, "xy" and the first piece of the big send with one.
- * Pair 3's pieces of the big send are the kernel's own cut of a send, so
- * it reads only up to the first "x" and checks the rest by bytes.
+ *   pair 3, whose "ij" and "k" were read before the dump (the piece "kl"
+ *     is partly read): one byte "l" without files, then 4096 bytes at a
+ *     time: "opq" with two, "rst" with one, then 3 bytes: "xy" and 1 of the
+ *     big send with one.
+ * The rest of the big send, in as few reads as come, brings no files.
  */
 #include "sock.h"
 #include <sys/socket.h>
@@ -97,6 +99,10 @@ int main(int argc, char **argv)
 		sendfds(p[i][0], big, BIG, one, 1, NULL);
 	}
 
+	/* Pair 3: "ij", then "k" of the piece "kl" read now. */
+	readexp(p[2][1], 4096, "pair 3 read before", "ij", 0, NULL, 0, 1234);
+	readexp(p[2][1], 1, "pair 3 read before", "k", 0, NULL, 0, 0);
+
 	fid_ready();
 	fid_wait();
 
@@ -123,9 +129,9 @@ int main(int argc, char **argv)
 	readexp(p[1][1], 3, "pair 2 read 5", "xyA", 0, one, 1, 0);
 	readexp(p[1][1], 3, "pair 2 read 6", "BCD", 0, NULL, 0, 0);
 
-	/* Pair 3, 4096 bytes at a time up to the big send. */
-	readexp(p[2][1], 4096, "pair 3 read 1", "ij", 0, NULL, 0, 1234);
-	readexp(p[2][1], 4096, "pair 3 read 2", "klopq", 0, two, 2, 0);
+	/* Pair 3: the byte left of "kl", then 4096 bytes at a time. */
+	readexp(p[2][1], 1, "pair 3 read 1", "l", 0, NULL, 0, 0);
+	readexp(p[2][1], 4096, "pair 3 read 2", "opq", 0, two, 2, 0);
 	readexp(p[2][1], 4096, "pair 3 read 3", "rst", 0, one, 1, 0);
 
 	/* The rest of each: every byte of the big send, no more files. */
