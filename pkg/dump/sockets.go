@@ -217,8 +217,16 @@ func (t *tree) releaseSockets() {
 		} else {
 			netlock.Release(t.socks.lock.Table, t.socks.netnsFD())
 		}
-		if t.socks.guard != nil {
-			t.socks.guard.Drop()
+		switch {
+		case t.socks.guard == nil:
+		case t.socks.silenced:
+			t.socks.guard.Drop() // takes its copies out of repair mode
+		default:
+			// Lifted already, and the connections never left: the
+			// guard must not lift the lock again. A second release
+			// would find the holder on its way out and warn that held
+			// packets were dropped, which they were not.
+			t.socks.guard.Keep()
 		}
 		t.socks.lock, t.socks.guard = nil, nil
 	}

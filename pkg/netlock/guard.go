@@ -66,7 +66,8 @@ func StartGuard(exe, tableName string, socks []Socket, netns *os.File) (*Guard, 
 	return &Guard{cmd: cmd, w: w}, nil
 }
 
-// Keep tells the guard to leave the lock in place, and waits for it.
+// Keep tells the guard to leave the lock as it is (in place, or lifted
+// by the caller already), and waits for it.
 func (g *Guard) Keep() error {
 	_, err := io.WriteString(g.w, "keep\n")
 	g.w.Close()
