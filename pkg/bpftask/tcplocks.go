@@ -46,10 +46,12 @@ const (
 	tcpNewSynRecv = 12
 )
 
-// TCPReader reads the sk_userlocks of TCP sockets.
+// TCPReader reads the sk_userlocks of TCP sockets (Locks) and the socket
+// layer state of ckpt's own sockets (SockState, tcpsockstate.go): one
+// collection, loaded once.
 type TCPReader struct {
-	buf  *ebpf.Map
-	prog *ebpf.Program
+	buf, sbuf    *ebpf.Map
+	prog, states *ebpf.Program
 }
 
 // tcpLayout holds the offsets (bytes) the program reads.
@@ -140,23 +142,34 @@ func OpenTCP() (*TCPReader, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrTCPUnavailable, err)
 	}
+	sl, err := loadSockStateLayout(spec)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrTCPUnavailable, err)
+	}
 	coll, err := ebpf.NewCollectionWithOptions(&ebpf.CollectionSpec{
-		Maps: map[string]*ebpf.MapSpec{"kbuf": {Type: ebpf.Array, KeySize: 4, ValueSize: 16, MaxEntries: 1}},
+		Maps: map[string]*ebpf.MapSpec{
+			"kbuf": {Type: ebpf.Array, KeySize: 4, ValueSize: 16, MaxEntries: 1},
+			"sbuf": {Type: ebpf.Array, KeySize: 4, ValueSize: 8, MaxEntries: 1},
+		},
 		Programs: map[string]*ebpf.ProgramSpec{
 			"tcp": {Name: "ckpt_tcp", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "tcp",
 				Instructions: tcpProgram(l), License: "GPL"},
+			"states": {Name: "ckpt_sockstate", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "task_file",
+				Instructions: sockStateProgram(sl), License: "GPL"},
 		},
 	}, ebpf.CollectionOptions{Cache: cache})
 	if err != nil {
-		return nil, fmt.Errorf("%w: BPF TCP socket iterator program: %v", ErrTCPUnavailable, err)
+		return nil, fmt.Errorf("%w: BPF TCP socket and socket state iterator programs: %v", ErrTCPUnavailable, err)
 	}
-	return &TCPReader{buf: coll.Maps["kbuf"], prog: coll.Programs["tcp"]}, nil
+	return &TCPReader{buf: coll.Maps["kbuf"], sbuf: coll.Maps["sbuf"], prog: coll.Programs["tcp"], states: coll.Programs["states"]}, nil
 }
 
-// Close unloads the program.
+// Close unloads the programs.
 func (r *TCPReader) Close() {
 	r.prog.Close()
+	r.states.Close()
 	r.buf.Close()
+	r.sbuf.Close()
 }
 
 // Locks reads the sk_userlocks of every TCP socket of the caller's

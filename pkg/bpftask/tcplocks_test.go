@@ -32,3 +32,64 @@ func TestTCPVerify(t *testing.T) {
 	}
 	t.Logf("one read: %d sockets in %v", len(locks), time.Since(start))
 }
+
+// TestSockStateVerify runs the socket state reader's own check (sockets
+// connecting, connected, disconnecting, new) and measures one read.
+func TestSockStateVerify(t *testing.T) {
+	r, err := OpenTCP()
+	if errors.Is(err, ErrTCPUnavailable) {
+		t.Skipf("reader: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	verify := time.Now()
+	if err := r.VerifySockState(); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("verify %v", time.Since(verify))
+	start := time.Now()
+	if _, err := r.SockState(0); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("one read: %v", time.Since(start))
+}
+
+// BenchmarkOpenTCP measures what the dump pays to load the TCP readers
+// (both programs, one collection) and check them.
+func BenchmarkOpenTCP(b *testing.B) {
+	for b.Loop() {
+		r, err := OpenTCP()
+		if errors.Is(err, ErrTCPUnavailable) {
+			b.Skipf("reader: %v", err)
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := r.Verify(); err != nil {
+			b.Fatal(err)
+		}
+		if err := r.VerifySockState(); err != nil {
+			b.Fatal(err)
+		}
+		r.Close()
+	}
+}
+
+// BenchmarkSockState measures one read of a socket's state.
+func BenchmarkSockState(b *testing.B) {
+	r, err := OpenTCP()
+	if errors.Is(err, ErrTCPUnavailable) {
+		b.Skipf("reader: %v", err)
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	for b.Loop() {
+		if _, err := r.SockState(0); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
