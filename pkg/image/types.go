@@ -570,8 +570,16 @@ type TCPRepair struct {
 	FinUnsent bool `json:"fin_unsent,omitempty"`
 	// Connecting is set on a socket in state CLOSE whose connect failed
 	// before any connection (refused, timed out) while no connect() call
-	// waited for it: the socket layer still calls it connecting.
+	// waited for it: the socket layer still calls it connecting (or, if
+	// SockState says so, disconnecting).
 	Connecting bool `json:"connecting,omitempty"`
+	// SockState is the socket layer's state of the socket (struct
+	// socket.state, read by the dump: 2 SS_CONNECTING, a connect() that
+	// was non-blocking and never called again; 3 SS_CONNECTED; 4
+	// SS_DISCONNECTING, shut down while connecting). 0: not read (an
+	// image from before it was): connected, or connecting for a closed
+	// socket with Connecting.
+	SockState uint8 `json:"sock_state,omitempty"`
 	// PortBound says whether the program bound the connection's port
 	// (SOCK_BINDPORT_LOCK: it keeps the port when the connection ends)
 	// or connect chose it (given back); nil when the dump could not read

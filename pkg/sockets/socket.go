@@ -285,7 +285,11 @@ func openConn(fd int, s *image.Socket, st *TCPState, recvQ, sendQ []byte) error 
 	if err := raiseBuffers(fd, len(sendQ), len(recvQ)); err != nil {
 		return err
 	}
-	if err := restoreTCP(fd, st, recvQ, sendQ); err != nil {
+	restore := restoreTCP
+	if st.SockState == SockConnecting {
+		restore = restoreConnecting // tcpconnecting.go
+	}
+	if err := restore(fd, st, recvQ, sendQ); err != nil {
 		return err
 	}
 	if err := restorePortOptions(fd, s.Options); err != nil {
@@ -294,8 +298,11 @@ func openConn(fd int, s *image.Socket, st *TCPState, recvQ, sendQ []byte) error 
 	if err := setOptions(fd, mergeOptions(orig, s.Options), late, noReuse); err != nil {
 		return err
 	}
-	// The send side is shut by replaying our FIN (Resume).
-	if s.Shutdown&1 != 0 {
+	// The send side is shut by replaying our FIN (Resume). A shutdown
+	// would make a socket the socket layer calls connecting connected:
+	// the peer's FIN replayed shuts its receive side (an ESTABLISHED
+	// one shut for reading cannot be connecting: CheckSockState).
+	if s.Shutdown&1 != 0 && st.SockState != SockConnecting {
 		if err := unix.Shutdown(fd, unix.SHUT_RD); err != nil {
 			return fmt.Errorf("shutdown(SHUT_RD): %w", err)
 		}

@@ -310,6 +310,13 @@ func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
 	if err := connectAs(fd, st.Local, st.Remote, !st.portBound()); err != nil {
 		return err
 	}
+	return fillTCP(fd, st, recvQ, sendQ)
+}
+
+// fillTCP completes a connection connected in repair mode with its
+// sequence numbers set (restoreTCP, or handshake for one the socket layer
+// calls connecting): its options, its queues and its window.
+func fillTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
 	if err := restorePortOptions(fd, nil); err != nil {
 		return err
 	}

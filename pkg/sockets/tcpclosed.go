@@ -220,16 +220,31 @@ func openClosed(fd int, s *image.Socket, local, remote netip.AddrPort, recvQ []b
 	if err := setQueue(fd, tcpNoQueue); err != nil {
 		return err
 	}
-	if err := presetMSS(fd, s.TCP.MSS); err != nil {
-		return err
-	}
-	if err := connectAs(fd, local, remote, s.PortFree); err != nil {
-		return err
-	}
-	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG, 0); err != nil {
-		return fmt.Errorf("TCP_MAXSEG 0: %w", err)
-	}
 	st := &TCPState{Local: local, Remote: remote, State: StateEstablished, TCPRepair: *s.TCP}
+	if sockConnecting(s.TCP) {
+		// The socket layer calls it connecting: connected for real
+		// (tcpconnecting.go), the port as connectAs chooses it.
+		bound := !s.PortFree
+		cst := *st
+		cst.PortBound = &bound
+		mss := s.TCP.MSS
+		if s.TCP.Options&optTimestamps != 0 {
+			mss += 12 // TCPOLEN_TSTAMP_ALIGNED, which the MSS in use leaves out
+		}
+		if err := handshake(fd, &cst, closedSndISN, closedRcvISN, mss); err != nil {
+			return err
+		}
+	} else {
+		if err := presetMSS(fd, s.TCP.MSS); err != nil {
+			return err
+		}
+		if err := connectAs(fd, local, remote, s.PortFree); err != nil {
+			return err
+		}
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG, 0); err != nil {
+			return fmt.Errorf("TCP_MAXSEG 0: %w", err)
+		}
+	}
 	// The clamp (mss_clamp, which only repair mode shows) must not keep
 	// acknowledge from reaching the MSS: no lower than the MSS and its
 	// timestamp option.
@@ -277,14 +292,25 @@ func openClosed(fd int, s *image.Socket, local, remote netip.AddrPort, recvQ []b
 	if err := setOptions(fd, s.Options, late, mss); err != nil {
 		return err
 	}
+	if err := disconnecting(fd, s.TCP); err != nil {
+		return err
+	}
 	return setLinger(fd, s)
 }
 
 // NeedsSYNDropped says whether rebuilding a socket sends a SYN that must
-// not leave (Open connects it for real): the caller drops the packets of
-// local-remote, but those marked InjectMark, while Open runs.
+// not leave (Open connects it for real: a closed socket whose connect
+// failed, or any connection but one in SYN_SENT that the socket layer
+// calls connecting, see tcpconnecting.go): the caller drops the packets
+// of local-remote, but those marked InjectMark, while Open runs.
 func NeedsSYNDropped(s *image.Socket) bool {
-	return s != nil && s.TCP != nil && s.State == StateClose && s.TCP.Connecting
+	if s == nil || s.TCP == nil {
+		return false
+	}
+	if s.State == StateClose {
+		return sockConnecting(s.TCP)
+	}
+	return s.State != StateSynSent && Connected(s.State) && s.TCP.SockState == SockConnecting
 }
 
 // openConnectingClosed rebuilds a TCP socket whose connect failed while
@@ -365,6 +391,9 @@ func openConnectingClosed(fd int, s *image.Socket, local, remote netip.AddrPort)
 		return err
 	}
 	if err := setOptions(fd, s.Options, late, mss); err != nil {
+		return err
+	}
+	if err := disconnecting(fd, s.TCP); err != nil {
 		return err
 	}
 	return setLinger(fd, s)

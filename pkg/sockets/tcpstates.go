@@ -151,6 +151,8 @@ type tcpSegment struct {
 	seq, ack uint32
 	flags    byte
 	window   uint16
+	// opts are its TCP options, a multiple of 4 bytes long (synAck).
+	opts []byte
 }
 
 const (
@@ -158,17 +160,18 @@ const (
 	tcpFlagACK = 0x10
 )
 
-// inject sends a forged TCP segment (no options, no data) with a raw
+// inject sends a forged TCP segment (no data) with a raw
 // socket marked InjectMark. A v4-mapped connection's segments are IPv4.
 func inject(s tcpSegment) error {
 	src, dst := s.from.Addr().Unmap(), s.to.Addr().Unmap()
-	tcp := make([]byte, 20)
+	tcp := make([]byte, 20, 20+len(s.opts))
+	tcp = append(tcp, s.opts...)
 	be := binary.BigEndian
 	be.PutUint16(tcp[0:], s.from.Port())
 	be.PutUint16(tcp[2:], s.to.Port())
 	be.PutUint32(tcp[4:], s.seq)
 	be.PutUint32(tcp[8:], s.ack)
-	tcp[12] = 5 << 4
+	tcp[12] = byte(len(tcp)/4) << 4
 	tcp[13] = s.flags
 	be.PutUint16(tcp[14:], s.window)
 	// The checksum covers a pseudo-header: addresses, protocol, length.

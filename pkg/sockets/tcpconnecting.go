@@ -1,0 +1,203 @@
+package sockets
+
+// TCP sockets the socket layer calls connecting (struct socket.state
+// SS_CONNECTING) or disconnecting.
+//
+// A TCP socket whose connect() was non-blocking (EINPROGRESS) stays
+// SS_CONNECTING in the socket layer after its handshake completes, until
+// the program calls connect() again: that call returns 0 (and makes it
+// SS_CONNECTED), only the next one EISCONN. A blocking connect, or
+// accept, gives SS_CONNECTED: connect() says EISCONN at once. On a closed
+// socket still SS_CONNECTING, connect() gives the socket's error or
+// ECONNABORTED and disconnects it. shutdown() on an SS_CONNECTING socket
+// makes it SS_DISCONNECTING if it is in SYN_SENT, SYN_RECV or CLOSE
+// (connect() then says EINVAL), SS_CONNECTED otherwise
+// (net/ipv4/af_inet.c: __inet_stream_connect, inet_shutdown). The dump
+// reads the state (pkg/bpftask TCPReader.SockState) into SockState.
+//
+// A connection connected in repair mode is always SS_CONNECTED
+// (__inet_stream_connect: tcp_connect finishes the connection at once).
+// One that must be SS_CONNECTING is connected for real instead
+// (handshake): its initial sequence number set in repair mode to one
+// before the first byte of its send queue (the SYN takes one), a
+// non-blocking connect (its SYN must not leave: the caller drops the
+// pair's packets, but those marked InjectMark, while Open runs:
+// NeedsSYNDropped), and the peer's SYN-ACK forged with the options the
+// connection had and the sequence number one before the first byte of
+// its receive queue. Established, it goes back to repair mode and is
+// completed as a connection connected in repair mode (fillTCP). A closed
+// one is then reset as openClosed does; one shut down while connecting
+// is shut down again (SS_DISCONNECTING).
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/ckpt/ckpt/pkg/image"
+	"golang.org/x/sys/unix"
+)
+
+// Socket layer states (enum socket_state) of image.TCPRepair.SockState.
+const (
+	SockConnecting    = 2
+	SockConnected     = 3
+	SockDisconnecting = 4
+)
+
+const tcpFlagSYN = 0x02
+
+// sockConnecting says whether a TCP socket is to be rebuilt connecting
+// (or disconnecting) in the socket layer: read so by the dump, or, in an
+// image from before SockState, a closed socket whose connect failed.
+func sockConnecting(t *image.TCPRepair) bool {
+	return t.SockState == SockConnecting || t.SockState == SockDisconnecting || t.SockState == 0 && t.Connecting
+}
+
+// CheckSockState refuses (ErrState) a TCP socket in state (tcp_info),
+// with shutdown (Socket.Shutdown: how+1), whose socket layer state
+// t.SockState the restore cannot make, or the kernel cannot have made.
+// SS_CONNECTED is made in repair mode, in every state of a connection
+// but SYN_SENT (which is SS_CONNECTING: connect makes it so); in CLOSE it
+// is for a connection that had been established only. SS_CONNECTING
+// (handshake) is made in ESTABLISHED, but not after shutdown(SHUT_RD), and
+// CLOSE_WAIT (the peer's FIN, replayed, changes nothing of it): our own
+// FIN is a shutdown(), which makes the socket SS_CONNECTED. In CLOSE,
+// SS_CONNECTING and SS_DISCONNECTING (shutdown while connecting) are made.
+func CheckSockState(state, shutdown int, t *image.TCPRepair) error {
+	ok := false
+	switch ss := t.SockState; {
+	case ss == 0:
+		ok = true
+	case state == StateSynSent:
+		ok = ss == SockConnecting
+	case state == StateClose:
+		ok = ss == SockConnecting || ss == SockDisconnecting || ss == SockConnected && !t.Connecting
+	case state == StateEstablished:
+		ok = ss == SockConnected || ss == SockConnecting && shutdown&1 == 0
+	case state == StateCloseWait:
+		ok = ss == SockConnecting || ss == SockConnected
+	case Connected(state):
+		ok = ss == SockConnected
+	}
+	if !ok {
+		return fmt.Errorf("TCP socket in state %s (shutdown %d) that the socket layer calls %s: cannot be restored: %w",
+			tcpStateName(state), shutdown, sockStateName(t.SockState), ErrState)
+	}
+	return nil
+}
+
+func sockStateName(ss uint8) string {
+	switch ss {
+	case 1:
+		return "unconnected"
+	case SockConnecting:
+		return "connecting"
+	case SockConnected:
+		return "connected"
+	case SockDisconnecting:
+		return "disconnecting"
+	}
+	return fmt.Sprintf("state %d", ss)
+}
+
+// synAckOptions are the options of the forged SYN-ACK: those of t's
+// connection (the socket enables an option its SYN offered only if the
+// SYN-ACK has it) with mss as the peer's MSS. Its timestamp value and
+// echo are 0: the SYN_SENT check of the echo (tcp_rcv_synsent_state_process)
+// skips 0, and PAWS then takes any timestamp of the peer.
+func synAckOptions(t *image.TCPRepair, mss int) []byte {
+	mss = min(max(mss, 536), 65535)
+	o := []byte{2, 4, byte(mss >> 8), byte(mss)}
+	if t.Options&optWscale != 0 {
+		o = append(o, 1, 3, 3, t.SndWscale)
+	}
+	if t.Options&optSACK != 0 {
+		o = append(o, 1, 1, 4, 2)
+	}
+	if t.Options&optTimestamps != 0 {
+		o = append(o, 1, 1, 8, 10, 0, 0, 0, 0, 0, 0, 0, 0)
+	}
+	return o
+}
+
+// errISN means the initial sequence number a rebuilt connection needs is
+// 0, which connect takes as "choose one".
+var errISN = errors.New("the connection's initial sequence number would be 0, which connect replaces")
+
+// handshake connects fd, a new socket in repair mode, for real from
+// st.Local to st.Remote, so that the socket layer calls it connecting:
+// sndUna is the sequence number its first byte of data takes, rcvNxt the
+// one the peer's first byte takes (the receive queue's first byte), mss
+// the MSS the forged SYN-ACK offers. The SYN and the answer to the
+// SYN-ACK must be dropped by the caller. It returns with the connection
+// ESTABLISHED, in repair mode, no queue selected.
+func handshake(fd int, st *TCPState, sndUna, rcvNxt uint32, mss int) error {
+	if sndUna-1 == 0 {
+		return errISN
+	}
+	if err := setQueueSeq(fd, tcpSendQueue, sndUna-1); err != nil {
+		return err
+	}
+	if err := setQueue(fd, tcpNoQueue); err != nil {
+		return err
+	}
+	if err := setRepair(fd, false); err != nil {
+		return err
+	}
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return fmt.Errorf("F_GETFL: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
+		return fmt.Errorf("F_SETFL: %w", err)
+	}
+	err = connectSynSent(fd, st)
+	if _, ferr := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl); ferr != nil && err == nil {
+		err = fmt.Errorf("F_SETFL: %w", ferr)
+	}
+	if err != nil {
+		return err
+	}
+	if s, err := State(fd); err != nil || s != StateSynSent {
+		return fmt.Errorf("connect %s: state %s (%v), want SYN_SENT", st.Remote, tcpStateName(s), err)
+	}
+	// A window of 0 leaves the MSS unbounded by half the window
+	// (tcp_bound_to_half_wnd), as in a connection connected in repair
+	// mode; the window is set after (TCP_REPAIR_WINDOW).
+	synAck := tcpSegment{from: st.Remote, to: st.Local, seq: rcvNxt - 1, ack: sndUna,
+		flags: tcpFlagSYN | tcpFlagACK, opts: synAckOptions(&st.TCPRepair, mss)}
+	if err := inject(synAck); err != nil {
+		return err
+	}
+	if err := waitState(fd, StateEstablished, "the forged SYN-ACK"); err != nil {
+		return err
+	}
+	return setRepair(fd, true)
+}
+
+// restoreConnecting is restoreTCP for a connection the socket layer
+// calls connecting: connected by handshake instead of in repair mode.
+func restoreConnecting(fd int, st *TCPState, recvQ, sendQ []byte) error {
+	if st.Unsent > len(sendQ) || st.Unsent < 0 {
+		return fmt.Errorf("%d unsent bytes of a %d byte send queue: %w", st.Unsent, len(sendQ), ErrState)
+	}
+	sndUna := st.sendSeq() - uint32(len(sendQ))
+	rcvNxt := st.recvSeq() - uint32(len(recvQ))
+	if err := handshake(fd, st, sndUna, rcvNxt, st.MSS); err != nil {
+		return err
+	}
+	return fillTCP(fd, st, recvQ, sendQ)
+}
+
+// disconnecting shuts down again a rebuilt closed socket that had been
+// shut down while connecting (SS_DISCONNECTING): it has every shutdown
+// bit already, and the call says ENOTCONN.
+func disconnecting(fd int, t *image.TCPRepair) error {
+	if t.SockState != SockDisconnecting {
+		return nil
+	}
+	if err := unix.Shutdown(fd, unix.SHUT_RDWR); err != nil && err != unix.ENOTCONN {
+		return fmt.Errorf("shutdown(SHUT_RDWR) while connecting: %w", err)
+	}
+	return nil
+}
