@@ -1,7 +1,10 @@
 package dump
 
 import (
+	"fmt"
+
 	"github.com/ckpt/ckpt/pkg/bpftask"
+	"github.com/ckpt/ckpt/pkg/fdkind"
 	"github.com/ckpt/ckpt/pkg/sockets"
 )
 
@@ -13,10 +16,31 @@ import (
 type tcpLockState struct {
 	reader  *bpftask.TCPReader
 	openErr error
-	locks   map[uint64]uint8
+	// lockErr, stateErr: why the reader's lock or socket state part
+	// is not trusted (Verify, VerifySockState, run on first need).
+	lockErr, stateErr         error
+	lockChecked, stateChecked bool
+	locks                     map[uint64]uint8
 	// listeners are the namespace's TCP listeners, listed on first need
 	// (sockets.ConnectMayChoosePort).
 	listeners sockets.Listeners
+}
+
+// tcpState is the tree's tcpLockState, made on first need.
+func (t *tree) tcpState() *tcpLockState {
+	if t.socks.tcpLocks == nil {
+		t.socks.tcpLocks = &tcpLockState{}
+	}
+	return t.socks.tcpLocks
+}
+
+// openTCPReader loads the reader once (bpftask.OpenTCP): the lock and
+// socket state programs, one collection.
+func (t *tree) openTCPReader(w *tcpLockState) error {
+	if w.reader == nil && w.openErr == nil {
+		w.reader, w.openErr = bpftask.OpenTCP()
+	}
+	return w.openErr
 }
 
 // PortBound implements fdkind.SocketDumpEnv: whether the program bound
@@ -31,27 +55,20 @@ type tcpLockState struct {
 // accepted connection's is its listener's), so a dump of a server's
 // accepted connections does not load it (about 25 ms, while frozen).
 func (t *tree) PortBound(fd int) (bound, ok bool, err error) {
-	w := t.socks.tcpLocks
-	if w == nil {
-		w = &tcpLockState{}
-		t.socks.tcpLocks = w
-	}
+	w := t.tcpState()
 	if may, err := sockets.ConnectMayChoosePort(fd, &w.listeners); err != nil || !may {
 		return false, false, err
 	}
-	if w.reader == nil && w.openErr == nil {
-		w.reader, w.openErr = bpftask.OpenTCP()
-		if w.openErr == nil {
-			if w.openErr = t.socks.inNetns(w.reader.Verify); w.openErr != nil {
-				w.reader.Close()
-				w.reader = nil
-			}
+	if !w.lockChecked {
+		w.lockChecked = true
+		if w.lockErr = t.openTCPReader(w); w.lockErr == nil {
+			w.lockErr = t.socks.inNetns(w.reader.Verify)
 		}
-		if w.openErr != nil {
-			t.opts.logf("TCP connections: whether their ports were bound by the program is guessed from ip_local_port_range: %v", w.openErr)
+		if w.lockErr != nil {
+			t.opts.logf("TCP connections: whether their ports were bound by the program is guessed from ip_local_port_range: %v", w.lockErr)
 		}
 	}
-	if w.openErr != nil {
+	if w.lockErr != nil {
 		return false, false, nil
 	}
 	cookie, err := bpftask.Cookie(fd)
@@ -84,4 +101,32 @@ func (t *tree) closeTCPLocks() {
 		w.reader.Close()
 		w.reader = nil
 	}
+}
+
+// SockState implements fdkind.SocketDumpEnv: the socket layer state of
+// the TCP socket fd (bpftask.TCPReader.SockState), where the restore
+// needs it (sockets.SockStateNeeded) and the connection was not accepted
+// from a listener (sockets.ListenerHolds: accept makes it connected): 0
+// elsewhere. A kernel the reader cannot run, or reads wrong
+// (VerifySockState), gives an error wrapping fdkind.ErrUnsupported: such
+// a socket cannot be restored exactly (whether its connect() was
+// non-blocking, which a later connect() shows, is unknown).
+func (t *tree) SockState(fd, state, shutdown int) (uint8, error) {
+	if !sockets.SockStateNeeded(state, shutdown) {
+		return 0, nil
+	}
+	w := t.tcpState()
+	if held, err := sockets.ListenerHolds(fd, &w.listeners); err != nil || held {
+		return sockets.SockConnected, err
+	}
+	if !w.stateChecked {
+		w.stateChecked = true
+		if w.stateErr = t.openTCPReader(w); w.stateErr == nil {
+			w.stateErr = t.socks.inNetns(w.reader.VerifySockState)
+		}
+	}
+	if w.stateErr != nil {
+		return 0, fmt.Errorf("whether the program's connect() was non-blocking (the socket layer's state, which a later connect() shows) cannot be read on this kernel (%v): cannot be restored: %w", w.stateErr, fdkind.ErrUnsupported)
+	}
+	return w.reader.SockState(fd)
 }

@@ -73,6 +73,12 @@ type SocketDumpEnv interface {
 	// socket fd (a copy in ckpt) itself (SOCK_BINDPORT_LOCK, read with
 	// bpftask.TCPReader); ok is false when the kernel cannot tell.
 	PortBound(fd int) (bound, ok bool, err error)
+	// SockState reads the socket layer state (sockets.SockConnecting...)
+	// of the TCP socket fd (a copy in ckpt) in state (tcp_info) with
+	// shutdown (Socket.Shutdown) where the restore needs it
+	// (sockets.SockStateNeeded); 0 where it does not. An error wrapping
+	// ErrUnsupported says it cannot be read.
+	SockState(fd, state, shutdown int) (uint8, error)
 }
 
 // RestoreEnv is what the restore of a tree offers the kinds.

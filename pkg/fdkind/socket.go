@@ -111,7 +111,7 @@ func describeSocket(env DumpEnv, src *Source, f *image.File) error {
 		if len(recvQ) > 0 {
 			s.RecvDataID = env.AddData(recvQ)
 		}
-		return nil
+		return sockState(env.Sockets(), our, s, s.State)
 	}
 	if s.Protocol != unix.IPPROTO_TCP || !sockets.Connected(s.State) {
 		return nil
@@ -136,11 +136,32 @@ func describeSocket(env DumpEnv, src *Source, f *image.File) error {
 		st.PortBound = &bound
 	}
 	s.TCP = &st.TCPRepair
+	if err := sockState(se, our, s, st.State); err != nil {
+		return err
+	}
 	if len(recvQ) > 0 {
 		s.RecvDataID = env.AddData(recvQ)
 	}
 	if len(sendQ) > 0 {
 		s.SendDataID = env.AddData(sendQ)
+	}
+	return nil
+}
+
+// sockState reads the socket layer state of the TCP socket our (s, in
+// TCP state) into s.TCP, and refuses what the restore cannot make
+// (sockets.CheckSockState).
+func sockState(se SocketDumpEnv, our int, s *image.Socket, state int) error {
+	ss, err := se.SockState(our, state, s.Shutdown)
+	if err == nil {
+		s.TCP.SockState = ss
+		err = sockets.CheckSockState(state, s.Shutdown, s.TCP)
+	}
+	if errors.Is(err, sockets.ErrState) {
+		err = fmt.Errorf("%w: %w", err, ErrUnsupported)
+	}
+	if err != nil {
+		return fmt.Errorf("TCP socket %s-%s: %w", s.Local, s.Remote, err)
 	}
 	return nil
 }

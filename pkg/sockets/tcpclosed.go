@@ -38,11 +38,15 @@ package sockets
 // disconnected socket is connected in repair mode (the port chosen the
 // same way) and disconnected.
 //
+// A socket whose non-blocking connect() was never called again is still
+// "connecting" in the socket layer (connect() on it gives the error, or
+// ECONNABORTED, and disconnects it), or "disconnecting" if shut down
+// since (connect() says EINVAL): it is connected for real by a forged
+// handshake instead of in repair mode (tcpconnecting.go), then reset the
+// same way, and shut down again.
+//
 // Not rebuilt: an error still pending (its value cannot be read without
-// clearing it: such a socket is refused by name), and the socket layer's
-// "connecting" state of a socket whose non-blocking connect() was never
-// called again (connect() on it would give the error and disconnect it;
-// the rebuilt socket says EISCONN: see the inventory).
+// clearing it: such a socket is refused by name).
 
 import (
 	"encoding/binary"

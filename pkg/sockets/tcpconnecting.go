@@ -201,3 +201,42 @@ func disconnecting(fd int, t *image.TCPRepair) error {
 	}
 	return nil
 }
+
+// SockStateNeeded says whether the restore of a TCP socket in state
+// (tcp_info), with shutdown (Socket.Shutdown), needs its socket layer
+// state read: it can be connecting (SS_CONNECTING) or else connected, or
+// disconnecting (CLOSE). In SYN_SENT it is connecting; after our FIN, or
+// shutdown(SHUT_RD) in ESTABLISHED, connected (shutdown makes it so).
+func SockStateNeeded(state, shutdown int) bool {
+	switch state {
+	case StateEstablished:
+		return shutdown&1 == 0
+	case StateCloseWait, StateClose:
+		return true
+	}
+	return false
+}
+
+// ListenerHolds says whether a listener of the namespace holds the local
+// port of the TCP socket fd for its address: the connection was accepted
+// from it (a port connect chose, or the program bound, is not a
+// listener's), and accept makes a socket connected in the socket layer.
+// ls lists the namespace's listeners on first need, once.
+func ListenerHolds(fd int, ls *Listeners) (bool, error) {
+	la, err := unix.Getsockname(fd)
+	if err != nil {
+		return false, fmt.Errorf("getsockname: %w", err)
+	}
+	local := AddrPort(la)
+	if !ls.listed {
+		if err := ls.list(fd); err != nil {
+			return false, err
+		}
+	}
+	for _, a := range ls.ports[local.Port()] {
+		if a.IsUnspecified() || a.Unmap() == local.Addr().Unmap() {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -8,7 +8,13 @@
  *   fin_active   both FINs, ours first (TIME_WAIT handed to the kernel);
  *   fin_rdwr     shutdown(SHUT_RDWR), then the peer closes;
  *   fin_passive  both FINs, the peer's first (LAST_ACK, then CLOSE);
+ *   reset_nb     reset after a non-blocking connect never called again
+ *                (the socket layer still calls it connecting: connect()
+ *                gives ECONNABORTED and disconnects it);
+ *   reset_nb_shut the same, then shut down (disconnecting: connect() says
+ *                EINVAL);
  *   refused_nb   a non-blocking connect refused, its error read;
+ *   refused_nb_shut the same, then shut down (disconnecting);
  *   refused      a blocking connect refused (the kernel disconnected it);
  *   disconnected connect(AF_UNSPEC) after a connection (disconnected_bound:
  *                bound to an address first, which stays);
@@ -99,7 +105,14 @@ static int make(const char *mode)
 			socklen_t bl = addr_of(&b, free_port());
 			FID_SETUP(bind(fd, (struct sockaddr *)&b, bl) == 0, "bind");
 		}
-		FID_SETUP(connect(fd, (struct sockaddr *)&ss, l) == 0, "connect");
+		if (strncmp(mode, "reset_nb", 8) == 0) {
+			FID_SETUP(fcntl(fd, F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
+			FID_SETUP(connect(fd, (struct sockaddr *)&ss, l) < 0 && errno == EINPROGRESS, "connect in progress");
+			wait_state(fd, 1);
+			FID_SETUP(fcntl(fd, F_SETFL, 0) == 0, "O_NONBLOCK off");
+		} else {
+			FID_SETUP(connect(fd, (struct sockaddr *)&ss, l) == 0, "connect");
+		}
 		peer = accept(ls, NULL, NULL);
 		FID_SETUP(peer >= 0, "accept");
 		close(ls);
@@ -115,6 +128,8 @@ static int make(const char *mode)
 		reset_by(fd, peer);
 		if (strcmp(mode, "reset_pending") != 0)
 			read_error(fd);
+		if (strcmp(mode, "reset_nb_shut") == 0) /* connecting: disconnecting now */
+			FID_SETUP(shutdown(fd, SHUT_RDWR) < 0 && errno == ENOTCONN, "shutdown");
 		return fd;
 	}
 	if (strcmp(mode, "reset_accepted") == 0) {
@@ -161,12 +176,14 @@ static int make(const char *mode)
 		l = addr_of(&ss, 0);
 		FID_SETUP(bind(ls, (struct sockaddr *)&ss, l) == 0 && getsockname(ls, (struct sockaddr *)&ss, &l) == 0, "bind");
 		fd = new_socket();
-		if (strcmp(mode, "refused_nb") == 0) {
+		if (strncmp(mode, "refused_nb", 10) == 0) {
 			FID_SETUP(fcntl(fd, F_SETFL, O_NONBLOCK) == 0, "O_NONBLOCK");
 			FID_SETUP(connect(fd, (struct sockaddr *)&ss, l) < 0 && errno == EINPROGRESS, "connect in progress");
 			wait_state(fd, 7);
 			read_error(fd);
 			FID_SETUP(fcntl(fd, F_SETFL, 0) == 0, "O_NONBLOCK off");
+			if (strcmp(mode, "refused_nb_shut") == 0) /* connecting: disconnecting now */
+				FID_SETUP(shutdown(fd, SHUT_RDWR) < 0 && errno == ENOTCONN, "shutdown");
 		} else {
 			FID_SETUP(connect(fd, (struct sockaddr *)&ss, l) < 0 && errno == ECONNREFUSED, "connect refused");
 		}
@@ -246,7 +263,7 @@ static int port_taken(int fd)
 }
 
 /* use uses a closed socket up: what SO_ERROR, two reads, a write, a
- * connect (to an address of another family) and listen give. */
+ * connect (to an address of another family) twice and listen give. */
 static void use(int fd, char *out, size_t len)
 {
 	int e = 0;
@@ -268,6 +285,10 @@ static void use(int fd, char *out, size_t len)
 	int c = connect(fd, (struct sockaddr *)&un, sizeof un);
 	if (n < len)
 		n += snprintf(out + n, len - n, "; connect %d/%d", c, c < 0 ? errno : 0);
+	errno = 0;
+	c = connect(fd, (struct sockaddr *)&un, sizeof un);
+	if (n < len)
+		n += snprintf(out + n, len - n, " then %d/%d", c, c < 0 ? errno : 0);
 	errno = 0;
 	int li = listen(fd, 1);
 	if (n < len)
