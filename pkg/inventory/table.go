@@ -617,10 +617,22 @@ func socketAttrs() []Attr {
 			Seen:   Seen{Other: "poll POLLERR, SO_ERROR, the first read or write"},
 			Reason: "SO_ERROR, read and write give the error (ECONNRESET, ECONNREFUSED, ETIMEDOUT, EPIPE...) and clear it: its value cannot be read without changing what the program sees; refused by name",
 			CRIU:   "loses it (a new socket)", Case: "sock_tcp_closed_reset_pending (refusal), pkg/sockets TestTCPClosedPendingError"},
-		{Name: "Socket-layer state of a closed TCP connection made by a non-blocking connect", Family: "socket", Status: Gap,
-			Seen:   Seen{Other: "connect() on the closed socket: EISCONN, or the error (ECONNABORTED) and a disconnect"},
-			Reason: "a connection that a non-blocking connect made and no later connect() call confirmed is still \"connecting\" for the socket layer (shutdown() makes it \"disconnecting\"); nothing shows it but a connect() that changes it: once closed, the rebuilt socket says EISCONN where the original would give ECONNABORTED and be disconnected (only a BPF iterator could read it)",
-			CRIU:   "loses it (a new socket)"},
+		{Name: "Socket-layer state of a TCP connection made by a non-blocking connect (established or CLOSE_WAIT)", Family: "socket", Status: Restored,
+			Seen: Seen{Other: "connect() on the socket: 0 once (then EISCONN) after a non-blocking connect no later connect() call confirmed (struct socket.state SS_CONNECTING), EISCONN at once after a blocking connect, an accept or a shutdown (SS_CONNECTED)"},
+			Save: "struct socket.state, read by a BPF task file iterator limited to ckpt's process on its copy of the socket (pkg/bpftask TCPReader.SockState, checked first on sockets it makes connecting, connected, disconnecting and new), " +
+				"for a connection whose port no listener holds (an accepted one is connected) and that was not shut down (which makes it connected); " +
+				"refused by name where the reader cannot run or reads wrong",
+			Restore: "connected: in repair mode as before; connecting: its initial sequence number set in repair mode to one before its send queue, a real non-blocking connect behind a lock of its own that drops the pair's packets (the SYN, the answer), " +
+				"the peer's SYN-ACK forged (the connection's MSS, window scale, SACK and timestamp options; window 0, timestamps 0), then completed in repair mode as a repaired connection (queues, options, timestamp clock, window); the peer's FIN of CLOSE_WAIT replayed after (pkg/sockets tcpconnecting.go)",
+			CRIU: "loses it (connected in repair mode: EISCONN at once)",
+			Case: "sock_tcp_connecting_tcp4, sock_tcp_connecting_tcp6, sock_tcp_connecting_mapped, sock_tcp_connecting_blocking_tcp4, sock_tcp_connecting_close_wait_tcp4, sock_tcp_connecting_fin_wait2_tcp4, " +
+				"pkg/sockets TestTCPConnecting, pkg/bpftask TestSockStateVerify"},
+		{Name: "Socket-layer state of a closed TCP connection made by a non-blocking connect", Family: "socket", Status: Restored,
+			Seen: Seen{Other: "connect() on the closed socket: EISCONN (connected), or the error or ECONNABORTED and a disconnect (connecting), or EINVAL (disconnecting: shut down while connecting)"},
+			Save: "struct socket.state (pkg/bpftask TCPReader.SockState, as for an established connection), for a socket whose port no listener holds; refused by name where the reader cannot run or reads wrong",
+			Restore: "connecting: connected for real with a forged SYN-ACK (as an established one) before the forged acknowledgment and reset; a failed connect as before (a real connect refused by a forged reset); disconnecting: the same, then shutdown(SHUT_RDWR) (pkg/sockets tcpclosed.go, tcpconnecting.go)",
+			CRIU: "loses it (a new socket)",
+			Case: "sock_tcp_closed_reset_nb_tcp4, sock_tcp_closed_reset_nb_tcp6, sock_tcp_closed_reset_nb_shut_tcp4, sock_tcp_closed_refused_nb_tcp4, sock_tcp_closed_refused_nb_shut_tcp4"},
 		{Name: "Port of a TCP connection accepted from a listener, once the connection has ended", Family: "socket", Status: Gap,
 			Seen:   Seen{Other: "sock_diag TCP_BOUND_INACTIVE, bind() on the closed socket itself, bind conflicts once the listener is closed too"},
 			Reason: "an accepted connection shares its listener's port without holding it, and gives nothing back when it ends; rebuilt, it is bound to the port (no interface but a real accept puts a socket on a port a listener holds): once the connection has ended (reset, or both FINs) and the listener is closed, bind() of that port elsewhere fails while the socket lives, and bind() on the socket itself says EINVAL",
