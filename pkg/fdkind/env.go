@@ -130,6 +130,11 @@ type SocketRestoreEnv interface {
 	// Repairing hands over a TCP connection built in repair mode: it is
 	// taken out once every process is built.
 	Repairing(f *os.File, s *image.Socket, sendQ []byte)
+	// SYNsDropped tells that a network lock of the restore drops the
+	// packets marked sockets.DropMark (the SYN, and the answer to the
+	// forged SYN-ACK, of a socket whose rebuild connects for real:
+	// sockets.NeedsSYNDropped), which then needs no lock of its own.
+	SYNsDropped() bool
 	// Finally runs fn once every socket of the tree is built (before
 	// connections leave repair mode), or when the restore fails; the
 	// functions run in the reverse order of the calls (as deferred

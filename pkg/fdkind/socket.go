@@ -219,7 +219,7 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	if err != nil {
 		return Desc{}, fmt.Errorf("socket send queue: %w", err)
 	}
-	sock, err := openInetSocket(s, recvQ, sendQ)
+	sock, err := openInetSocket(s, recvQ, sendQ, se.SYNsDropped())
 	if errors.Is(err, unix.EADDRINUSE) {
 		return Desc{}, fmt.Errorf("socket %s: the address is already in use on this machine: %w", s.Local, err)
 	}
@@ -264,11 +264,13 @@ func openSocket(env RestoreEnv, f *image.File, at Where) (Desc, error) {
 	return Desc{File: of}, nil
 }
 
-// openInetSocket is sockets.Open; a closed socket whose rebuild connects
-// for real (sockets.NeedsSYNDropped) is built behind a network lock of its
-// own, so that its SYN never leaves (the reset the rebuild forges passes).
-func openInetSocket(s *image.Socket, recvQ, sendQ []byte) (*sys.FD, error) {
-	if !sockets.NeedsSYNDropped(s) {
+// openInetSocket is sockets.Open; a socket whose rebuild connects for real
+// (sockets.NeedsSYNDropped) is built behind a network lock of its own,
+// unless the restore's lock is there (dropped: it drops the packets
+// marked sockets.DropMark), so that its SYN never leaves (the segments
+// the rebuild forges pass).
+func openInetSocket(s *image.Socket, recvQ, sendQ []byte, dropped bool) (*sys.FD, error) {
+	if !sockets.NeedsSYNDropped(s) || dropped {
 		return sockets.Open(s, recvQ, sendQ)
 	}
 	local, err := netip.ParseAddrPort(s.Local)

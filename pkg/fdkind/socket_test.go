@@ -50,6 +50,7 @@ func (p pairEnv) Named(name string) []*image.File {
 }
 func (p pairEnv) Repairing(f *os.File, s *image.Socket, sendQ []byte) {}
 func (p pairEnv) Finally(fn func() error)                             {}
+func (p pairEnv) SYNsDropped() bool                                   { return false }
 
 // TestUnixPairRestore: both ends of a connected UNIX stream pair are
 // built once, each with the messages that were queued to it.

@@ -183,6 +183,15 @@ func take(name string, conns []Conn, netns, queue int) (*Lock, error) {
 		Priority: nftables.ChainPriorityRef(-300), Type: nftables.ChainTypeFilter, Policy: &policy})
 	out := c.AddChain(&nftables.Chain{Name: "out", Table: t, Hooknum: nftables.ChainHookOutput,
 		Priority: nftables.ChainPriorityRef(-300), Type: nftables.ChainTypeFilter, Policy: &policy})
+	// The packets of a socket the restore connects for real (its SYN,
+	// its answer to the SYN-ACK it forges: pkg/sockets DropMark) are
+	// dropped first, even where a peer of the tree would queue them,
+	// and for the lock's whole life (OpenOutgoing leaves them).
+	c.AddRule(&nftables.Rule{Table: t, Chain: out, Exprs: []expr.Any{
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: 1},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: 1, Data: binaryutil.NativeEndian.PutUint32(sockets.DropMark)},
+		&expr.Verdict{Kind: expr.VerdictDrop},
+	}})
 	// The segments a restore forges to replay a FIN (pkg/sockets) pass.
 	for _, ch := range []*nftables.Chain{in, out} {
 		c.AddRule(&nftables.Rule{Table: t, Chain: ch, Exprs: []expr.Any{

@@ -359,6 +359,11 @@ func (t *tree) takeLock() error {
 	return nil
 }
 
+// SYNsDropped implements fdkind.SocketRestoreEnv: the tree's lock
+// (netlock) drops the packets marked sockets.DropMark, for as long as it
+// lives.
+func (e fileEnv) SYNsDropped() bool { return e.t.lock != "" }
+
 // fileEnv is what the fd kinds get from the restore of a tree.
 type fileEnv struct{ t *tree }
 

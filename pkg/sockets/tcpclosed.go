@@ -305,8 +305,9 @@ func openClosed(fd int, s *image.Socket, local, remote netip.AddrPort, recvQ []b
 // NeedsSYNDropped says whether rebuilding a socket sends a SYN that must
 // not leave (Open connects it for real: a closed socket whose connect
 // failed, or any connection but one in SYN_SENT that the socket layer
-// calls connecting, see tcpconnecting.go): the caller drops the packets
-// of local-remote, but those marked InjectMark, while Open runs.
+// calls connecting, see tcpconnecting.go): the caller holds a network
+// lock (pkg/netlock), which drops the packets marked DropMark, while
+// Open runs.
 func NeedsSYNDropped(s *image.Socket) bool {
 	if s == nil || s.TCP == nil {
 		return false
@@ -361,6 +362,10 @@ func openConnectingClosed(fd int, s *image.Socket, local, remote netip.AddrPort)
 	if err := presetMSS(fd, s.TCP.MSS); err != nil {
 		return err
 	}
+	unmark, err := dropMarked(fd) // its SYN is dropped (DropMark)
+	if err != nil {
+		return err
+	}
 	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err != nil {
 		return fmt.Errorf("F_GETFL: %w", err)
@@ -386,6 +391,9 @@ func openConnectingClosed(fd int, s *image.Socket, local, remote netip.AddrPort)
 		return err
 	}
 	if err := waitState(fd, StateClose, "the forged refusal"); err != nil {
+		return err
+	}
+	if err := unmark(); err != nil {
 		return err
 	}
 	if e, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err != nil || e != int(unix.ECONNREFUSED) {

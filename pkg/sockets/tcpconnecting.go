@@ -20,8 +20,8 @@ package sockets
 // One that must be SS_CONNECTING is connected for real instead
 // (handshake): its initial sequence number set in repair mode to one
 // before the first byte of its send queue (the SYN takes one), a
-// non-blocking connect (its SYN must not leave: the caller drops the
-// pair's packets, but those marked InjectMark, while Open runs:
+// non-blocking connect (its SYN must not leave: the socket is marked
+// DropMark meanwhile, which the caller's network lock drops:
 // NeedsSYNDropped), and the peer's SYN-ACK forged with the options the
 // connection had and the sequence number one before the first byte of
 // its receive queue. Established, it goes back to repair mode and is
@@ -45,6 +45,31 @@ const (
 )
 
 const tcpFlagSYN = 0x02
+
+// DropMark is the packet mark (SO_MARK) a socket that the restore
+// connects for real carries while it does (handshake,
+// openConnectingClosed): every network lock (pkg/netlock) drops the
+// packets with this mark, its SYN and its answer to the forged SYN-ACK,
+// before any rule that would hold them for a peer of the tree.
+const DropMark = 0x636b7064 // "ckpd"
+
+// dropMarked gives the socket fd the mark DropMark; the function it
+// returns sets the socket's mark back.
+func dropMarked(fd int) (func() error, error) {
+	old, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_MARK)
+	if err != nil {
+		return nil, fmt.Errorf("SO_MARK: %w", err)
+	}
+	if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_MARK, DropMark); err != nil {
+		return nil, fmt.Errorf("SO_MARK: %w", err)
+	}
+	return func() error {
+		if err := unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_MARK, old); err != nil {
+			return fmt.Errorf("SO_MARK back to %#x: %w", old, err)
+		}
+		return nil
+	}, nil
+}
 
 // sockConnecting says whether a TCP socket is to be rebuilt connecting
 // (or disconnecting) in the socket layer: read so by the dump, or, in an
@@ -141,6 +166,10 @@ func handshake(fd int, st *TCPState, sndUna, rcvNxt uint32, mss int) error {
 	if err := setQueue(fd, tcpNoQueue); err != nil {
 		return err
 	}
+	unmark, err := dropMarked(fd)
+	if err != nil {
+		return err
+	}
 	if err := setRepair(fd, false); err != nil {
 		return err
 	}
@@ -172,7 +201,12 @@ func handshake(fd int, st *TCPState, sndUna, rcvNxt uint32, mss int) error {
 	if err := waitState(fd, StateEstablished, "the forged SYN-ACK"); err != nil {
 		return err
 	}
-	return setRepair(fd, true)
+	// Repair mode waits for the socket's lock, which the kernel holds
+	// until its answer to the SYN-ACK is sent (marked).
+	if err := setRepair(fd, true); err != nil {
+		return err
+	}
+	return unmark()
 }
 
 // restoreConnecting is restoreTCP for a connection the socket layer

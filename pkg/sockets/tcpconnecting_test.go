@@ -2,6 +2,7 @@ package sockets_test
 
 import (
 	"bytes"
+	"fmt"
 	"net/netip"
 	"os"
 	"testing"
@@ -9,6 +10,7 @@ import (
 	"unsafe"
 
 	"github.com/ckpt/ckpt/internal/sys"
+	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/ckpt/ckpt/pkg/sockets"
 	"golang.org/x/sys/unix"
 )
@@ -16,7 +18,7 @@ import (
 // connectNonBlocking connects e.cli again from scratch with a
 // non-blocking connect (the socket layer keeps calling it connecting
 // once established), replacing the ends newEnds made.
-func connectNonBlocking(t *testing.T, e *tcpEnds, family string) {
+func connectNonBlocking(t testing.TB, e *tcpEnds, family string) {
 	t.Helper()
 	dom := unix.AF_INET
 	if family != "tcp4" {
@@ -203,5 +205,66 @@ func TestTCPConnecting(t *testing.T) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkTCPRebuild measures the rebuild of an established connection
+// (Open and ResumeSocket) in repair mode (connected), by the forged
+// handshake (connecting), and by the handshake behind a lock of its own
+// taken and released around Open, as the restore does (fdkind
+// openInetSocket).
+func BenchmarkTCPRebuild(b *testing.B) {
+	for _, mode := range []string{"connected", "connecting", "connecting+lock"} {
+		b.Run(mode, func(b *testing.B) {
+			for b.Loop() {
+				b.StopTimer()
+				e := newEnds(b, "tcp4")
+				if mode != "connected" {
+					connectNonBlocking(b, e, "tcp4")
+				}
+				send(b, e.srv, []byte("to-cli"))
+				if mode != "connecting+lock" {
+					e.takeLock(b)
+				}
+				s, err := sockets.Describe(e.cli)
+				if err != nil {
+					b.Fatal(err)
+				}
+				st, recvQ, sendQ, err := sockets.DumpTCP(e.cli)
+				if err != nil {
+					b.Fatal(err)
+				}
+				s.TCP = &st.TCPRepair
+				s.TCP.SockState = sockets.SockConnected
+				if mode != "connected" {
+					s.TCP.SockState = sockets.SockConnecting
+				}
+				unix.Close(e.cli)
+				b.StartTimer()
+				var table string
+				if mode == "connecting+lock" {
+					l, err := netlock.Take(fmt.Sprintf("bench-%d-%d", os.Getpid(), e.local.Port()), []netlock.Conn{{Local: e.local, Remote: e.remote}}, -1)
+					if err != nil {
+						b.Fatal(err)
+					}
+					table = l.Table
+				}
+				sock, err := sockets.Open(s, recvQ, sendQ)
+				if table != "" {
+					netlock.Release(table, -1)
+				}
+				if err != nil {
+					b.Fatal(err)
+				}
+				if err := sockets.ResumeSocket(sock.Int(), s, sendQ); err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				sock.Close()
+				e.release()
+				unix.Close(e.srv)
+				b.StartTimer()
+			}
+		})
 	}
 }

@@ -29,7 +29,7 @@ type tcpEnds struct {
 	cliClosed bool   // cli sent its FIN
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
@@ -37,7 +37,7 @@ func must(t *testing.T, err error) {
 }
 
 // newEnds connects two sockets of family ("tcp4", "tcp6", "mapped").
-func newEnds(t *testing.T, family string) *tcpEnds {
+func newEnds(t testing.TB, family string) *tcpEnds {
 	t.Helper()
 	dom, addr := unix.AF_INET, netip.MustParseAddr("127.0.0.1")
 	switch family {
@@ -71,7 +71,7 @@ func newEnds(t *testing.T, family string) *tcpEnds {
 }
 
 // takeLock drops the connection's packets, as a dump does.
-func (e *tcpEnds) takeLock(t *testing.T) {
+func (e *tcpEnds) takeLock(t testing.TB) {
 	t.Helper()
 	l, err := netlock.Take(fmt.Sprintf("test-%d-%d", os.Getpid(), e.local.Port()), []netlock.Conn{{Local: e.local, Remote: e.remote}}, -1)
 	must(t, err)
@@ -121,7 +121,7 @@ func (e *tcpEnds) dropToCli(t *testing.T) func() {
 	return lift
 }
 
-func send(t *testing.T, fd int, b []byte) {
+func send(t testing.TB, fd int, b []byte) {
 	t.Helper()
 	for len(b) > 0 {
 		n, err := unix.SendmsgN(fd, b, nil, nil, unix.MSG_DONTWAIT|unix.MSG_NOSIGNAL)
@@ -130,7 +130,7 @@ func send(t *testing.T, fd int, b []byte) {
 	}
 }
 
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for !cond() {
