@@ -230,14 +230,17 @@ func (r *Restored) Release() error {
 			return fmt.Errorf("release %d: %w", r.PID, err)
 		}
 	}
-	for _, c := range r.deferred {
+	for len(r.deferred) > 0 {
+		c := r.deferred[0]
+		r.deferred = r.deferred[1:]
+		// Among the connections Kill silences, before it leaves repair.
+		r.conns = append(r.conns, c.f)
 		if err := resumeRepairing(c); err != nil {
 			r.done = false
 			r.Kill()
 			return fmt.Errorf("release %d: %w", r.PID, err)
 		}
 	}
-	r.conns = append(r.conns, r.takeDeferred()...)
 	for i := len(r.tasks) - 1; i >= 0; i-- {
 		// A stopped process is in its group-stop already (see
 		// stopAgain): detached, it stays stopped.
