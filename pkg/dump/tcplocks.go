@@ -121,8 +121,13 @@ func (t *tree) SockState(fd, state, shutdown int) (uint8, error) {
 	}
 	if !w.stateChecked {
 		w.stateChecked = true
+		// The state is the socket layer's, the same in every network
+		// namespace: it is checked on sockets made in ckpt's own, or
+		// else in the tree's (whose loopback may be the one up).
 		if w.stateErr = t.openTCPReader(w); w.stateErr == nil {
-			w.stateErr = t.socks.inNetns(w.reader.VerifySockState)
+			if w.stateErr = w.reader.VerifySockState(); w.stateErr != nil {
+				w.stateErr = t.socks.inNetns(w.reader.VerifySockState)
+			}
 		}
 	}
 	if w.stateErr != nil {

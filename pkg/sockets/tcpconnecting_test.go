@@ -2,6 +2,7 @@ package sockets_test
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"unsafe"
 
 	"github.com/ckpt/ckpt/internal/sys"
+	"github.com/ckpt/ckpt/pkg/image"
 	"github.com/ckpt/ckpt/pkg/netlock"
 	"github.com/ckpt/ckpt/pkg/sockets"
 	"golang.org/x/sys/unix"
@@ -266,5 +268,43 @@ func BenchmarkTCPRebuild(b *testing.B) {
 				b.StartTimer()
 			}
 		})
+	}
+}
+
+// TestCheckSockState lists which socket layer states the restore makes
+// in which TCP states, and which it refuses.
+func TestCheckSockState(t *testing.T) {
+	cases := []struct {
+		state, shutdown int
+		ss              uint8
+		failed          bool // Connecting: a closed socket whose connect failed
+		ok              bool
+	}{
+		{sockets.StateEstablished, 0, 0, false, true},
+		{sockets.StateEstablished, 0, sockets.SockConnected, false, true},
+		{sockets.StateEstablished, 0, sockets.SockConnecting, false, true},
+		{sockets.StateEstablished, 1, sockets.SockConnecting, false, false}, // shutdown makes it connected
+		{sockets.StateEstablished, 0, sockets.SockDisconnecting, false, false},
+		{sockets.StateEstablished, 0, 1, false, false},
+		{sockets.StateCloseWait, 1, sockets.SockConnecting, false, true},
+		{sockets.StateFinWait2, 2, sockets.SockConnecting, false, false},
+		{sockets.StateFinWait2, 2, sockets.SockConnected, false, true},
+		{sockets.StateSynSent, 0, sockets.SockConnecting, false, true},
+		{sockets.StateSynSent, 0, sockets.SockConnected, false, false},
+		{sockets.StateClose, 3, sockets.SockConnected, false, true},
+		{sockets.StateClose, 3, sockets.SockConnecting, false, true},
+		{sockets.StateClose, 3, sockets.SockDisconnecting, false, true},
+		{sockets.StateClose, 3, sockets.SockConnecting, true, true},
+		{sockets.StateClose, 3, sockets.SockDisconnecting, true, true},
+		{sockets.StateClose, 3, sockets.SockConnected, true, false},
+	}
+	for _, c := range cases {
+		err := sockets.CheckSockState(c.state, c.shutdown, &image.TCPRepair{SockState: c.ss, Connecting: c.failed})
+		if (err == nil) != c.ok {
+			t.Errorf("state %s, shutdown %d, socket state %d, failed %v: %v, want ok %v", sockets.StateName(c.state), c.shutdown, c.ss, c.failed, err, c.ok)
+		}
+		if err != nil && !errors.Is(err, sockets.ErrState) {
+			t.Errorf("state %s: %v, not ErrState", sockets.StateName(c.state), err)
+		}
 	}
 }
