@@ -40,6 +40,8 @@ type sockState struct {
 	unixRd *unixReaderState
 	// tcpLocks: the sk_userlocks of the namespace's TCP sockets (tcplocks.go).
 	tcpLocks *tcpLockState
+	// hidden: what no getsockopt gives of its INET sockets (sockhidden.go).
+	hidden *hiddenState
 }
 
 // takeSockets gets a copy of every socket of the tree and, if any is a
@@ -261,6 +263,7 @@ func (t *tree) closeSockets() {
 	t.closeFlight()
 	t.closeUnixReader()
 	t.closeTCPLocks()
+	t.closeHidden()
 	for _, fd := range t.socks.fds {
 		fd.Close()
 	}

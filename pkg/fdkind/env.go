@@ -79,6 +79,13 @@ type SocketDumpEnv interface {
 	// (sockets.SockStateNeeded); 0 where it does not. An error wrapping
 	// ErrUnsupported says it cannot be read.
 	SockState(fd, state, shutdown int) (uint8, error)
+	// Hidden reads what the kernel keeps of the INET socket fd (a copy
+	// in ckpt) and no getsockopt gives (bpftask.SockReader): it sets
+	// s.Joined, the multicast groups it joined, or refuses (an error
+	// wrapping sockets.ErrState, naming it) a program of its
+	// SO_REUSEPORT group, a per-socket IPsec policy, a SYN saved by
+	// TCP_SAVE_SYN, or such state it cannot read.
+	Hidden(fd int, s *image.Socket) error
 }
 
 // RestoreEnv is what the restore of a tree offers the kinds.

@@ -71,7 +71,7 @@ func describeSocket(env DumpEnv, src *Source, f *image.File) error {
 			return fmt.Errorf("socket: %w", err)
 		}
 		f.Socket = o
-		return nil
+		return hidden(env, our, o)
 	}
 	var defs *sockets.Defaults
 	if se := env.Sockets(); se != nil {
@@ -91,6 +91,9 @@ func describeSocket(env DumpEnv, src *Source, f *image.File) error {
 		return fmt.Errorf("socket: %w", err)
 	}
 	f.Socket = s
+	if err := hidden(env, our, s); err != nil {
+		return err
+	}
 	if s.Protocol == unix.IPPROTO_UDP {
 		ds, err := sockets.PeekUDP(our, s.Family)
 		if err != nil {
@@ -162,6 +165,22 @@ func sockState(se SocketDumpEnv, our int, s *image.Socket, state int) error {
 	}
 	if err != nil {
 		return fmt.Errorf("TCP socket %s-%s: %w", s.Local, s.Remote, err)
+	}
+	return nil
+}
+
+// hidden reads what no getsockopt gives of an INET socket
+// (SocketDumpEnv.Hidden): the multicast groups it joined, or a refusal.
+func hidden(env DumpEnv, our int, s *image.Socket) error {
+	se := env.Sockets()
+	if se == nil {
+		return nil
+	}
+	if err := se.Hidden(our, s); err != nil {
+		if errors.Is(err, sockets.ErrState) {
+			return fmt.Errorf("socket: %w: %w", err, ErrUnsupported)
+		}
+		return fmt.Errorf("socket: %w", err)
 	}
 	return nil
 }

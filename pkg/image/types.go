@@ -443,6 +443,10 @@ type Socket struct {
 	// File is, on a UNIX socket bound to a path name, the socket file the
 	// bind made (pkg/sockets sockfile.go).
 	File *SockFile `json:"sock_file,omitempty"`
+	// Joined are the multicast groups an INET datagram or raw socket
+	// joined, with their source filters, newest first as the kernel
+	// keeps them (pkg/sockets multicast.go).
+	Joined []Membership `json:"joined,omitempty"`
 	// PeerCred is, on an unnamed pair of connected UNIX sockets
 	// (socketpair), what SO_PEERCRED said: the process that made the
 	// pair and its effective ids then. The restore makes the pair in
@@ -1072,4 +1076,18 @@ type PageRun struct {
 	// at the same addresses (copy-on-write since a fork): no data stored,
 	// the restored child shares the restored parent's pages.
 	Parent bool `json:"parent,omitempty"`
+}
+
+// Membership is a multicast group a socket joined: the group's address
+// (IPv4 or IPv6), for an IPv4 group imr_address as the program gave it
+// (struct ip_mreqn; "" for 0.0.0.0), the interface (its index and name
+// at the dump), and the source filter: MCAST_INCLUDE (Include) or
+// MCAST_EXCLUDE and its sources.
+type Membership struct {
+	Group     string   `json:"group"`
+	Address   string   `json:"address,omitempty"`
+	Ifindex   int      `json:"ifindex"`
+	Interface string   `json:"interface,omitempty"`
+	Include   bool     `json:"include,omitempty"`
+	Sources   []string `json:"sources,omitempty"`
 }

@@ -237,6 +237,9 @@ func openOther(fd int, s *image.Socket) error {
 			return fmt.Errorf("%s %s: %w", a.what, ap, err)
 		}
 	}
+	if err := joinGroups(fd, s); err != nil {
+		return err
+	}
 	if err := setOptions(fd, s.Options, late, nil); err != nil {
 		return err
 	}

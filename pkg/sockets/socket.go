@@ -400,6 +400,9 @@ func openPlain(fd int, s *image.Socket) error {
 			return fmt.Errorf("bind %s: %w", local, err)
 		}
 	}
+	if err := joinGroups(fd, s); err != nil {
+		return err
+	}
 	if s.State == StateListen {
 		if err := unix.Listen(fd, max(s.Backlog, 1)); err != nil {
 			return fmt.Errorf("listen: %w", err)

@@ -253,6 +253,15 @@ var cases = []fcase{
 	{name: "sock_udp_shutdown", src: "sock_inet_state.c", args: []string{"udp_shutdown"}},
 	{name: "sock_freebind", src: "sock_inet_state.c", args: []string{"freebind"}},
 	{name: "sock_reuseport", src: "sock_inet_state.c", args: []string{"reuseport"}},
+	// State no getsockopt lists, read from the kernel (pkg/bpftask
+	// sockextra.go): multicast memberships and their source filters,
+	// restored; a reuseport group's program, an IPsec policy, a saved
+	// SYN, refused.
+	{name: "sock_mcast4", src: "sock_hidden.c", args: []string{"mcast4"}},
+	{name: "sock_mcast6", src: "sock_hidden.c", args: []string{"mcast6"}},
+	{name: "sock_reuseport_cbpf", src: "sock_hidden.c", args: []string{"reuseport_cbpf"}, refuse: "its SO_REUSEPORT group has a program (SO_ATTACH_REUSEPORT_CBPF or _EBPF), which cannot be read back: cannot be restored"},
+	{name: "sock_saved_syn", src: "sock_hidden.c", args: []string{"saved_syn"}, refuse: "TCP socket: a SYN saved by TCP_SAVE_SYN not yet read (reading it frees it): cannot be restored"},
+	{name: "sock_xfrm_policy", src: "sock_hidden.c", args: []string{"xfrm"}, refuse: "a per-socket IPsec policy (IP_XFRM_POLICY or IPV6_XFRM_POLICY): cannot be restored"},
 	// The file of a UNIX socket bound to a path name: owner and
 	// permissions, relative names, names removed (directory too), a
 	// bound datagram socket whose clients are gone.
