@@ -30,9 +30,11 @@ const (
 	// Identity is a value the kernel assigns (a cookie, a NAPI id) that a
 	// program can read and nobody can set: it differs after a restore.
 	Identity
-	// Unreadable can be set by a program but not read back by anyone
-	// (no getsockopt): not detected, so neither restored nor refused.
-	Unreadable
+	// Kernel is state a program sets and no getsockopt lists: the dump
+	// reads it from the kernel with BPF (bpftask.SockReader, through
+	// the dump's Hidden), and restores it (multicast memberships,
+	// multicast.go) or refuses the socket by name.
+	Kernel
 )
 
 // Kinds of sockets an option applies to.
@@ -132,8 +134,8 @@ var Options = []Option{
 	{unix.SOL_SOCKET, unix.SO_COOKIE, "SOL_SOCKET SO_COOKIE", onAll, Identity, 0, false, false, ""},
 	{unix.SOL_SOCKET, unix.SO_NETNS_COOKIE, "SOL_SOCKET SO_NETNS_COOKIE", onAll, Identity, 0, false, false, ""},
 	{unix.SOL_SOCKET, unix.SO_INCOMING_NAPI_ID, "SOL_SOCKET SO_INCOMING_NAPI_ID", onAll, Identity, 0, false, false, ""},
-	{unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF, "SOL_SOCKET SO_ATTACH_REUSEPORT_CBPF", onINET, Unreadable, 0, false, false, "no getsockopt; the reuseport group program is not detected"},
-	{unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, "SOL_SOCKET SO_ATTACH_REUSEPORT_EBPF", onINET, Unreadable, 0, false, false, "no getsockopt; the reuseport group program is not detected"},
+	{unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_CBPF, "SOL_SOCKET SO_ATTACH_REUSEPORT_CBPF", onINET, Refuse, 0, false, false, "no getsockopt: read with BPF (sk_reuseport_cb->prog) when SO_REUSEPORT is on; refused"},
+	{unix.SOL_SOCKET, unix.SO_ATTACH_REUSEPORT_EBPF, "SOL_SOCKET SO_ATTACH_REUSEPORT_EBPF", onINET, Refuse, 0, false, false, "as SO_ATTACH_REUSEPORT_CBPF"},
 
 	// IPPROTO_IP: on IPv4 sockets and IPv6 ones (v4-mapped traffic).
 	{unix.IPPROTO_IP, unix.IP_TOS, "IPPROTO_IP IP_TOS", onINET, Int, 0, false, false, ""},
@@ -165,8 +167,8 @@ var Options = []Option{
 	{unix.IPPROTO_IP, unix.IP_LOCAL_PORT_RANGE, "IPPROTO_IP IP_LOCAL_PORT_RANGE", onINET, Int, 0, false, false, ""},
 	{unix.IPPROTO_IP, unix.IP_MTU, "IPPROTO_IP IP_MTU", onINET, Derived, 0, false, false, "route"},
 	{unix.IPPROTO_IP, unix.IP_PROTOCOL, "IPPROTO_IP IP_PROTOCOL", onINET, Derived, 0, false, false, ""},
-	{unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP, "IPPROTO_IP IP_ADD_MEMBERSHIP", onUDP, Unreadable, 0, false, false, "multicast memberships (and source filters) have no getsockopt: not detected"},
-	{unix.IPPROTO_IP, unix.IP_XFRM_POLICY, "IPPROTO_IP IP_XFRM_POLICY", onINET, Unreadable, 0, false, false, "per-socket IPsec policy: not detected"},
+	{unix.IPPROTO_IP, unix.IP_ADD_MEMBERSHIP, "IPPROTO_IP IP_ADD_MEMBERSHIP", onUDP, Kernel, 0, false, false, "memberships and source filters (IP_ADD_SOURCE_MEMBERSHIP, IP_BLOCK_SOURCE, MCAST_JOIN_GROUP, MCAST_JOIN_SOURCE_GROUP, MCAST_MSFILTER...): no getsockopt lists them; read with BPF (inet_sk->mc_list) when /proc/net/igmp shows groups beyond the kernel's, joined again after bind with IP_ADD_MEMBERSHIP and MCAST_MSFILTER, the interface by name"},
+	{unix.IPPROTO_IP, unix.IP_XFRM_POLICY, "IPPROTO_IP IP_XFRM_POLICY", onINET, Refuse, 0, false, false, "per-socket IPsec policy: read with BPF (sk_policy) when the namespace counts socket policies (XFRM_MSG_GETSPDINFO); refused"},
 
 	// IPPROTO_IPV6: on IPv6 sockets.
 	{unix.IPPROTO_IPV6, unix.IPV6_V6ONLY, "IPPROTO_IPV6 IPV6_V6ONLY", onINET, Int, 0, false, false, "before bind"},
@@ -209,7 +211,8 @@ var Options = []Option{
 	{unix.IPPROTO_IPV6, unix.IPV6_RTHDR, "IPPROTO_IPV6 IPV6_RTHDR", onINET, Bytes, 2048, false, false, "sticky option header"},
 	{unix.IPPROTO_IPV6, unix.IPV6_DSTOPTS, "IPPROTO_IPV6 IPV6_DSTOPTS", onINET, Bytes, 2048, false, false, "sticky option header"},
 	{unix.IPPROTO_IPV6, unix.IPV6_MTU, "IPPROTO_IPV6 IPV6_MTU", onINET, Derived, 0, false, false, "route"},
-	{unix.IPPROTO_IPV6, unix.IPV6_ADD_MEMBERSHIP, "IPPROTO_IPV6 IPV6_ADD_MEMBERSHIP", onUDP, Unreadable, 0, false, false, "multicast memberships have no getsockopt: not detected"},
+	{unix.IPPROTO_IPV6, unix.IPV6_ADD_MEMBERSHIP, "IPPROTO_IPV6 IPV6_ADD_MEMBERSHIP", onUDP, Kernel, 0, false, false, "as IP_ADD_MEMBERSHIP (ipv6_pinfo->ipv6_mc_list; /proc/net/igmp6)"},
+	{unix.IPPROTO_IPV6, unix.IPV6_XFRM_POLICY, "IPPROTO_IPV6 IPV6_XFRM_POLICY", onINET, Refuse, 0, false, false, "as IP_XFRM_POLICY"},
 
 	// IPPROTO_TCP
 	{unix.IPPROTO_TCP, unix.TCP_NODELAY, "IPPROTO_TCP TCP_NODELAY", onTCP, Int, 0, false, false, ""},
@@ -240,7 +243,7 @@ var Options = []Option{
 	{unix.IPPROTO_TCP, unix.TCP_FASTOPEN_KEY, "IPPROTO_TCP TCP_FASTOPEN_KEY", onTCP, Derived, 0, false, false, "the namespace's key unless set: not restored per socket"},
 	{unix.IPPROTO_TCP, unix.TCP_QUICKACK, "IPPROTO_TCP TCP_QUICKACK", onTCP, Int, 0, true, false, "0 is the delayed-ACK (pingpong) mode a program set or the kernel entered; set after the queues"},
 	{unix.IPPROTO_TCP, unix.TCP_INFO, "IPPROTO_TCP TCP_INFO", onTCP, Derived, 0, false, false, "state, sequence, window, options via repair; counters start again"},
-	{unix.IPPROTO_TCP, unix.TCP_SAVED_SYN, "IPPROTO_TCP TCP_SAVED_SYN", onTCP, Unreadable, 0, false, false, "reading frees it: not saved"},
+	{unix.IPPROTO_TCP, unix.TCP_SAVED_SYN, "IPPROTO_TCP TCP_SAVED_SYN", onTCP, Refuse, 0, false, false, "reading frees it: read with BPF (tcp_sk->saved_syn) on a connection with TCP_SAVE_SYN; refused while held"},
 	{unix.IPPROTO_TCP, unix.TCP_TIMESTAMP, "IPPROTO_TCP TCP_TIMESTAMP", onTCP, Derived, 0, false, false, "repair mode"},
 
 	// IPPROTO_UDP
