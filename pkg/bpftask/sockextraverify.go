@@ -6,6 +6,7 @@ import (
 	"slices"
 	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
 	"golang.org/x/sys/unix"
 )
 
@@ -173,7 +174,7 @@ func sourceOpt(fd, opt int, group, iface, source netip.Addr) error {
 	copy(req[0:], g[:])
 	copy(req[4:], i[:])
 	copy(req[8:], s[:])
-	return setsockoptBytes(fd, unix.IPPROTO_IP, opt, req[:])
+	return sys.Setsockopt(fd, unix.IPPROTO_IP, opt, unsafe.Pointer(&req[0]), uintptr(len(req)))
 }
 
 // groupSourceReq sets a struct group_source_req option (MCAST_BLOCK_SOURCE,
@@ -182,28 +183,7 @@ func groupSourceReq(fd, level, opt, ifindex int, group, source netip.Addr) error
 	// u32 interface, 4 bytes padding, two struct sockaddr_storage.
 	var req [8 + 2*128]byte
 	*(*uint32)(unsafe.Pointer(&req[0])) = uint32(ifindex)
-	putSockaddr(req[8:], group)
-	putSockaddr(req[8+128:], source)
-	return setsockoptBytes(fd, level, opt, req[:])
-}
-
-// putSockaddr writes addr as a struct sockaddr_in or sockaddr_in6.
-func putSockaddr(b []byte, addr netip.Addr) {
-	if addr.Is4() {
-		*(*uint16)(unsafe.Pointer(&b[0])) = unix.AF_INET
-		a := addr.As4()
-		copy(b[4:], a[:])
-		return
-	}
-	*(*uint16)(unsafe.Pointer(&b[0])) = unix.AF_INET6
-	a := addr.As16()
-	copy(b[8:], a[:])
-}
-
-func setsockoptBytes(fd, level, opt int, b []byte) error {
-	_, _, e := unix.Syscall6(unix.SYS_SETSOCKOPT, uintptr(fd), uintptr(level), uintptr(opt), uintptr(unsafe.Pointer(&b[0])), uintptr(len(b)), 0)
-	if e != 0 {
-		return e
-	}
-	return nil
+	sys.PutSockaddr(req[8:], group)
+	sys.PutSockaddr(req[8+128:], source)
+	return sys.Setsockopt(fd, level, opt, unsafe.Pointer(&req[0]), uintptr(len(req)))
 }

@@ -85,7 +85,7 @@ func join(fd int, m *image.Membership) error {
 func groupFilter(ifindex int, group netip.Addr, include bool, sources []string) ([]byte, error) {
 	gf := make([]byte, groupFilterHead+128*max(len(sources), 1))
 	*(*uint32)(unsafe.Pointer(&gf[0])) = uint32(ifindex)
-	putSockaddrStorage(gf[8:], group)
+	sys.PutSockaddr(gf[8:], group)
 	mode := uint32(unix.MCAST_EXCLUDE)
 	if include {
 		mode = unix.MCAST_INCLUDE
@@ -97,20 +97,7 @@ func groupFilter(ifindex int, group netip.Addr, include bool, sources []string) 
 		if err != nil {
 			return nil, fmt.Errorf("source address: %w", err)
 		}
-		putSockaddrStorage(gf[groupFilterHead+128*i:], a)
+		sys.PutSockaddr(gf[groupFilterHead+128*i:], a)
 	}
 	return gf, nil
-}
-
-// putSockaddrStorage writes addr as a struct sockaddr_in or sockaddr_in6.
-func putSockaddrStorage(b []byte, addr netip.Addr) {
-	if addr.Is4() {
-		*(*uint16)(unsafe.Pointer(&b[0])) = unix.AF_INET
-		a := addr.As4()
-		copy(b[4:], a[:])
-		return
-	}
-	*(*uint16)(unsafe.Pointer(&b[0])) = unix.AF_INET6
-	a := addr.As16()
-	copy(b[8:], a[:])
 }

@@ -259,6 +259,7 @@ var cases = []fcase{
 	// SYN, refused.
 	{name: "sock_mcast4", src: "sock_hidden.c", args: []string{"mcast4"}},
 	{name: "sock_mcast6", src: "sock_hidden.c", args: []string{"mcast6"}},
+	{name: "sock_mcast_raw4", src: "sock_hidden.c", args: []string{"raw4"}},
 	{name: "sock_reuseport_cbpf", src: "sock_hidden.c", args: []string{"reuseport_cbpf"}, refuse: "its SO_REUSEPORT group has a program (SO_ATTACH_REUSEPORT_CBPF or _EBPF), which cannot be read back: cannot be restored"},
 	{name: "sock_saved_syn", src: "sock_hidden.c", args: []string{"saved_syn"}, refuse: "TCP socket: a SYN saved by TCP_SAVE_SYN not yet read (reading it frees it): cannot be restored"},
 	{name: "sock_xfrm_policy", src: "sock_hidden.c", args: []string{"xfrm"}, refuse: "a per-socket IPsec policy (IP_XFRM_POLICY or IPV6_XFRM_POLICY): cannot be restored"},

@@ -6,6 +6,9 @@
  *                   loopback interface: one any-source, one in include
  *                   mode with a source (IP_ADD_SOURCE_MEMBERSHIP), one in
  *                   exclude mode with a blocked source (IP_BLOCK_SOURCE);
+ *   raw4            an IPv4 raw socket (protocol 253) joined to an
+ *                   any-source group and an include-mode one on the
+ *                   loopback interface;
  *   mcast6          an IPv6 UDP socket joined to a group on the interface
  *                   of the ff00::/8 route, a source blocked;
  *   reuseport_cbpf  a UDP socket of an SO_REUSEPORT group with a classic
@@ -101,8 +104,9 @@ static void receives(int fd, int s, struct group *g, int port, const char *name)
 		struct pollfd p = {.fd = fd, .events = POLLIN};
 		if (poll(&p, 1, 100) != 1)
 			continue;
+		/* A raw socket gets the IP header first. */
 		ssize_t r = recv(fd, got, sizeof got, MSG_DONTWAIT);
-		if (r == n && memcmp(got, msg, n) == 0)
+		if (r >= n && memcmp(got + r - n, msg, n) == 0)
 			return;
 	}
 	FID_EXPECT(0, "%s: the datagram sent to the group did not arrive", name);
@@ -116,12 +120,13 @@ static int port_of(int fd)
 	return a.ss_family == AF_INET ? ntohs(((struct sockaddr_in *)&a)->sin_port) : ntohs(((struct sockaddr_in6 *)&a)->sin6_port);
 }
 
-static int mcast4(void)
+/* mcast4 (raw: raw4) joins three groups, or two on a raw socket. */
+static int mcast4(int raw)
 {
-	int fd = socket(AF_INET, SOCK_DGRAM, 0);
+	int fd = raw ? socket(AF_INET, SOCK_RAW, 253) : socket(AF_INET, SOCK_DGRAM, 0);
 	struct sockaddr_in any = {.sin_family = AF_INET};
-	FID_SETUP(bind(fd, (struct sockaddr *)&any, sizeof any) == 0, "bind");
-	int port = port_of(fd), zero = 0;
+	FID_SETUP(fd >= 0 && (raw || bind(fd, (struct sockaddr *)&any, sizeof any) == 0), "socket, bind: %s", strerror(errno));
+	int port = raw ? 0 : port_of(fd), zero = 0, ng = raw ? 2 : 3;
 	/* Only the groups it joined reach it (not every group the host
 	 * receives, on its port). */
 	FID_SETUP(setsockopt(fd, IPPROTO_IP, IP_MULTICAST_ALL, &zero, sizeof zero) == 0, "IP_MULTICAST_ALL");
@@ -141,25 +146,27 @@ static int mcast4(void)
 	struct ip_mreq_source ms = {.imr_multiaddr = ((struct sockaddr_in *)&g[1].addr)->sin_addr, .imr_interface = lo, .imr_sourceaddr = lo};
 	FID_SETUP(setsockopt(fd, IPPROTO_IP, IP_ADD_SOURCE_MEMBERSHIP, &ms, sizeof ms) == 0, "IP_ADD_SOURCE_MEMBERSHIP: %s", strerror(errno));
 	g[1].include = 1, g[1].nsrc = 1, g[1].src = v4("127.0.0.1");
-	m.imr_multiaddr = ((struct sockaddr_in *)&g[2].addr)->sin_addr;
-	FID_SETUP(setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) == 0, "IP_ADD_MEMBERSHIP: %s", strerror(errno));
-	ms.imr_multiaddr = m.imr_multiaddr, ms.imr_interface = lo, ms.imr_sourceaddr = other;
-	FID_SETUP(setsockopt(fd, IPPROTO_IP, IP_BLOCK_SOURCE, &ms, sizeof ms) == 0, "IP_BLOCK_SOURCE: %s", strerror(errno));
-	g[2].nsrc = 1, g[2].src = v4("127.0.0.2");
-	for (int i = 0; i < 3; i++)
+	if (!raw) {
+		m.imr_multiaddr = ((struct sockaddr_in *)&g[2].addr)->sin_addr;
+		FID_SETUP(setsockopt(fd, IPPROTO_IP, IP_ADD_MEMBERSHIP, &m, sizeof m) == 0, "IP_ADD_MEMBERSHIP: %s", strerror(errno));
+		ms.imr_multiaddr = m.imr_multiaddr, ms.imr_interface = lo, ms.imr_sourceaddr = other;
+		FID_SETUP(setsockopt(fd, IPPROTO_IP, IP_BLOCK_SOURCE, &ms, sizeof ms) == 0, "IP_BLOCK_SOURCE: %s", strerror(errno));
+		g[2].nsrc = 1, g[2].src = v4("127.0.0.2");
+	}
+	for (int i = 0; i < ng; i++)
 		check_filter(fd, IPPROTO_IP, &g[i], name[i]);
 	FID_SETUP(!fid_failed, "filters as set: %s", fid_why);
 	fid_ready();
 	fid_wait();
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < ng; i++)
 		check_filter(fd, IPPROTO_IP, &g[i], name[i]);
 	/* The sender: from 127.0.0.1, out of the loopback interface. */
-	int s = socket(AF_INET, SOCK_DGRAM, 0);
+	int s = raw ? socket(AF_INET, SOCK_RAW, 253) : socket(AF_INET, SOCK_DGRAM, 0);
 	struct sockaddr_in from = {.sin_family = AF_INET, .sin_addr = lo};
 	struct ip_mreqn out = {.imr_ifindex = 1};
 	FID_SETUP(bind(s, (struct sockaddr *)&from, sizeof from) == 0, "bind the sender");
 	FID_SETUP(setsockopt(s, IPPROTO_IP, IP_MULTICAST_IF, &out, sizeof out) == 0, "IP_MULTICAST_IF");
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < ng; i++)
 		receives(fd, s, &g[i], port, name[i]);
 	return fid_done();
 }
@@ -217,8 +224,8 @@ int main(int argc, char **argv)
 	fid_init(argc, argv);
 	FID_SETUP(argc == 3, "usage: sock_hidden LOG KIND");
 	const char *kind = argv[2];
-	if (strcmp(kind, "mcast4") == 0)
-		return mcast4();
+	if (strcmp(kind, "mcast4") == 0 || strcmp(kind, "raw4") == 0)
+		return mcast4(strcmp(kind, "raw4") == 0);
 	if (strcmp(kind, "mcast6") == 0)
 		return mcast6();
 	int fd = -1, srv = -1;
