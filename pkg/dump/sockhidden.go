@@ -128,7 +128,15 @@ func (t *tree) hiddenRead(fd int) (*bpftask.SockExtra, error) {
 	if h.reader == nil && h.openErr == nil {
 		h.reader, h.openErr = bpftask.OpenSock()
 		if h.openErr == nil {
-			if h.openErr = h.reader.Verify(); h.openErr != nil {
+			// Its check makes sockets on the loopback interface of
+			// ckpt's network namespace, or else of the tree's (one
+			// may be down); what it reads does not depend on where.
+			if h.openErr = h.reader.Verify(); h.openErr != nil && t.socks.netns != nil {
+				if err := t.socks.inNetns(h.reader.Verify); err == nil {
+					h.openErr = nil
+				}
+			}
+			if h.openErr != nil {
 				h.reader.Close()
 				h.reader = nil
 			}

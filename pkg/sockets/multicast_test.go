@@ -2,8 +2,12 @@ package sockets
 
 import (
 	"net/netip"
+	"strings"
 	"testing"
+	"unsafe"
 
+	"github.com/ckpt/ckpt/internal/sys"
+	"github.com/ckpt/ckpt/pkg/image"
 	"golang.org/x/sys/unix"
 )
 
@@ -63,5 +67,59 @@ func BenchmarkFastPath(b *testing.B) {
 			b.Fatal(err)
 		}
 		SocketPolicies()
+	}
+}
+
+// TestJoinGroups joins the groups of an image on a new socket and reads
+// each group's filter back with getsockopt(MCAST_MSFILTER); a group on
+// an interface that does not exist fails, naming it.
+func TestJoinGroups(t *testing.T) {
+	cases := []struct {
+		name   string
+		family int
+		m      image.Membership
+		err    string
+	}{
+		{"IPv4 any source", unix.AF_INET, image.Membership{Group: "239.255.81.1", Ifindex: 1, Interface: "lo"}, ""},
+		{"IPv4 include", unix.AF_INET, image.Membership{Group: "239.255.81.2", Address: "127.0.0.1", Ifindex: 1, Interface: "lo", Include: true, Sources: []string{"127.0.0.1", "127.0.0.3"}}, ""},
+		{"IPv4 exclude", unix.AF_INET, image.Membership{Group: "239.255.81.3", Ifindex: 1, Interface: "lo", Sources: []string{"127.0.0.2"}}, ""},
+		{"IPv4 on an IPv6 socket", unix.AF_INET6, image.Membership{Group: "239.255.81.4", Ifindex: 1, Interface: "lo", Sources: []string{"127.0.0.2"}}, ""},
+		{"IPv6 exclude", unix.AF_INET6, image.Membership{Group: "ff12::81:5", Ifindex: 1, Interface: "lo", Sources: []string{"::1"}}, ""},
+		{"interface gone", unix.AF_INET, image.Membership{Group: "239.255.81.6", Ifindex: 1, Interface: "ckptnosuch0"}, "ckptnosuch0"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			fd, err := unix.Socket(c.family, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer unix.Close(fd)
+			err = joinGroups(fd, &image.Socket{Joined: []image.Membership{c.m}})
+			if c.err != "" {
+				if err == nil || !strings.Contains(err.Error(), c.err) {
+					t.Fatalf("joinGroups: %v, want an error naming %q", err, c.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			group := netip.MustParseAddr(c.m.Group)
+			level := unix.IPPROTO_IPV6
+			if group.Is4() {
+				level = unix.IPPROTO_IP
+			}
+			// Room for 4 sources.
+			gf, _ := groupFilter(1, group, false, nil)
+			gf = append(gf, make([]byte, 3*128)...)
+			*(*uint32)(unsafe.Pointer(&gf[140])) = 4
+			if _, err := sys.Getsockopt(fd, level, unix.MCAST_MSFILTER, unsafe.Pointer(&gf[0]), uintptr(len(gf))); err != nil {
+				t.Fatalf("getsockopt MCAST_MSFILTER: %v", err)
+			}
+			mode, n := *(*uint32)(unsafe.Pointer(&gf[136])), int(*(*uint32)(unsafe.Pointer(&gf[140])))
+			if (mode == unix.MCAST_INCLUDE) != c.m.Include || n != len(c.m.Sources) {
+				t.Errorf("filter mode %d with %d sources, want include %v with %v", mode, n, c.m.Include, c.m.Sources)
+			}
+		})
 	}
 }
