@@ -83,3 +83,38 @@ func BenchmarkSockOpen(b *testing.B) {
 		r.Close()
 	}
 }
+
+// TestSockMore checks that more memberships than the reader walks are
+// said (the dump refuses such a socket): 65 IPv6 groups on the loopback
+// interface (IPv6 has no per-socket limit; IPv4 has igmp_max_memberships).
+func TestSockMore(t *testing.T) {
+	r, err := OpenSock()
+	if errors.Is(err, ErrSockUnavailable) {
+		t.Skipf("reader: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	for _, n := range []int{sockMaxWalk, sockMaxWalk + 1} {
+		fd, err := unix.Socket(unix.AF_INET6, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Close(fd)
+		for i := range n {
+			mreq := &unix.IPv6Mreq{Multiaddr: [16]byte{0xff, 0x12, 15: byte(i)}, Interface: 1}
+			if err := unix.SetsockoptIPv6Mreq(fd, unix.IPPROTO_IPV6, unix.IPV6_ADD_MEMBERSHIP, mreq); err != nil {
+				t.Fatalf("membership %d: %v", i, err)
+			}
+		}
+		m, err := r.Read()
+		if err != nil {
+			t.Fatal(err)
+		}
+		x := m[fd]
+		if x == nil || x.More != (n > sockMaxWalk) || len(x.Memberships) != min(n, sockMaxWalk) {
+			t.Errorf("%d memberships: read %+v", n, x)
+		}
+	}
+}

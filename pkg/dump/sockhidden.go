@@ -121,8 +121,8 @@ func (t *tree) Hidden(fd int, s *image.Socket) error {
 }
 
 // hiddenRead loads and checks the reader (once), reads every socket of
-// ckpt's (once: ckpt holds its copies of the tree's sockets from the
-// freeze on) and gives fd's.
+// ckpt's (once, or again for a socket not read: ckpt holds its copies
+// of the tree's sockets from the freeze on) and gives fd's.
 func (t *tree) hiddenRead(fd int) (*bpftask.SockExtra, error) {
 	h := t.socks.hidden
 	if h.reader == nil && h.openErr == nil {
@@ -145,14 +145,17 @@ func (t *tree) hiddenRead(fd int) (*bpftask.SockExtra, error) {
 	if h.openErr != nil {
 		return nil, h.openErr
 	}
-	if h.read == nil {
+	x, ok := h.read[fd]
+	if !ok {
+		// Not read yet: the first time, or a socket ckpt took since (a
+		// socket in flight in a UNIX socket's queue).
 		m, err := h.reader.Read()
 		if err != nil {
 			return nil, err
 		}
 		h.read = m
+		x, ok = h.read[fd]
 	}
-	x, ok := h.read[fd]
 	if !ok {
 		return nil, fmt.Errorf("socket fd %d of ckpt not read: %w", fd, bpftask.ErrSockMismatch)
 	}
