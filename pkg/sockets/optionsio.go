@@ -18,7 +18,7 @@ func kindOf(family, proto int) int {
 	switch {
 	case family == unix.AF_UNIX:
 		return onUnix
-	case proto == unix.IPPROTO_TCP:
+	case proto == unix.IPPROTO_TCP, proto == unix.IPPROTO_MPTCP:
 		return onTCP
 	}
 	return onUDP

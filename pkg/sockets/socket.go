@@ -30,17 +30,23 @@ func DescribeWith(fd int, defs *Defaults) (*image.Socket, error) {
 	if s.Protocol, err = unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_PROTOCOL); err != nil {
 		return nil, fmt.Errorf("SO_PROTOCOL: %w", err)
 	}
+	mptcp := s.Protocol == unix.IPPROTO_MPTCP
 	switch {
-	case s.Protocol == unix.IPPROTO_MPTCP:
-		return s, fmt.Errorf("MPTCP socket (IPPROTO_MPTCP): %w", ErrState)
 	case s.Family != unix.AF_INET && s.Family != unix.AF_INET6:
 		return s, fmt.Errorf("%s socket: %w", familyName(s.Family), ErrState)
-	case s.Type == unix.SOCK_STREAM && s.Protocol == unix.IPPROTO_TCP:
+	case s.Type == unix.SOCK_STREAM && (s.Protocol == unix.IPPROTO_TCP || mptcp):
 		var info [256]byte
 		if _, err := sys.Getsockopt(fd, unix.IPPROTO_TCP, unix.TCP_INFO, ptr(&info[0]), uintptr(len(info))); err != nil {
 			return nil, fmt.Errorf("TCP_INFO: %w", err)
 		}
 		s.State = int(info[0])
+		if mptcp {
+			// An MPTCP socket gives the tcp_info of its first
+			// subflow (mptcp.go): a listener's is the one below.
+			if err := mptcpRefusal(fd, s.State); err != nil {
+				return s, err
+			}
+		}
 		switch {
 		case s.State == StateSynSent:
 			if err := synSentRefusal(fd, info[:]); err != nil {
@@ -62,6 +68,8 @@ func DescribeWith(fd int, defs *Defaults) (*image.Socket, error) {
 				}
 				inFlight = err // tcplisten.go
 			}
+		case s.State == tcpClose && mptcp:
+			// Never connected (mptcpRefusal): nothing more.
 		case s.State == tcpClose:
 			// Never connected, disconnected, or closed after a
 			// connection (tcpclosed.go).
@@ -79,7 +87,9 @@ func DescribeWith(fd int, defs *Defaults) (*image.Socket, error) {
 		if ap := AddrPort(la); ap.Port() != 0 || s.State == StateListen {
 			s.Local = ap.String()
 			s.FreeBind = defs.nonLocal(s.Family, ap.Addr())
-			if s.State == StateListen && s.Protocol == unix.IPPROTO_TCP {
+			if s.State == StateListen {
+				// An MPTCP listener is counted by its subflow
+				// listener, a TCP one on the same address.
 				n, err := listenersOn(fd, s.Family, ap)
 				if err != nil {
 					return nil, err
@@ -221,6 +231,9 @@ func shutdown(fd, bits int) error {
 // socket is built. Flags (O_NONBLOCK) are the file's status flags.
 func Open(s *image.Socket, recvQ, sendQ []byte) (*sys.FD, error) {
 	sock, err := sys.Socket(s.Family, s.Type|unix.SOCK_CLOEXEC, s.Protocol)
+	if err != nil && s.Protocol == unix.IPPROTO_MPTCP {
+		return nil, mptcpSocketError(err)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -422,7 +435,11 @@ func openPlain(fd int, s *image.Socket) error {
 			return fmt.Errorf("connect %s: %w", remote, err)
 		}
 	}
-	if err := setOptions(fd, s.Options, late, nil); err != nil {
+	var skip func(level, name int) bool
+	if s.Protocol == unix.IPPROTO_MPTCP {
+		skip = mptcpUnsettable
+	}
+	if err := setOptions(fd, s.Options, late, skip); err != nil {
 		return err
 	}
 	return shutdown(fd, s.Shutdown)
