@@ -58,7 +58,13 @@ func mptcpRefusal(fd, state int) error {
 		if pendingError(fd) {
 			return fmt.Errorf("MPTCP socket with a pending error (a failed connect): %w", ErrState)
 		}
-		if shutdownOf(fd) != 0 {
+		// A socket never connected polls POLLHUP alone (state
+		// CLOSE); POLLRDHUP says its receive side was shut.
+		p := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLRDHUP}}
+		if _, err := unix.Poll(p, 0); err != nil {
+			return fmt.Errorf("poll: %w", err)
+		}
+		if p[0].Revents&unix.POLLRDHUP != 0 {
 			return fmt.Errorf("MPTCP socket in state CLOSE with its receive side shut (a connection ended, or shutdown()): %w", ErrState)
 		}
 		return nil
@@ -89,4 +95,12 @@ func mptcpSocketError(err error) error {
 // on MPTCP (it always reads 3 there).
 func mptcpUnsettable(level, name int) bool {
 	return level == unix.SOL_SOCKET && name == unix.SO_BUF_LOCK
+}
+
+// mptcpPrefix is "MPTCP " for an MPTCP socket, to name it in an error.
+func mptcpPrefix(protocol int) string {
+	if protocol == unix.IPPROTO_MPTCP {
+		return "MPTCP "
+	}
+	return ""
 }

@@ -336,13 +336,10 @@ func TestRefusedOptions(t *testing.T) {
 			}
 			return fd
 		}, "urgent data"},
-		{"MPTCP", func(t *testing.T) int {
-			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, unix.IPPROTO_MPTCP)
-			if err != nil {
-				t.Skipf("no MPTCP here: %v", err)
-			}
-			return fd
-		}, "MPTCP"},
+		{"MPTCP connection", func(t *testing.T) int {
+			_, srv := mptcpPair(t, true)
+			return srv
+		}, "MPTCP connection (ESTABLISHED): its subflows cannot be repaired"},
 		{"reset connection, its error not read", func(t *testing.T) int {
 			fd, peer := connPair(t, "tcp4", "127.0.0.1:0")
 			peer.(*net.TCPConn).SetLinger(0)

@@ -61,12 +61,12 @@ func DescribeWith(fd int, defs *Defaults) (*image.Socket, error) {
 			if queued > 0 {
 				// The listener is described all the same: a dump with
 				// --skip-in-flight drops the waiting connections.
-				inFlight = fmt.Errorf("listening socket with %d connections not accepted yet: %w", queued, ErrAcceptQueue)
+				inFlight = fmt.Errorf("%slistening socket with %d connections not accepted yet: %w", mptcpPrefix(s.Protocol), queued, ErrAcceptQueue)
 			} else if err := halfOpenError(fd, s.Family); err != nil {
 				if !errors.Is(err, ErrAcceptQueue) {
 					return nil, err
 				}
-				inFlight = err // tcplisten.go
+				inFlight = fmt.Errorf("%s%w", mptcpPrefix(s.Protocol), err) // tcplisten.go
 			}
 		case s.State == tcpClose && mptcp:
 			// Never connected (mptcpRefusal): nothing more.

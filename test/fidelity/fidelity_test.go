@@ -231,7 +231,13 @@ var cases = []fcase{
 	{name: "sock_scm_pair_unheld", src: "sock_scm_abstract.c", args: []string{"unheld"}, refuse: "in flight, made by process"},
 	{name: "sock_scm_listener", src: "sock_scm.c", args: []string{"listener"}, refuse: "whose listener, peer or connections no process holds either"},
 	{name: "sock_ebpf_filter", src: "sock_refused.c", args: []string{"ebpf_filter"}, refuse: "an eBPF socket filter (SO_ATTACH_BPF) cannot be read back"},
-	{name: "sock_mptcp", src: "sock_refused.c", args: []string{"mptcp"}, refuse: "MPTCP socket"},
+	// MPTCP sockets that are not connections (Go's listeners since Go
+	// 1.24), restored; an MPTCP connection and an MPTCP listener with a
+	// connection in its accept queue, refused.
+	{name: "sock_mptcp_tcp4", src: "sock_mptcp.c", args: []string{"tcp4"}},
+	{name: "sock_mptcp_tcp6", src: "sock_mptcp.c", args: []string{"tcp6"}},
+	{name: "sock_mptcp_conn", src: "sock_refused.c", args: []string{"mptcp"}, refuse: "MPTCP connection (ESTABLISHED): its subflows cannot be repaired"},
+	{name: "sock_mptcp_acceptq", src: "sock_refused.c", args: []string{"mptcp_acceptq"}, refuse: "MPTCP listening socket with 1 connections not accepted yet"},
 	{name: "sock_peercred", src: "sock_peercred.c"},
 	{name: "sock_peercred_named", src: "sock_peercred_named.c"},
 	{name: "sock_peercred_named_gone", src: "sock_peercred_named.c", args: []string{"gone"}},

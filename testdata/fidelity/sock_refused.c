@@ -1,6 +1,8 @@
 /*
  * sock_refused KIND: holds a socket in a state ckpt cannot restore (or
- * not yet): SCM_RIGHTS in flight, an eBPF socket filter, MPTCP, a TCP
+ * not yet): SCM_RIGHTS in flight, an eBPF socket filter, an MPTCP
+ * connection (accepted from an MPTCP listener), an MPTCP listener with a
+ * connection waiting in its accept queue, a TCP
  * connection reset by its peer, one in CLOSE_WAIT or FIN_WAIT2, a UNIX
  * connection to a process outside the dump, connections waiting in a TCP
  * listener's accept queue or in a UNIX one's with a file in flight no
@@ -72,10 +74,31 @@ int main(int argc, char **argv)
 		fd = socket(AF_INET, SOCK_DGRAM, 0);
 		SETOPT(fd, SOL_SOCKET, SO_ATTACH_BPF, p);
 		close(p);
-	} else if (strcmp(kind, "mptcp") == 0) {
-		fd = socket(AF_INET, SOCK_STREAM, IPPROTO_MPTCP);
-		if (fd < 0)
+	} else if (strcmp(kind, "mptcp") == 0 || strcmp(kind, "mptcp_acceptq") == 0) {
+		/* An MPTCP listener; a client (MPTCP for "mptcp": the
+		 * accepted end is an MPTCP connection; plain TCP left in the
+		 * accept queue for "mptcp_acceptq"). */
+		struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+		socklen_t l = sizeof a;
+		lst = socket(AF_INET, SOCK_STREAM, IPPROTO_MPTCP);
+		if (lst < 0)
 			fid_skip("no MPTCP");
+		FID_SETUP(bind(lst, (struct sockaddr *)&a, l) == 0 && listen(lst, 4) == 0, "listen");
+		FID_SETUP(getsockname(lst, (struct sockaddr *)&a, &l) == 0, "getsockname");
+		int acceptq = strcmp(kind, "mptcp_acceptq") == 0;
+		other = socket(AF_INET, SOCK_STREAM, acceptq ? 0 : IPPROTO_MPTCP);
+		FID_SETUP(connect(other, (struct sockaddr *)&a, l) == 0, "connect");
+		struct pollfd p = {lst, POLLIN, 0};
+		FID_SETUP(poll(&p, 1, 5000) == 1, "poll");
+		if (acceptq) {
+			fd = lst;
+		} else {
+			fd = accept(lst, NULL, NULL);
+			int pr = 0;
+			socklen_t pl = sizeof pr;
+			FID_SETUP(fd >= 0 && getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &pr, &pl) == 0 && pr == IPPROTO_MPTCP,
+				  "accepted SO_PROTOCOL %d, want MPTCP", pr);
+		}
 	} else if (strcmp(kind, "reset") == 0) {
 		tcp_pair(&fd, &other, &lst);
 		struct linger lg = {1, 0};
@@ -178,8 +201,13 @@ int main(int argc, char **argv)
 		socklen_t l = sizeof e;
 		FID_EXPECT(getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &l) == 0 && e == ECONNREFUSED, "SO_ERROR %d, want ECONNREFUSED", e);
 	}
-	if (strcmp(kind, "tcp_acceptq") == 0 || strcmp(kind, "unix_acceptq") == 0)
+	if (strcmp(kind, "tcp_acceptq") == 0 || strcmp(kind, "unix_acceptq") == 0 || strcmp(kind, "mptcp_acceptq") == 0)
 		FID_EXPECT(accept(fd, NULL, NULL) >= 0, "the queued connection");
+	if (strcmp(kind, "mptcp") == 0) {
+		char b[4];
+		FID_EXPECT(write_all(other, "mptc", 4) == 0 && read_exact(fd, b, 4) == 0 && memcmp(b, "mptc", 4) == 0,
+			   "the MPTCP connection carries data");
+	}
 	if (strcmp(kind, "close_wait") == 0)
 		FID_EXPECT(recv(fd, &kind, 1, MSG_DONTWAIT) == 0, "end of file");
 	if (strcmp(kind, "unix_external") == 0) {
