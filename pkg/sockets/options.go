@@ -120,7 +120,7 @@ var Options = []Option{
 	{unix.SOL_SOCKET, unix.SO_LOCK_FILTER, "SOL_SOCKET SO_LOCK_FILTER", onAll, Int, 0, true, false, "after the filter"},
 	{unix.SOL_SOCKET, unix.SO_ERROR, "SOL_SOCKET SO_ERROR", onAll, Refuse, 0, false, false, "a pending error or error queue (POLLERR; reading would clear it)"},
 	{unix.SOL_SOCKET, unix.SO_TYPE, "SOL_SOCKET SO_TYPE", onAll, Derived, 0, false, false, ""},
-	{unix.SOL_SOCKET, unix.SO_PROTOCOL, "SOL_SOCKET SO_PROTOCOL", onAll, Derived, 0, false, false, "IPPROTO_MPTCP refused"},
+	{unix.SOL_SOCKET, unix.SO_PROTOCOL, "SOL_SOCKET SO_PROTOCOL", onAll, Derived, 0, false, false, "IPPROTO_MPTCP: listeners and sockets never connected rebuilt as MPTCP (mptcp.go); MPTCP connections refused"},
 	{unix.SOL_SOCKET, unix.SO_DOMAIN, "SOL_SOCKET SO_DOMAIN", onAll, Derived, 0, false, false, ""},
 	{unix.SOL_SOCKET, unix.SO_ACCEPTCONN, "SOL_SOCKET SO_ACCEPTCONN", onAll, Derived, 0, false, false, "listen"},
 	{unix.SOL_SOCKET, unix.SO_PEERNAME, "SOL_SOCKET SO_PEERNAME", onAll, Derived, 0, false, false, "connect"},
