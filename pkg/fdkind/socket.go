@@ -160,6 +160,9 @@ func sockState(se SocketDumpEnv, our int, s *image.Socket, state int) error {
 		s.TCP.SockState = ss
 		err = sockets.CheckSockState(state, s.Shutdown, s.TCP)
 	}
+	if err == nil {
+		err = sockets.ConnectingRefusal(our, state, s.TCP)
+	}
 	if errors.Is(err, sockets.ErrState) {
 		err = fmt.Errorf("%w: %w", err, ErrUnsupported)
 	}

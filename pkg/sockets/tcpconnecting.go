@@ -274,3 +274,20 @@ func ListenerHolds(fd int, ls *Listeners) (bool, error) {
 	}
 	return false, nil
 }
+
+// ConnectingRefusal refuses (ErrState) a TCP socket fd, in state with t
+// read by the dump, that the restore would connect for real (see
+// NeedsSYNDropped) while TCP_FASTOPEN_CONNECT is set on it: the option
+// cannot be set after the connect, and set before it, a Fast Open cookie
+// cached for the peer would defer the connect (no SYN, nothing the forged
+// SYN-ACK could answer).
+func ConnectingRefusal(fd, state int, t *image.TCPRepair) error {
+	if !NeedsSYNDropped(&image.Socket{State: state, TCP: t}) {
+		return nil
+	}
+	if v, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_FASTOPEN_CONNECT); err == nil && v != 0 {
+		return fmt.Errorf("TCP socket the socket layer calls %s with TCP_FASTOPEN_CONNECT set (its rebuild connects again, which a Fast Open cookie may defer, and the option cannot be set after the connect): %w",
+			sockStateName(t.SockState), ErrState)
+	}
+	return nil
+}

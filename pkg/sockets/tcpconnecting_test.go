@@ -308,3 +308,24 @@ func TestCheckSockState(t *testing.T) {
 		}
 	}
 }
+
+// TestConnectingFastOpen checks that a connecting socket with
+// TCP_FASTOPEN_CONNECT set is refused (its connect again could be
+// deferred), and one without it, or connected, is not.
+func TestConnectingFastOpen(t *testing.T) {
+	e := newEnds(t, "tcp4")
+	connectNonBlocking(t, e, "tcp4")
+	connecting := &image.TCPRepair{SockState: sockets.SockConnecting}
+	connected := &image.TCPRepair{SockState: sockets.SockConnected}
+	must(t, sockets.ConnectingRefusal(e.cli, sockets.StateEstablished, connecting))
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	must(t, err)
+	defer unix.Close(fd)
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_FASTOPEN_CONNECT, 1); err != nil {
+		t.Skipf("TCP_FASTOPEN_CONNECT: %v", err)
+	}
+	if err := sockets.ConnectingRefusal(fd, sockets.StateEstablished, connecting); !errors.Is(err, sockets.ErrState) {
+		t.Errorf("connecting with TCP_FASTOPEN_CONNECT: %v, want ErrState", err)
+	}
+	must(t, sockets.ConnectingRefusal(fd, sockets.StateEstablished, connected))
+}
