@@ -13,7 +13,10 @@
 // restored socket gets them at once instead of when the peer's
 // retransmission timer, backed off during the outage, fires again. Packets
 // marked sockets.InjectMark pass: the segments the restore forges to
-// replay a FIN.
+// replay a FIN. Packets marked sockets.DropMark are dropped before
+// anything else, for the lock's whole life: the SYN (and the answer to
+// the forged SYN-ACK) of a socket the restore connects for real, which
+// the rule of a peer of the tree would otherwise hold and let through.
 //
 // The holder never fails open: with no holder (it died, or none could be
 // had) the kernel drops what is queued, which is the drop lock's
