@@ -107,12 +107,8 @@ func structType(s *btf.Spec, name string) (*btf.Struct, error) {
 	return st, nil
 }
 
-// loadLayout reads the offsets from the kernel's BTF.
-func loadLayout() (*layout, error) {
-	s, err := btf.LoadKernelSpec()
-	if err != nil {
-		return nil, fmt.Errorf("kernel BTF: %w", err)
-	}
+// loadLayout reads the offsets from the kernel's BTF s.
+func loadLayout(s *btf.Spec) (*layout, error) {
 	task, err := structType(s, "task_struct")
 	if err != nil {
 		return nil, err

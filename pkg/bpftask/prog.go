@@ -5,6 +5,7 @@ import (
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
 )
 
 // A region is a piece of kernel memory the iterator program copies into
@@ -92,19 +93,21 @@ func program(buf *ebpf.Map, regions []region, total uint32) asm.Instructions {
 	return in
 }
 
-// load makes the output map and loads the program.
-func load(regions []region, total uint32) (*ebpf.Map, *ebpf.Program, error) {
+// load makes the output map and loads the program (its attach target
+// found in cache's kernel BTF).
+func load(regions []region, total uint32, cache *btf.Cache) (*ebpf.Map, *ebpf.Program, error) {
 	buf, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: total, MaxEntries: 1})
 	if err != nil {
 		return nil, nil, fmt.Errorf("BPF map: %w", err)
 	}
-	prog, err := ebpf.NewProgram(&ebpf.ProgramSpec{
-		Name: "ckpt_task", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "task",
-		Instructions: program(buf, regions, total), License: "GPL",
-	})
+	// A collection of one: its loader takes the shared cache.
+	coll, err := ebpf.NewCollectionWithOptions(&ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{
+		"task": {Name: "ckpt_task", Type: ebpf.Tracing, AttachType: ebpf.AttachTraceIter, AttachTo: "task",
+			Instructions: program(buf, regions, total), License: "GPL"},
+	}}, ebpf.CollectionOptions{Cache: cache})
 	if err != nil {
 		buf.Close()
 		return nil, nil, fmt.Errorf("BPF task iterator program: %w", err)
 	}
-	return buf, prog, nil
+	return buf, coll.Programs["task"], nil
 }

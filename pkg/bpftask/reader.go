@@ -56,11 +56,12 @@ type Reader struct {
 
 // Open loads the reader's program. It fails with ErrUnavailable when the
 // kernel cannot run it.
-func Open() (*Reader, error) {
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		return nil, fmt.Errorf("%w: no kernel BTF (/sys/kernel/btf/vmlinux): %v", ErrUnavailable, err)
+func Open(k *Kernel) (*Reader, error) {
+	spec, cache, err := k.load(ErrUnavailable)
+	if err != nil {
+		return nil, err
 	}
-	l, err := loadLayout()
+	l, err := loadLayout(spec)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
@@ -88,7 +89,7 @@ func Open() (*Reader, error) {
 	r.fpstate = add(l.fpu+l.fpstate, 0, l.fpstateRegs)
 	r.xsave = add(l.fpu+l.fpstate, l.fpstateRegs, r.xsaveLen)
 	r.total = off
-	if r.buf, r.prog, err = load(r.regions, r.total); err != nil {
+	if r.buf, r.prog, err = load(r.regions, r.total, cache); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
 	}
 	return r, nil

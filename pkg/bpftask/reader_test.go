@@ -16,7 +16,7 @@ import (
 // TestVerifyStopped reads a stopped process (sleep) both through ptrace
 // and through the reader: every value must agree.
 func TestVerifyStopped(t *testing.T) {
-	r, err := Open()
+	r, err := Open(nil)
 	if err != nil {
 		t.Skipf("reader: %v", err)
 	}

@@ -324,14 +324,10 @@ func sockProgram(l *sockLayout) asm.Instructions {
 
 // OpenSock loads the reader's program. It fails with ErrSockUnavailable
 // when the kernel cannot run it. The caller runs Verify before use.
-func OpenSock() (*SockReader, error) {
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		return nil, fmt.Errorf("%w: no kernel BTF (/sys/kernel/btf/vmlinux): %v", ErrSockUnavailable, err)
-	}
-	cache := btf.NewCache()
-	spec, err := cache.Kernel()
+func OpenSock(k *Kernel) (*SockReader, error) {
+	spec, cache, err := k.load(ErrSockUnavailable)
 	if err != nil {
-		return nil, fmt.Errorf("%w: kernel BTF: %v", ErrSockUnavailable, err)
+		return nil, err
 	}
 	l, err := loadSockLayout(spec)
 	if err != nil {

@@ -13,7 +13,7 @@ import (
 // saved SYN) and reports what loading and reading cost.
 func TestSockVerify(t *testing.T) {
 	start := time.Now()
-	r, err := OpenSock()
+	r, err := OpenSock(nil)
 	if errors.Is(err, ErrSockUnavailable) {
 		t.Skipf("reader: %v", err)
 	}
@@ -33,7 +33,7 @@ func TestSockVerify(t *testing.T) {
 // sockets, each in 3 multicast groups on the loopback interface, among
 // the test's other fds.
 func BenchmarkSockRead(b *testing.B) {
-	r, err := OpenSock()
+	r, err := OpenSock(nil)
 	if errors.Is(err, ErrSockUnavailable) {
 		b.Skipf("reader: %v", err)
 	}
@@ -70,7 +70,7 @@ func BenchmarkSockRead(b *testing.B) {
 // dump pays once when a socket may hold such state.
 func BenchmarkSockOpen(b *testing.B) {
 	for range b.N {
-		r, err := OpenSock()
+		r, err := OpenSock(nil)
 		if errors.Is(err, ErrSockUnavailable) {
 			b.Skipf("reader: %v", err)
 		}
@@ -88,7 +88,7 @@ func BenchmarkSockOpen(b *testing.B) {
 // said (the dump refuses such a socket): 65 IPv6 groups on the loopback
 // interface (IPv6 has no per-socket limit; IPv4 has igmp_max_memberships).
 func TestSockMore(t *testing.T) {
-	r, err := OpenSock()
+	r, err := OpenSock(nil)
 	if errors.Is(err, ErrSockUnavailable) {
 		t.Skipf("reader: %v", err)
 	}

@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -129,14 +128,10 @@ func tcpProgram(l *tcpLayout) asm.Instructions {
 
 // OpenTCP loads the reader's program. It fails with ErrTCPUnavailable
 // when the kernel cannot run it. The caller runs Verify before use.
-func OpenTCP() (*TCPReader, error) {
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		return nil, fmt.Errorf("%w: no kernel BTF (/sys/kernel/btf/vmlinux): %v", ErrTCPUnavailable, err)
-	}
-	cache := btf.NewCache()
-	spec, err := cache.Kernel()
+func OpenTCP(k *Kernel) (*TCPReader, error) {
+	spec, cache, err := k.load(ErrTCPUnavailable)
 	if err != nil {
-		return nil, fmt.Errorf("%w: kernel BTF: %v", ErrTCPUnavailable, err)
+		return nil, err
 	}
 	l, err := loadTCPLayout(spec)
 	if err != nil {

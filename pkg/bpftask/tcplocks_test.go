@@ -11,7 +11,7 @@ import (
 // measures one read of the namespace's TCP sockets.
 func TestTCPVerify(t *testing.T) {
 	open := time.Now()
-	r, err := OpenTCP()
+	r, err := OpenTCP(nil)
 	if errors.Is(err, ErrTCPUnavailable) {
 		t.Skipf("reader: %v", err)
 	}
@@ -36,7 +36,7 @@ func TestTCPVerify(t *testing.T) {
 // TestSockStateVerify runs the socket state reader's own check (sockets
 // connecting, connected, disconnecting, new) and measures one read.
 func TestSockStateVerify(t *testing.T) {
-	r, err := OpenTCP()
+	r, err := OpenTCP(nil)
 	if errors.Is(err, ErrTCPUnavailable) {
 		t.Skipf("reader: %v", err)
 	}
@@ -60,7 +60,7 @@ func TestSockStateVerify(t *testing.T) {
 // (both programs, one collection) and check them.
 func BenchmarkOpenTCP(b *testing.B) {
 	for b.Loop() {
-		r, err := OpenTCP()
+		r, err := OpenTCP(nil)
 		if errors.Is(err, ErrTCPUnavailable) {
 			b.Skipf("reader: %v", err)
 		}
@@ -79,7 +79,7 @@ func BenchmarkOpenTCP(b *testing.B) {
 
 // BenchmarkSockState measures one read of a socket's state.
 func BenchmarkSockState(b *testing.B) {
-	r, err := OpenTCP()
+	r, err := OpenTCP(nil)
 	if errors.Is(err, ErrTCPUnavailable) {
 		b.Skipf("reader: %v", err)
 	}

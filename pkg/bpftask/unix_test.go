@@ -15,7 +15,7 @@ import (
 // skipped on a kernel that cannot run it.
 func openUnix(t *testing.T) *UnixReader {
 	t.Helper()
-	r, err := OpenUnix()
+	r, err := OpenUnix(nil)
 	if errors.Is(err, ErrUnixUnavailable) {
 		t.Skipf("reader: %v", err)
 	}

@@ -8,8 +8,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-
-	"github.com/cilium/ebpf/btf"
 )
 
 // The UNIX accept queue reader reads what a connection waiting in a
@@ -102,17 +100,13 @@ type UnixReader struct {
 
 // OpenUnix loads the reader's programs. It fails with ErrUnixUnavailable
 // when the kernel cannot run them. The caller runs Verify before use.
-func OpenUnix() (*UnixReader, error) {
-	if _, err := os.Stat("/sys/kernel/btf/vmlinux"); err != nil {
-		return nil, fmt.Errorf("%w: no kernel BTF (/sys/kernel/btf/vmlinux): %v", ErrUnixUnavailable, err)
-	}
+func OpenUnix(k *Kernel) (*UnixReader, error) {
 	if err := initialNamespaces(); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnixUnavailable, err)
 	}
-	cache := btf.NewCache()
-	spec, err := cache.Kernel()
+	spec, cache, err := k.load(ErrUnixUnavailable)
 	if err != nil {
-		return nil, fmt.Errorf("%w: kernel BTF: %v", ErrUnixUnavailable, err)
+		return nil, err
 	}
 	l, err := loadUnixLayout(spec)
 	if err != nil {

@@ -178,7 +178,7 @@ func (d *dumper) exitedLeaderTask(p *image.Process, th *image.Thread) error {
 	t := d.t
 	if t.bpf == nil {
 		var err error
-		if t.bpf, err = bpftask.Open(); err != nil {
+		if t.bpf, err = bpftask.Open(t.kernel); err != nil {
 			return refuse(d.pid, what, "its parent-death signal is read with the BPF task reader: %v", err)
 		}
 	}

@@ -33,6 +33,7 @@ package dump
 
 import (
 	"fmt"
+	"github.com/ckpt/ckpt/pkg/bpftask"
 	"runtime"
 	"time"
 
@@ -235,7 +236,7 @@ func runOnce(pid sys.PID, sink Sink, opts Options) (res *Result, err error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 
-	t := &tree{opts: &opts, ghosts: map[[2]uint64]image.FileRef{}}
+	t := &tree{opts: &opts, ghosts: map[[2]uint64]image.FileRef{}, kernel: bpftask.NewKernel()}
 	if err := t.freeze(pid); err != nil {
 		sink.Abort()
 		return nil, fmt.Errorf("dump %d (%s): %w", pid, st.Comm, err)

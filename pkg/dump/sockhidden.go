@@ -126,7 +126,7 @@ func (t *tree) Hidden(fd int, s *image.Socket) error {
 func (t *tree) hiddenRead(fd int) (*bpftask.SockExtra, error) {
 	h := t.socks.hidden
 	if h.reader == nil && h.openErr == nil {
-		h.reader, h.openErr = bpftask.OpenSock()
+		h.reader, h.openErr = bpftask.OpenSock(t.kernel)
 		if h.openErr == nil {
 			// Its check makes sockets on the loopback interface of
 			// ckpt's network namespace, or else of the tree's (one

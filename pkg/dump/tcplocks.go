@@ -38,7 +38,7 @@ func (t *tree) tcpState() *tcpLockState {
 // socket state programs, one collection.
 func (t *tree) openTCPReader(w *tcpLockState) error {
 	if w.reader == nil && w.openErr == nil {
-		w.reader, w.openErr = bpftask.OpenTCP()
+		w.reader, w.openErr = bpftask.OpenTCP(t.kernel)
 	}
 	return w.openErr
 }

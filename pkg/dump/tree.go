@@ -41,6 +41,9 @@ type tree struct {
 	stopUnreported map[sys.PID]bool
 	// bpf reads the parents waiting in vfork(), loaded for the first.
 	bpf *bpftask.Reader
+	// kernel is the kernel's BTF every BPF reader of the dump is
+	// opened with (decoded once, on the first reader's need).
+	kernel *bpftask.Kernel
 }
 
 func (t *tree) addData(b []byte) int {

@@ -15,6 +15,8 @@ type unixReaderState struct {
 	accepts, pieces readerCheck
 	// conns are the connections read, by listener.
 	conns map[uint32][]bpftask.UnixConn
+	// kernel is the dump's BTF, the reader is opened with.
+	kernel *bpftask.Kernel
 }
 
 // readerCheck is whether a check of the reader ran, and what it said.
@@ -27,7 +29,7 @@ type readerCheck struct {
 // itself is loaded by use).
 func (t *tree) unixReader() *unixReaderState {
 	if t.socks.unixRd == nil {
-		t.socks.unixRd = &unixReaderState{conns: map[uint32][]bpftask.UnixConn{}}
+		t.socks.unixRd = &unixReaderState{conns: map[uint32][]bpftask.UnixConn{}, kernel: t.kernel}
 	}
 	return t.socks.unixRd
 }
@@ -37,7 +39,7 @@ func (t *tree) unixReader() *unixReaderState {
 // fails with the reason every time.
 func (w *unixReaderState) use(c *readerCheck, check func(*bpftask.UnixReader) error) (*bpftask.UnixReader, error) {
 	if w.reader == nil && w.openErr == nil {
-		w.reader, w.openErr = bpftask.OpenUnix()
+		w.reader, w.openErr = bpftask.OpenUnix(w.kernel)
 	}
 	if w.openErr != nil {
 		return nil, w.openErr

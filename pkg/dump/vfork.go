@@ -90,7 +90,7 @@ func (t *tree) vforkChild(pid sys.PID, st *proc.Stat, kids []sys.PID) (sys.PID, 
 		return 0, shares("the parent, waiting in vfork(), has POSIX timers, whose times can be read only from a stopped process")
 	}
 	if t.bpf == nil {
-		if t.bpf, err = bpftask.Open(); err != nil {
+		if t.bpf, err = bpftask.Open(t.kernel); err != nil {
 			return 0, shares("the registers of a parent waiting in vfork() are read with a BPF task iterator: %v", err)
 		}
 	}

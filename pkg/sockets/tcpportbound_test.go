@@ -23,7 +23,7 @@ func TestTCPPortBound(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Fatal("TCP_REPAIR needs root (CAP_NET_ADMIN)")
 	}
-	r, err := bpftask.OpenTCP()
+	r, err := bpftask.OpenTCP(nil)
 	if errors.Is(err, bpftask.ErrTCPUnavailable) {
 		t.Skipf("reader: %v", err)
 	}

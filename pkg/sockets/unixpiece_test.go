@@ -17,7 +17,7 @@ func kernelPieces(t *testing.T) Pieces {
 	var r *bpftask.UnixReader
 	return func(ino uint32) ([]bpftask.UnixPiece, error) {
 		if r == nil {
-			o, err := bpftask.OpenUnix()
+			o, err := bpftask.OpenUnix(nil)
 			if errors.Is(err, bpftask.ErrUnixUnavailable) {
 				t.Skipf("a stream queue's pieces: %v", err)
 			}
