@@ -388,6 +388,10 @@ func ShowSocket(s *image.Socket) string {
 		return fmt.Sprintf("tcp %s closed (was connected to %s)%s", s.Local, s.Remote, portFree(s))
 	case s.TCP != nil:
 		return fmt.Sprintf("tcp %s -> %s %s, %d bytes unsent", s.Local, s.Remote, sockets.StateName(s.State), s.TCP.Unsent)
+	case s.Protocol == unix.IPPROTO_MPTCP && s.State == sockets.StateListen:
+		return fmt.Sprintf("mptcp %s listening, backlog %d", s.Local, s.Backlog)
+	case s.Protocol == unix.IPPROTO_MPTCP:
+		return strings.TrimSuffix("mptcp "+s.Local, " ") + " (not connected)"
 	case s.State == sockets.StateListen:
 		return fmt.Sprintf("tcp %s listening, backlog %d", s.Local, s.Backlog)
 	case s.Protocol == unix.IPPROTO_UDP && s.Remote != "":

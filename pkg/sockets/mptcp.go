@@ -53,7 +53,7 @@ func mptcpRefusal(fd, state int) error {
 		return nil
 	case state == tcpClose:
 		if peer := peerName(fd, familyOf(fd)); peer.IsValid() && peer.Port() != 0 {
-			return fmt.Errorf("MPTCP socket closed after a connection to %s: an MPTCP connection's subflows cannot be repaired: %w", peer, ErrState)
+			return fmt.Errorf("MPTCP socket closed or disconnected after a connection (or an attempt) to %s: an MPTCP connection's subflows cannot be repaired: %w", peer, ErrState)
 		}
 		if pendingError(fd) {
 			return fmt.Errorf("MPTCP socket with a pending error (a failed connect): %w", ErrState)

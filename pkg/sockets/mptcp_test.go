@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/netip"
 	"os"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -299,6 +300,38 @@ func TestMPTCPRefused(t *testing.T) {
 			unix.Close(srv)
 			return cli
 		}, ErrState, "MPTCP connection ("},
+		{"disconnected MPTCP client", func(t *testing.T) int {
+			cli, _ := mptcpPair(t, true)
+			must(t, sys.Disconnect(cli))
+			return cli
+		}, ErrState, "MPTCP socket closed or disconnected after a connection (or an attempt) to 127.0.0.1:"},
+		{"MPTCP client whose connect was refused", func(t *testing.T) int {
+			l, addr := mptcpListener(t)
+			unix.Close(l) // nobody listens there now
+			c := mptcpSocket(t, unix.AF_INET)
+			t.Cleanup(func() { unix.Close(c) })
+			if err := unix.Connect(c, Sockaddr(addr)); !errors.Is(err, unix.ECONNREFUSED) {
+				t.Fatalf("connect to a closed port: %v, want ECONNREFUSED", err)
+			}
+			return c
+		}, ErrState, "MPTCP socket"},
+		{"MPTCP socket shut down, never connected", func(t *testing.T) int {
+			c := mptcpSocket(t, unix.AF_INET)
+			t.Cleanup(func() { unix.Close(c) })
+			unix.Shutdown(c, unix.SHUT_RD)
+			return c
+		}, ErrState, "MPTCP socket in state CLOSE with its receive side shut"},
+		{"MPTCP listener with a half-open connection (TCP_DEFER_ACCEPT)", func(t *testing.T) int {
+			l := mptcpSocket(t, unix.AF_INET)
+			t.Cleanup(func() { unix.Close(l) })
+			must(t, unix.SetsockoptInt(l, unix.IPPROTO_TCP, unix.TCP_DEFER_ACCEPT, 30))
+			must(t, unix.Bind(l, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+			must(t, unix.Listen(l, 4))
+			sa, err := unix.Getsockname(l)
+			must(t, err)
+			dialTo(t, AddrPort(sa), false)
+			return l
+		}, ErrAcceptQueue, "MPTCP listening socket with 1 connections half-open (SYN_RECV"},
 		{"MPTCP listener with a connection waiting", func(t *testing.T) int {
 			l, addr := mptcpListener(t)
 			dialTo(t, addr, false)
@@ -317,6 +350,7 @@ func TestMPTCPRefused(t *testing.T) {
 			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.where) {
 				t.Fatalf("Describe: %v, want %v naming %q", err, tt.want, tt.where)
 			}
+			t.Logf("refused: %v", err)
 			if tt.want == ErrAcceptQueue && (s == nil || s.State != StateListen || s.Protocol != unix.IPPROTO_MPTCP) {
 				t.Fatalf("listener described as %+v, want an MPTCP listener", s)
 			}
@@ -365,4 +399,63 @@ func TestMPTCPReusePort(t *testing.T) {
 			exchangeVia(t, nsock.Int(), addr, true)
 		}
 	}
+}
+
+// TestMPTCPAcceptedPort checks that a plain TCP connection accepted from
+// an MPTCP listener is known to share its listener's port (the TCP
+// subflow listener sock_diag lists holds it): the dump then never asks
+// the BPF lock reader about it, whose iterator also reads the subflow
+// listener (a cookie no fd has).
+func TestMPTCPAcceptedPort(t *testing.T) {
+	_, srv := mptcpPair(t, false)
+	if p, _ := unix.GetsockoptInt(srv, unix.SOL_SOCKET, unix.SO_PROTOCOL); p != unix.IPPROTO_TCP {
+		t.Fatalf("accepted SO_PROTOCOL %d, want TCP", p)
+	}
+	sa, err := unix.Getsockname(srv)
+	must(t, err)
+	port := AddrPort(sa).Port()
+	if lo, hi, ok := localPortRange(); !ok || port < lo || port > hi {
+		t.Skipf("listener port %d outside ip_local_port_range %d-%d: nothing to tell", port, lo, hi)
+	}
+	may, err := ConnectMayChoosePort(srv, &Listeners{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if may {
+		t.Errorf("accepted connection on port %d of an MPTCP listener: connect may have chosen its port, want its listener's", port)
+	}
+}
+
+// TestMPTCPDisabled rebuilds an MPTCP listener in a network namespace
+// whose net.mptcp.enabled is 0: the restore fails, naming the sysctl.
+func TestMPTCPDisabled(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("needs root (unshare, sysctl)")
+	}
+	mptcpSocket(t, unix.AF_INET) // skips without MPTCP
+	s := &image.Socket{Family: unix.AF_INET, Type: unix.SOCK_STREAM, Protocol: unix.IPPROTO_MPTCP,
+		State: StateListen, Local: "127.0.0.1:0", Backlog: 3}
+	ch := make(chan error)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		if err := unix.Unshare(unix.CLONE_NEWNET); err != nil {
+			ch <- err
+			return
+		}
+		if err := os.WriteFile("/proc/sys/net/mptcp/enabled", []byte("0"), 0); err != nil {
+			ch <- err
+			return
+		}
+		sock, err := Open(s, nil, nil)
+		if err == nil {
+			sock.Close()
+			err = errors.New("built")
+		}
+		ch <- err
+	}()
+	err := <-ch
+	if !errors.Is(err, ErrMPTCPDisabled) || !strings.Contains(err.Error(), "net.mptcp.enabled=0") {
+		t.Fatalf("Open with net.mptcp.enabled=0: %v, want ErrMPTCPDisabled", err)
+	}
+	t.Logf("refused: %v", err)
 }
