@@ -20,14 +20,24 @@ import (
 // dump drops the waiting connection (saying so) and goes on: the restored
 // server serves new clients, and the dropped client sees nothing until it
 // sends, then a reset (ECONNRESET). With --leave-running the running
-// server keeps the connection and serves it.
+// server keeps the connection and serves it. Each with a TCP listener and
+// with an MPTCP one.
 func TestSkipInFlight(t *testing.T) {
 	e := setup(t)
-	for _, mode := range []string{"refused", "redo", "leave-running"} {
-		t.Run(mode, func(t *testing.T) {
+	for _, tc := range []struct{ name, mode, proto string }{
+		{"refused", "refused", "tcp"}, {"redo", "redo", "tcp"}, {"leave-running", "leave-running", "tcp"},
+		// An MPTCP listener (Go's since 1.24): its queue is its TCP
+		// subflow listener's, dropped the same way.
+		{"mptcp-refused", "refused", "mptcp"}, {"mptcp-redo", "redo", "mptcp"}, {"mptcp-leave-running", "leave-running", "mptcp"},
+	} {
+		mode := tc.mode
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.proto == "mptcp" {
+				requireMPTCP(t)
+			}
 			gate := filepath.Join(t.TempDir(), "gate")
 			v := e.startLogged(t, "gated_server", func(log string) []string {
-				return []string{"python3", script(t, "gated_server.py"), log, gate}
+				return []string{"python3", script(t, "gated_server.py"), log, gate, tc.proto}
 			})
 			var port int
 			fmt.Sscanf(v.lines()[0], "start pid=%d port=%d", new(int), &port)
@@ -91,6 +101,16 @@ func TestSkipInFlight(t *testing.T) {
 			}
 		})
 	}
+}
+
+// requireMPTCP skips a test on a machine that cannot make MPTCP sockets.
+func requireMPTCP(t *testing.T) {
+	t.Helper()
+	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 262) // IPPROTO_MPTCP
+	if err != nil {
+		t.Skipf("no MPTCP here: %v", err)
+	}
+	syscall.Close(fd)
 }
 
 // openGate lets testdata/gated_server.py accept.
