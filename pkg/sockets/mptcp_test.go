@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"github.com/ckpt/ckpt/internal/sys"
 	"github.com/ckpt/ckpt/pkg/image"
@@ -109,9 +110,21 @@ func (f fdReader) Read(b []byte) (int, error) {
 	return max(n, 0), err
 }
 
-// mptcpOpts are options an MPTCP socket lets a program set and read back.
+// mptcpOpts are options an MPTCP socket lets a program set and read back
+// (the integer ones TestMPTCPOptionSweep finds itself).
 func mptcpOpts() []setter {
+	tv := unix.Timeval{Sec: 2, Usec: 5}
+	tvb := (*[16]byte)(unsafe.Pointer(&tv))[:]
+	l := unix.Linger{Onoff: 1, Linger: 4}
+	lb := (*[8]byte)(unsafe.Pointer(&l))[:]
+	ts := [8]byte{0x10} // SOF_TIMESTAMPING_SOFTWARE... flags, bind_phc 0
 	return []setter{
+		bytesOpt(unix.SOL_SOCKET, unix.SO_RCVTIMEO, tvb),
+		bytesOpt(unix.SOL_SOCKET, unix.SO_SNDTIMEO, tvb),
+		bytesOpt(unix.SOL_SOCKET, unix.SO_LINGER, lb),
+		bytesOpt(unix.SOL_SOCKET, unix.SO_BINDTODEVICE, []byte("lo")),
+		bytesOpt(unix.SOL_SOCKET, unix.SO_TIMESTAMPING, ts[:]),
+		bytesOpt(unix.IPPROTO_TCP, unix.TCP_CONGESTION, []byte("reno")),
 		intOpt(unix.SOL_SOCKET, unix.SO_REUSEADDR, 1),
 		intOpt(unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1),
 		intOpt(unix.SOL_SOCKET, unix.SO_PRIORITY, 5),
@@ -145,6 +158,7 @@ func TestMPTCPListen(t *testing.T) {
 		{"listen4", unix.AF_INET, "127.0.0.1", true, true, 0, mptcpOpts()},
 		{"listen6", unix.AF_INET6, "::1", true, true, 1, mptcpOpts()},
 		{"listen6-any", unix.AF_INET6, "::", true, true, 0, mptcpOpts()},
+		{"listen4-no-reuseaddr", unix.AF_INET, "127.0.0.1", true, true, 0, []setter{intOpt(unix.SOL_SOCKET, unix.SO_KEEPALIVE, 1)}},
 		{"bound4", unix.AF_INET, "127.0.0.1", true, false, 0, mptcpOpts()},
 		{"unbound4", unix.AF_INET, "", false, false, 0, mptcpOpts()},
 	}
@@ -458,4 +472,60 @@ func TestMPTCPDisabled(t *testing.T) {
 		t.Fatalf("Open with net.mptcp.enabled=0: %v, want ErrMPTCPDisabled", err)
 	}
 	t.Logf("refused: %v", err)
+}
+
+// TestMPTCPListenerAfterAccepted rebuilds a plain TCP connection accepted
+// from an MPTCP listener before the listener (a lower fd): the connection
+// holds the port in repair mode, and the listener still binds and listens
+// on it; both carry data afterwards.
+func TestMPTCPListenerAfterAccepted(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("TCP_REPAIR needs root (CAP_NET_ADMIN)")
+	}
+	l := mptcpSocket(t, unix.AF_INET)
+	must(t, unix.Bind(l, &unix.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}))
+	must(t, unix.Listen(l, 4))
+	lsa, err := unix.Getsockname(l)
+	must(t, err)
+	addr := AddrPort(lsa)
+	cli := dialTo(t, addr, false)
+	srv, _, err := unix.Accept4(l, unix.SOCK_CLOEXEC)
+	must(t, err)
+	ls, err := Describe(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss, err := Describe(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, recvQ, sendQ, err := DumpTCP(srv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ss.TCP = &st.TCPRepair
+	unix.Close(srv) // in repair mode: silent
+	unix.Close(l)
+	nsrv, err := Open(ss, recvQ, sendQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nsrv.Close()
+	nl, err := Open(ls, nil, nil)
+	if err != nil {
+		t.Fatalf("MPTCP listener after its accepted connection: %v", err)
+	}
+	defer nl.Close()
+	if err := Resume(nsrv.Int(), st, sendQ); err != nil {
+		t.Fatal(err)
+	}
+	for _, dir := range [][2]int{{cli, nsrv.Int()}, {nsrv.Int(), cli}} {
+		must(t, sendAll(dir[0], []byte("kept\n")))
+		b := make([]byte, 5)
+		if _, err := io.ReadFull(fdReader(dir[1]), b); err != nil || string(b) != "kept\n" {
+			t.Fatalf("the accepted connection: read %q, %v", b, err)
+		}
+	}
+	exchangeVia(t, nl.Int(), addr, false)
+	exchangeVia(t, nl.Int(), addr, true)
 }
