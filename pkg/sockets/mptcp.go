@@ -15,9 +15,11 @@ package sockets
 //     never connected state CLOSE;
 //   - the subflow listener is a TCP listener of the network namespace:
 //     sock_diag lists it (address, port, its request sockets in
-//     SYN_RECV), and the BPF TCP iterator reads it, with a cookie that is
-//     not the MPTCP socket's (no fd of any process has it: the dump never
-//     asks the reader about it);
+//     SYN_RECV; a connection accepted from it shares its port, which
+//     ConnectMayChoosePort sees), and it is in TCP's listening hash, which
+//     the BPF TCP lock reader iterates: with a cookie that is not the
+//     MPTCP socket's and that no fd of any process has, so the dump,
+//     which asks the reader by the cookies of fds, never asks about it;
 //   - options: a subset of SOL_SOCKET, IPPROTO_IP, IPPROTO_IPV6 and
 //     IPPROTO_TCP (net/mptcp/sockopt.c). getsockopt says EOPNOTSUPP for
 //     the others (a program cannot observe them either); some it reads
