@@ -645,8 +645,9 @@ func socketAttrs() []Attr {
 			Save: "struct socket.state, read by a BPF task file iterator limited to ckpt's process on its copy of the socket (pkg/bpftask TCPReader.SockState, checked first on sockets it makes connecting, connected, disconnecting and new), " +
 				"for a connection whose port no listener holds (an accepted one is connected) and that was not shut down (which makes it connected); " +
 				"refused by name where the reader cannot run or reads wrong",
-			Restore: "connected: in repair mode as before; connecting: its initial sequence number set in repair mode to one before its send queue, a real non-blocking connect behind a lock of its own that drops the pair's packets (the SYN, the answer), " +
-				"the peer's SYN-ACK forged (the connection's MSS, window scale, SACK and timestamp options; window 0, timestamps 0), then completed in repair mode as a repaired connection (queues, options, timestamp clock, window); the peer's FIN of CLOSE_WAIT replayed after (pkg/sockets tcpconnecting.go)",
+			Restore: "every connection (connected or connecting; one connected with TCP_FASTOPEN_CONNECT set in repair mode): its initial sequence number set in repair mode to one before its send queue, a real non-blocking connect behind the restore's lock, which drops the socket's marked packets (the SYN, the answer), " +
+				"a TIME_WAIT the original left on this machine ended first (connect would take over its sequence numbers), " +
+				"the peer's SYN-ACK forged (the connection's MSS, window scale, SACK and timestamp options; window 0, timestamps 0), then completed in repair mode as a repaired connection (queues, options, timestamp clock, window); the peer's FIN of CLOSE_WAIT replayed after (pkg/sockets tcpconnecting.go); a connected one is connected a second time (0: the socket layer's connected)",
 			CRIU: "loses it (connected in repair mode: EISCONN at once)",
 			Case: "sock_tcp_connecting_tcp4, sock_tcp_connecting_tcp6, sock_tcp_connecting_mapped, sock_tcp_connecting_blocking_tcp4, sock_tcp_connecting_close_wait_tcp4, sock_tcp_connecting_fin_wait2_tcp4, " +
 				"pkg/sockets TestTCPConnecting, pkg/bpftask TestSockStateVerify"},
@@ -675,6 +676,14 @@ func socketAttrs() []Attr {
 			Seen:    Seen{Other: "TCP_INFO tcpi_state CLOSE, read() end of file, write EPIPE"},
 			Save:    "as any connection",
 			Restore: "on request, a new socket in state CLOSE shut down both ways, its options set (queues dropped); the dump's lock lifted", CRIU: "same (--tcp-close)", Case: "e2e TestTCPClose"},
+		{Name: "TCP MSS in use, MSS advertised, initial receive window and buffers of a connection", Family: "socket", Status: Restored,
+			Seen: Seen{Other: "getsockopt TCP_MAXSEG, TCP_INFO (tcpi_snd_mss, tcpi_advmss, tcpi_rcv_space), the segments' sizes on the wire"},
+			Save: "the MSS clamp (TCP_MAXSEG in repair mode) and the options the handshake agreed (tcpi_options, window scales)",
+			Restore: "the kernel computes them again as at the original's start, from the path and the peer's options: the connection is connected for real and the peer's SYN-ACK forged with its MSS " +
+				"(a connect in repair mode computes the MSS in use before the peer's MSS is set, and kept the default's 524 bytes: 524-byte segments on a 1500-byte path); " +
+				"on loopback the MSS the original computed last was bounded by half the peer's largest window, a value that moves with the traffic: the rebuilt one is bounded once the window it is given changes",
+			CRIU: "524 (connected in repair mode)",
+			Case: "e2e TestGroupMemberSilentUntilRelease (every connection's MSS in use as before: 1448 on a veth), pkg/sockets TestDumpRestoreTCP (not the default's), pkg/sockets TestTCPConnecting (clamps and window clamp equal)"},
 		{Name: "TCP timestamp clock and windows", Family: "socket", Status: Restored,
 			Seen:    Seen{Other: "getsockopt TCP_TIMESTAMP, TCP_INFO (tcpi_snd_wnd, tcpi_rcv_wnd), the peer's PAWS check"},
 			Save:    "TCP_TIMESTAMP, TCP_REPAIR_WINDOW in every connected state",

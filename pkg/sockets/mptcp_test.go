@@ -506,6 +506,7 @@ func TestMPTCPListenerAfterAccepted(t *testing.T) {
 	ss.TCP = &st.TCPRepair
 	unix.Close(srv) // in repair mode: silent
 	unix.Close(l)
+	dropRebuildSYNs(t)
 	nsrv, err := Open(ss, recvQ, sendQ)
 	if err != nil {
 		t.Fatal(err)

@@ -239,6 +239,7 @@ func TestOptionsConnection(t *testing.T) {
 			}
 			s.TCP = &st.TCPRepair
 			unix.Close(fd)
+			dropRebuildSYNs(t)
 			nsock, err := Open(s, recvQ, sendQ)
 			if err != nil {
 				t.Fatal(err)

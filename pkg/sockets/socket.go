@@ -283,9 +283,9 @@ func Open(s *image.Socket, recvQ, sendQ []byte) (*sys.FD, error) {
 	return sock.Move(), nil
 }
 
-// openConn rebuilds an established connection in repair mode with its
-// options: SO_REUSEADDR waits for Resume (repair mode forces reuse, and
-// leaving it clears the flag).
+// openConn rebuilds a connection with its options, in repair mode:
+// SO_REUSEADDR waits for Resume (repair mode forces reuse, and leaving it
+// clears the flag).
 func openConn(fd int, s *image.Socket, st *TCPState, recvQ, sendQ []byte) error {
 	noReuse := func(level, name int) bool { return level == unix.SOL_SOCKET && name == unix.SO_REUSEADDR }
 	if err := setOptions(fd, s.Options, early, noReuse); err != nil {
@@ -298,12 +298,19 @@ func openConn(fd int, s *image.Socket, st *TCPState, recvQ, sendQ []byte) error 
 	if err := raiseBuffers(fd, len(sendQ), len(recvQ)); err != nil {
 		return err
 	}
-	restore := restoreTCP
-	if st.SockState == SockConnecting {
-		restore = restoreConnecting // tcpconnecting.go
-	}
-	if err := restore(fd, st, recvQ, sendQ); err != nil {
+	if !connectsForReal(s) {
+		if err := restoreTCP(fd, st, recvQ, sendQ); err != nil {
+			return err
+		}
+	} else if err := restoreConnecting(fd, st, recvQ, sendQ); err != nil {
 		return err
+	} else if st.SockState != SockConnecting {
+		// Accepted, connected by a blocking connect, or connected again
+		// since: the second connect of a connecting socket makes it
+		// connected in the socket layer, as the program's did.
+		if err := unix.Connect(fd, Sockaddr(st.Remote)); err != nil {
+			return fmt.Errorf("connect %s again (socket layer connected): %w", st.Remote, err)
+		}
 	}
 	if err := restorePortOptions(fd, s.Options); err != nil {
 		return err

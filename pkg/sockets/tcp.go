@@ -307,11 +307,36 @@ func restoreTCP(fd int, st *TCPState, recvQ, sendQ []byte) error {
 	// that the kernel gives it back when the connection ends (connectAs);
 	// one a listener holds (an accepted connection) is bound, and so is
 	// one the program had bound (it keeps it).
+	clamp := st.MSS >= tcpMinMSS
+	if clamp {
+		// The MSS in use is computed when connect() runs, from the path
+		// MTU and the clamp; in repair mode the clamp comes after the
+		// connect (TCP_REPAIR_OPTIONS), too late: the connection would
+		// send 524-byte segments (the default's) until its path MTU
+		// changed. So connect sees the clamp as a user MSS (at most
+		// 32767, the kernel's limit: loopback's 65495 is cut), cleared
+		// right after (a closed socket's TCP_MAXSEG would show it).
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG, min(st.MSS, tcpMaxUserMSS)); err != nil {
+			return fmt.Errorf("TCP_MAXSEG %d: %w", st.MSS, err)
+		}
+	}
 	if err := connectAs(fd, st.Local, st.Remote, !st.portBound()); err != nil {
 		return err
 	}
+	if clamp {
+		if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG, 0); err != nil {
+			return fmt.Errorf("TCP_MAXSEG 0: %w", err)
+		}
+	}
 	return fillTCP(fd, st, recvQ, sendQ)
 }
+
+// The smallest and largest user MSS the kernel takes (TCP_MIN_MSS,
+// MAX_TCP_WINDOW).
+const (
+	tcpMinMSS     = 88
+	tcpMaxUserMSS = 32767
+)
 
 // fillTCP completes a connection connected in repair mode with its
 // sequence numbers set (restoreTCP, or handshake for one the socket layer

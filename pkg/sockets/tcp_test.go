@@ -91,6 +91,11 @@ func TestDumpRestoreTCP(t *testing.T) {
 			if s, err := State(nfd); err != nil || s != StateEstablished {
 				t.Fatalf("restored socket state %d (%v), want established", s, err)
 			}
+			// The MSS in use comes from the path (loopback: tens of
+			// kilobytes), not the default's 524 bytes.
+			if mss, err := sndMSS(nfd); err != nil || mss <= 536 {
+				t.Errorf("restored connection sends segments of %d bytes (%v): its MSS was not computed from the path (clamp %d)", mss, err, st.MSS)
+			}
 			la, _ := unix.Getsockname(nfd)
 			if AddrPort(la) != st.Local {
 				t.Fatalf("restored local address %v, want %v", AddrPort(la), st.Local)

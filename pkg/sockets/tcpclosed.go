@@ -304,10 +304,10 @@ func openClosed(fd int, s *image.Socket, local, remote netip.AddrPort, recvQ []b
 
 // NeedsSYNDropped says whether rebuilding a socket sends a SYN that must
 // not leave (Open connects it for real: a closed socket whose connect
-// failed, or any connection but one in SYN_SENT that the socket layer
-// calls connecting, see tcpconnecting.go): the caller holds a network
-// lock (pkg/netlock), which drops the packets marked DropMark, while
-// Open runs.
+// failed or that the socket layer calls connecting, and a connection but
+// one in SYN_SENT, see connectsForReal and tcpconnecting.go): the caller
+// holds a network lock (pkg/netlock), which drops the packets marked
+// DropMark, while Open runs.
 func NeedsSYNDropped(s *image.Socket) bool {
 	if s == nil || s.TCP == nil {
 		return false
@@ -315,7 +315,7 @@ func NeedsSYNDropped(s *image.Socket) bool {
 	if s.State == StateClose {
 		return sockConnecting(s.TCP)
 	}
-	return s.State != StateSynSent && Connected(s.State) && s.TCP.SockState == SockConnecting
+	return s.State != StateSynSent && Connected(s.State) && connectsForReal(s)
 }
 
 // openConnectingClosed rebuilds a TCP socket whose connect failed while
@@ -719,7 +719,7 @@ func presetMSS(fd, mss int) error {
 	if b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_timestamps"); err != nil || strings.TrimSpace(string(b)) != "0" {
 		mss += 12 // TCPOLEN_TSTAMP_ALIGNED
 	}
-	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG, min(mss, 32767)); err != nil {
+	if err := unix.SetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_MAXSEG, min(mss, tcpMaxUserMSS)); err != nil {
 		return fmt.Errorf("TCP_MAXSEG: %w", err)
 	}
 	return nil

@@ -81,7 +81,8 @@ func sockConnecting(t *image.TCPRepair) bool {
 // CheckSockState refuses (ErrState) a TCP socket in state (tcp_info),
 // with shutdown (Socket.Shutdown: how+1), whose socket layer state
 // t.SockState the restore cannot make, or the kernel cannot have made.
-// SS_CONNECTED is made in repair mode, in every state of a connection
+// SS_CONNECTED is made by connecting again once connected for real (or
+// in repair mode, see connectsForReal), in every state of a connection
 // but SYN_SENT (which is SS_CONNECTING: connect makes it so); in CLOSE it
 // is for a connection that had been established only. SS_CONNECTING
 // (handshake) is made in ESTABLISHED, but not after shutdown(SHUT_RD), and
@@ -173,6 +174,17 @@ func handshake(fd int, st *TCPState, sndUna, rcvNxt uint32, mss int) error {
 	if err := setRepair(fd, false); err != nil {
 		return err
 	}
+	// A TIME_WAIT socket the original connection left here (its
+	// processes killed after a dump that let them run) would be taken
+	// over by the connect, with its own next sequence number as the
+	// initial one (tcp_twsk_unique): it is ended first.
+	owner, err := pairOwner(st.Local, st.Remote)
+	if err != nil {
+		return err
+	}
+	if _, err := destroyTimeWait(st.Local, st.Remote, owner); err != nil {
+		return err
+	}
 	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
 	if err != nil {
 		return fmt.Errorf("F_GETFL: %w", err)
@@ -209,8 +221,32 @@ func handshake(fd int, st *TCPState, sndUna, rcvNxt uint32, mss int) error {
 	return unmark()
 }
 
-// restoreConnecting is restoreTCP for a connection the socket layer
-// calls connecting: connected by handshake instead of in repair mode.
+// connectsForReal says whether Open rebuilds the connection s (not in
+// SYN_SENT) by connecting it for real (restoreConnecting) rather than in
+// repair mode (restoreTCP). The kernel then computes what it computes at
+// a connection's start from its path and the peer's options (the MSS in
+// use, the MSS it advertises, the initial windows and buffers) as it did
+// for the original; a connect in repair mode comes before the peer's
+// options and leaves the MSS in use at the default's 524 bytes (it sets
+// a user MSS for the connect, which cannot reach loopback's and changes
+// the MSS advertised when the peer's is smaller). Every connection is,
+// but one that the socket layer calls connected with
+// TCP_FASTOPEN_CONNECT set: a Fast Open cookie could defer its connect
+// (ConnectingRefusal refuses a connecting one).
+func connectsForReal(s *image.Socket) bool {
+	if s.TCP.SockState == SockConnecting {
+		return true
+	}
+	for _, o := range s.Options {
+		if o.Level == unix.IPPROTO_TCP && o.Name == unix.TCP_FASTOPEN_CONNECT && o.Value != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// restoreConnecting is restoreTCP for a connection connected for real
+// (connectsForReal): by handshake instead of in repair mode.
 func restoreConnecting(fd int, st *TCPState, recvQ, sendQ []byte) error {
 	if st.Unsent > len(sendQ) || st.Unsent < 0 {
 		return fmt.Errorf("%d unsent bytes of a %d byte send queue: %w", st.Unsent, len(sendQ), ErrState)
@@ -282,7 +318,11 @@ func ListenerHolds(fd int, ls *Listeners) (bool, error) {
 // cached for the peer would defer the connect (no SYN, nothing the forged
 // SYN-ACK could answer).
 func ConnectingRefusal(fd, state int, t *image.TCPRepair) error {
-	if !NeedsSYNDropped(&image.Socket{State: state, TCP: t}) {
+	connecting := sockConnecting(t)
+	if state != StateClose {
+		connecting = state != StateSynSent && Connected(state) && t.SockState == SockConnecting
+	}
+	if !connecting {
 		return nil
 	}
 	if v, err := unix.GetsockoptInt(fd, unix.IPPROTO_TCP, unix.TCP_FASTOPEN_CONNECT); err == nil && v != 0 {

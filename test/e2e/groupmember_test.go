@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -69,6 +70,7 @@ func TestGroupMemberSilentUntilRelease(t *testing.T) {
 	for _, j := range logs {
 		j.waitTicks(t, 5)
 	}
+	mssBefore := segmentSizes(t, nsY)
 
 	// Both dumped (each keeps its lock), then node X is lost: its
 	// processes (the lock's holder) die with it, and a new node takes
@@ -129,7 +131,30 @@ func TestGroupMemberSilentUntilRelease(t *testing.T) {
 			}
 		}
 	}
+	// The restored connections send segments of the size the path
+	// allows (the veth's MTU), as before the dump.
+	if got := segmentSizes(t, nsY); got != mssBefore {
+		t.Errorf("node Y's connections send segments of %s bytes after the restore, %s before", got, mssBefore)
+	}
 	finishRing(t, stop, logs)
+}
+
+// segmentSizes lists the MSS in use of the established TCP connections
+// of network namespace ns (ss -i), sorted.
+func segmentSizes(t *testing.T, ns string) string {
+	t.Helper()
+	out, err := exec.Command("ip", "netns", "exec", ns, "ss", "-Htni", "state", "established").Output()
+	if err != nil {
+		t.Fatalf("ss in %s: %v", ns, err)
+	}
+	var mss []string
+	for _, f := range strings.Fields(string(out)) {
+		if v, ok := strings.CutPrefix(f, "mss:"); ok {
+			mss = append(mss, v)
+		}
+	}
+	slices.Sort(mss)
+	return strings.Join(mss, " ")
 }
 
 // heldRedo is a ckpt-redo run as an agent runs it for a group restore:
