@@ -10,6 +10,7 @@ package kernelcheck
 import (
 	"errors"
 	"fmt"
+	"github.com/ckpt/ckpt/pkg/bpftask"
 	"strings"
 )
 
@@ -79,7 +80,7 @@ type Feature struct {
 // Features lists every feature ckpt uses, in the order ckpt check prints
 // them. Each call returns a fresh table.
 func Features() []Feature {
-	return []Feature{
+	fs := []Feature{
 		{FeatureMapFiles, "mapped files reachable through /proc/PID/map_files", Dump | Restore, MapFiles},
 		{FeatureKcmp, "open files shared between processes found with kcmp(KCMP_FILE)", Dump, Kcmp},
 		{FeatureProcessVMReadv, "memory read in large batches", Dump, ProcessVMReadv},
@@ -93,6 +94,7 @@ func Features() []Feature {
 		{FeatureTCPRepair, "TCP connections dumped and restored", 0, TCPRepair},
 		{FeatureSockDiag, "sockets listed through netlink", 0, SockDiag},
 	}
+	return append(fs, bpfFeatures(bpftask.NewKernel())...)
 }
 
 // Check runs the probes of every feature need asks for (Dump, Restore or
