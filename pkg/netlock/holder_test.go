@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -369,4 +370,90 @@ func TestHolderProcessLifetime(t *testing.T) {
 			t.Fatal("holder still there 10 s after its network namespace was abandoned")
 		}
 	}
+}
+
+// TestManyHeldArriveOnRelease holds one packet of each of many
+// connections (as a server's lock holds its clients' requests), every one
+// read by the holder, and lets them through: the release leaves none in
+// the kernel's queue, where the table's removal would drop them. A batch
+// verdict naming an id the kernel took as before the first queued one
+// let none through (TestHeldPacketsArriveOnRelease holds a few packets of
+// one connection, which that did not show).
+func TestManyHeldArriveOnRelease(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Fatal("nftables needs root")
+	}
+	ns, nsf := testNetns(t)
+	const n = 24
+	var pairs []*pair
+	var conns []Conn
+	for i := 0; i < n; i++ {
+		p := newPair(t, ns, "tcp4", "127.0.0.1:0")
+		pairs, conns = append(pairs, p), append(conns, p.conn)
+	}
+	h, err := newHolder(TablePrefix+"many-test", int(nsf.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	go h.receive()
+	l, err := TakeQueued("many-test", conns, int(nsf.Fd()), h.Queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer Release(l.Table, int(nsf.Fd()))
+	for _, p := range pairs {
+		if _, err := p.client.Write([]byte("ping")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		h.mu.Lock()
+		held := h.held
+		h.mu.Unlock()
+		if held >= n {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the holder read %d packets, want %d", held, n)
+		}
+	}
+	c, err := conn(int(nsf.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	openChains(c, table(l.Table)) // as Release does first
+	if _, err := h.release(); err != nil {
+		t.Fatal(err)
+	}
+	if q := queued(t, ns, h.Queue); q != 0 {
+		t.Fatalf("%d packets still in the kernel's queue after the release: the table's removal would drop them", q)
+	}
+	for i, p := range pairs {
+		readWithin(t, p.server, "ping", 5*time.Second, fmt.Sprintf("connection %d's held bytes after release", i))
+	}
+	h.Close() // it serves no control socket: Release must not wait for it
+}
+
+// queued reads how many packets the kernel holds in nfnetlink queue num
+// of network namespace ns (/proc/net/netfilter/nfnetlink_queue:
+// queue_total, the third column).
+func queued(t *testing.T, ns string, num uint16) int {
+	t.Helper()
+	var b []byte
+	if err := testenv.InNetNS(ns, func() (err error) {
+		b, err = os.ReadFile("/proc/thread-self/net/netfilter/nfnetlink_queue")
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		f := strings.Fields(l)
+		if len(f) >= 3 && f[0] == strconv.Itoa(int(num)) {
+			q, _ := strconv.Atoi(f[2])
+			return q
+		}
+	}
+	t.Fatalf("queue %d not in %q", num, b)
+	return 0
 }

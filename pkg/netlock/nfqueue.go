@@ -252,13 +252,18 @@ func (q *nfqueue) receive(buf []byte, deadline time.Time) ([]uint32, error) {
 
 // acceptAll gives NF_ACCEPT to every packet in the queue, read or not
 // yet (last is the highest id read, 0 if none): they go on through the
-// hooks after the one that queued them. A batch verdict covers the ids
-// up to the one it names, compared modulo 2^32 as the kernel numbers
-// them (nfq_id_after): half the id space past the last one read covers
-// every packet queued so far.
+// hooks after the one that queued them. A batch verdict covers the
+// queued ids from the first on while they are not after the one it
+// names, compared as the kernel does (nfq_id_after: (int32)(id - max) >
+// 0). A quarter of the id space past the last one read covers the
+// packets queued after it, and keeps the ones before it (as far back as
+// a quarter of the space) from counting as after: with half the space,
+// every id more than two before the last one read counted as after, the
+// batch stopped at the first packet, and the table's removal dropped
+// what it held.
 func (q *nfqueue) acceptAll(last uint32) error {
 	hdr := binary.BigEndian.AppendUint32(nil, nfAccept)
-	hdr = binary.BigEndian.AppendUint32(hdr, last+0x7fffffff)
+	hdr = binary.BigEndian.AppendUint32(hdr, last+1<<30)
 	b, _, err := q.message(nfqnlMsgVerdictBatch, netlink.Request, netlink.Attribute{Type: nfqaVerdictHdr, Data: hdr})
 	if err != nil {
 		return err

@@ -206,6 +206,15 @@ func BenchmarkClientStall(b *testing.B) {
 	}
 	close(stop)
 	wg.Wait()
+	// A client whose request was dropped rather than held sends it
+	// again on its retransmission timer (200 ms at least).
+	retrans := 0
+	for _, c := range clients {
+		if n, err := totalRetrans(c.conn); err == nil {
+			retrans += n
+		}
+	}
+	b.ReportMetric(float64(retrans), "client-retrans")
 	b.ReportMetric(median(outages), "outage-ms")
 	b.ReportMetric(median(frozen), "frozen-ms")
 	b.ReportMetric(median(down), "down-ms")
@@ -233,4 +242,21 @@ func benchNetNS(b *testing.B) string {
 		}
 	}
 	return ns
+}
+
+// totalRetrans reads tcp_info's tcpi_total_retrans of a TCP connection.
+func totalRetrans(c net.Conn) (int, error) {
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var info *unix.TCPInfo
+	var gerr error
+	if err := rc.Control(func(fd uintptr) { info, gerr = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO) }); err != nil {
+		return 0, err
+	}
+	if gerr != nil {
+		return 0, gerr
+	}
+	return int(info.Total_retrans), nil
 }
