@@ -366,18 +366,13 @@ func openConnectingClosed(fd int, s *image.Socket, local, remote netip.AddrPort)
 	if err != nil {
 		return err
 	}
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err != nil {
-		return fmt.Errorf("F_GETFL: %w", err)
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
-		return fmt.Errorf("F_SETFL: %w", err)
-	}
-	if err := unix.Connect(fd, Sockaddr(remote)); err != unix.EINPROGRESS {
-		return fmt.Errorf("connect %s: %v, want EINPROGRESS", remote, err)
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl); err != nil {
-		return fmt.Errorf("F_SETFL: %w", err)
+	if err := nonBlocking(fd, func() error {
+		if err := unix.Connect(fd, Sockaddr(remote)); err != unix.EINPROGRESS {
+			return fmt.Errorf("connect %s: %v, want EINPROGRESS", remote, err)
+		}
+		return nil
+	}); err != nil {
+		return err
 	}
 	if la, err := unix.Getsockname(fd); err != nil || AddrPort(la) != local {
 		return fmt.Errorf("connect %s: from %v, want %s", remote, AddrPort(la), local)

@@ -185,18 +185,7 @@ func handshake(fd int, st *TCPState, sndUna, rcvNxt uint32, mss int) error {
 	if _, err := destroyTimeWait(st.Local, st.Remote, owner); err != nil {
 		return err
 	}
-	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
-	if err != nil {
-		return fmt.Errorf("F_GETFL: %w", err)
-	}
-	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
-		return fmt.Errorf("F_SETFL: %w", err)
-	}
-	err = connectSynSent(fd, st)
-	if _, ferr := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl); ferr != nil && err == nil {
-		err = fmt.Errorf("F_SETFL: %w", ferr)
-	}
-	if err != nil {
+	if err := nonBlocking(fd, func() error { return connectSynSent(fd, st) }); err != nil {
 		return err
 	}
 	if s, err := State(fd); err != nil || s != StateSynSent {
@@ -243,6 +232,23 @@ func connectsForReal(s *image.Socket) bool {
 		}
 	}
 	return true
+}
+
+// nonBlocking runs fn (a connect) with O_NONBLOCK set on fd, and puts
+// the file's flags back after.
+func nonBlocking(fd int, fn func() error) error {
+	fl, err := unix.FcntlInt(uintptr(fd), unix.F_GETFL, 0)
+	if err != nil {
+		return fmt.Errorf("F_GETFL: %w", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl|unix.O_NONBLOCK); err != nil {
+		return fmt.Errorf("F_SETFL: %w", err)
+	}
+	err = fn()
+	if _, ferr := unix.FcntlInt(uintptr(fd), unix.F_SETFL, fl); ferr != nil && err == nil {
+		err = fmt.Errorf("F_SETFL: %w", ferr)
+	}
+	return err
 }
 
 // restoreConnecting is restoreTCP for a connection connected for real
