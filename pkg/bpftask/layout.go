@@ -99,6 +99,28 @@ func byteOff(st btf.Type, size uint32, path ...string) (uint32, error) {
 	return off / 8, nil
 }
 
+// offset is a field of a kernel structure that a reader's program reads:
+// in struct st, along path, size bytes wide (0: any size); setOffsets puts
+// its byte offset in dst.
+type offset struct {
+	dst  *uint32
+	st   btf.Type
+	size uint32
+	path []string
+}
+
+// setOffsets finds the byte offset of every field of fs in the kernel's
+// BTF.
+func setOffsets(fs []offset) error {
+	for _, f := range fs {
+		var err error
+		if *f.dst, err = byteOff(f.st, f.size, f.path...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func structType(s *btf.Spec, name string) (*btf.Struct, error) {
 	var st *btf.Struct
 	if err := s.TypeByName(name, &st); err != nil {
@@ -114,13 +136,7 @@ func loadLayout(s *btf.Spec) (*layout, error) {
 		return nil, err
 	}
 	l := &layout{taskSize: task.Size}
-	type field struct {
-		dst  *uint32
-		st   btf.Type
-		size uint32
-		path []string
-	}
-	fields := []field{
+	fields := []offset{
 		{&l.fsbase, task, 8, []string{"thread", "fsbase"}},
 		{&l.gsbase, task, 8, []string{"thread", "gsbase"}},
 		{&l.ds, task, 2, []string{"thread", "ds"}},
@@ -143,7 +159,7 @@ func loadLayout(s *btf.Spec) (*layout, error) {
 		{&l.tiFlags, task, 8, []string{"thread_info", "flags"}},
 	}
 	if _, _, err := member(task, "mempolicy"); err == nil {
-		fields = append(fields, field{&l.mempolicy, task, 8, []string{"mempolicy"}})
+		fields = append(fields, offset{&l.mempolicy, task, 8, []string{"mempolicy"}})
 	}
 	cred, err := structType(s, "cred")
 	if err != nil {
@@ -168,20 +184,18 @@ func loadLayout(s *btf.Spec) (*layout, error) {
 		return nil, err
 	}
 	fields = append(fields,
-		field{&l.securebits, cred, 4, []string{"securebits"}},
-		field{&l.realIncr, sig, 8, []string{"it_real_incr"}},
-		field{&l.itimers, sig, 32, []string{"it"}},
-		field{&l.actions, sighand, 64 * 32, []string{"action"}},
-		field{&l.fpstate, fpu, 8, []string{"fpstate"}},
-		field{&l.fpstateXFeatures, fpst, 8, []string{"xfeatures"}},
-		field{&l.fpstateUserXF, fpst, 8, []string{"user_xfeatures"}},
-		field{&l.fpstateUserSize, fpst, 4, []string{"user_size"}},
-		field{&l.fpstateRegs, fpst, 0, []string{"regs"}},
+		offset{&l.securebits, cred, 4, []string{"securebits"}},
+		offset{&l.realIncr, sig, 8, []string{"it_real_incr"}},
+		offset{&l.itimers, sig, 32, []string{"it"}},
+		offset{&l.actions, sighand, 64 * 32, []string{"action"}},
+		offset{&l.fpstate, fpu, 8, []string{"fpstate"}},
+		offset{&l.fpstateXFeatures, fpst, 8, []string{"xfeatures"}},
+		offset{&l.fpstateUserXF, fpst, 8, []string{"user_xfeatures"}},
+		offset{&l.fpstateUserSize, fpst, 4, []string{"user_size"}},
+		offset{&l.fpstateRegs, fpst, 0, []string{"regs"}},
 	)
-	for _, f := range fields {
-		if *f.dst, err = byteOff(f.st, f.size, f.path...); err != nil {
-			return nil, err
-		}
+	if err := setOffsets(fields); err != nil {
+		return nil, err
 	}
 	// The hrtimer of ITIMER_REAL: queued or not (state, or is_queued in
 	// newer kernels).

@@ -130,49 +130,41 @@ func loadSockLayout(s *btf.Spec) (*sockLayout, error) {
 	}
 	l := &sockLayout{}
 	var mc4Multi, multiOff uint32
-	for _, f := range []struct {
-		dst  *uint32
-		st   string
-		size uint32
-		path []string
-	}{
-		{&l.itfFD, "bpf_iter__task_file", 4, []string{"fd"}},
-		{&l.itfFile, "bpf_iter__task_file", 8, []string{"file"}},
-		{&l.fInode, "file", 8, []string{"f_inode"}},
-		{&l.fPrivate, "file", 8, []string{"private_data"}},
-		{&l.iMode, "inode", 2, []string{"i_mode"}},
-		{&l.socketSk, "socket", 8, []string{"sk"}},
-		{&l.family, "sock", 2, []string{"__sk_common", "skc_family"}},
-		{&l.typ, "sock", 2, []string{"sk_type"}},
-		{&l.protocol, "sock", 2, []string{"sk_protocol"}},
-		{&l.reuseportCB, "sock", 8, []string{"sk_reuseport_cb"}},
-		{&l.policy, "sock", 16, []string{"sk_policy"}},
-		{&l.cbProg, "sock_reuseport", 8, []string{"prog"}},
-		{&l.mcList, "inet_sock", 8, []string{"mc_list"}},
-		{&l.pinet6, "inet_sock", 8, []string{"pinet6"}},
-		{&l.mc6List, "ipv6_pinfo", 8, []string{"ipv6_mc_list"}},
-		{&l.savedSyn, "tcp_sock", 8, []string{"saved_syn"}},
-		{&l.mc4Next, "ip_mc_socklist", 8, []string{"next_rcu"}},
-		{&mc4Multi, "ip_mc_socklist", 12, []string{"multi"}},
-		{&l.mc4Mode, "ip_mc_socklist", 4, []string{"sfmode"}},
-		{&l.mc4SF, "ip_mc_socklist", 8, []string{"sflist"}},
-		{&l.sf4Count, "ip_sf_socklist", 4, []string{"sl_count"}},
-		{&l.sf4Addr, "ip_sf_socklist", 0, []string{"sl_addr"}},
-		{&l.mc6Addr, "ipv6_mc_socklist", 16, []string{"addr"}},
-		{&l.mc6Ifindex, "ipv6_mc_socklist", 4, []string{"ifindex"}},
-		{&l.mc6Mode, "ipv6_mc_socklist", 4, []string{"sfmode"}},
-		{&l.mc6Next, "ipv6_mc_socklist", 8, []string{"next"}},
-		{&l.mc6SF, "ipv6_mc_socklist", 8, []string{"sflist"}},
-		{&l.sf6Count, "ip6_sf_socklist", 4, []string{"sl_count"}},
-		{&l.sf6Addr, "ip6_sf_socklist", 0, []string{"sl_addr"}},
-		{&multiOff, "ip_mreqn", 4, []string{"imr_multiaddr"}},
-		{&l.mreqAddr, "ip_mreqn", 4, []string{"imr_address"}},
-		{&l.mreqIfindex, "ip_mreqn", 4, []string{"imr_ifindex"}},
-	} {
-		var err error
-		if *f.dst, err = byteOff(st[f.st], f.size, f.path...); err != nil {
-			return nil, err
-		}
+	if err := setOffsets([]offset{
+		{&l.itfFD, st["bpf_iter__task_file"], 4, []string{"fd"}},
+		{&l.itfFile, st["bpf_iter__task_file"], 8, []string{"file"}},
+		{&l.fInode, st["file"], 8, []string{"f_inode"}},
+		{&l.fPrivate, st["file"], 8, []string{"private_data"}},
+		{&l.iMode, st["inode"], 2, []string{"i_mode"}},
+		{&l.socketSk, st["socket"], 8, []string{"sk"}},
+		{&l.family, st["sock"], 2, []string{"__sk_common", "skc_family"}},
+		{&l.typ, st["sock"], 2, []string{"sk_type"}},
+		{&l.protocol, st["sock"], 2, []string{"sk_protocol"}},
+		{&l.reuseportCB, st["sock"], 8, []string{"sk_reuseport_cb"}},
+		{&l.policy, st["sock"], 16, []string{"sk_policy"}},
+		{&l.cbProg, st["sock_reuseport"], 8, []string{"prog"}},
+		{&l.mcList, st["inet_sock"], 8, []string{"mc_list"}},
+		{&l.pinet6, st["inet_sock"], 8, []string{"pinet6"}},
+		{&l.mc6List, st["ipv6_pinfo"], 8, []string{"ipv6_mc_list"}},
+		{&l.savedSyn, st["tcp_sock"], 8, []string{"saved_syn"}},
+		{&l.mc4Next, st["ip_mc_socklist"], 8, []string{"next_rcu"}},
+		{&mc4Multi, st["ip_mc_socklist"], 12, []string{"multi"}},
+		{&l.mc4Mode, st["ip_mc_socklist"], 4, []string{"sfmode"}},
+		{&l.mc4SF, st["ip_mc_socklist"], 8, []string{"sflist"}},
+		{&l.sf4Count, st["ip_sf_socklist"], 4, []string{"sl_count"}},
+		{&l.sf4Addr, st["ip_sf_socklist"], 0, []string{"sl_addr"}},
+		{&l.mc6Addr, st["ipv6_mc_socklist"], 16, []string{"addr"}},
+		{&l.mc6Ifindex, st["ipv6_mc_socklist"], 4, []string{"ifindex"}},
+		{&l.mc6Mode, st["ipv6_mc_socklist"], 4, []string{"sfmode"}},
+		{&l.mc6Next, st["ipv6_mc_socklist"], 8, []string{"next"}},
+		{&l.mc6SF, st["ipv6_mc_socklist"], 8, []string{"sflist"}},
+		{&l.sf6Count, st["ip6_sf_socklist"], 4, []string{"sl_count"}},
+		{&l.sf6Addr, st["ip6_sf_socklist"], 0, []string{"sl_addr"}},
+		{&multiOff, st["ip_mreqn"], 4, []string{"imr_multiaddr"}},
+		{&l.mreqAddr, st["ip_mreqn"], 4, []string{"imr_address"}},
+		{&l.mreqIfindex, st["ip_mreqn"], 4, []string{"imr_ifindex"}},
+	}); err != nil {
+		return nil, err
 	}
 	if multiOff != 0 {
 		return nil, fmt.Errorf("ip_mreqn.imr_multiaddr at %d: %w", multiOff, errLayout)

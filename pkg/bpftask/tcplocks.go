@@ -69,19 +69,12 @@ func loadTCPLayout(s *btf.Spec) (*tcpLayout, error) {
 		return nil, err
 	}
 	l := &tcpLayout{}
-	for _, f := range []struct {
-		dst  *uint32
-		st   *btf.Struct
-		size uint32
-		path []string
-	}{
+	if err := setOffsets([]offset{
 		{&l.iterSk, it, 8, []string{"sk_common"}},
 		{&l.state, sk, 1, []string{"__sk_common", "skc_state"}},
 		{&l.userlocks, sk, 1, []string{"sk_userlocks"}},
-	} {
-		if *f.dst, err = byteOff(f.st, f.size, f.path...); err != nil {
-			return nil, err
-		}
+	}); err != nil {
+		return nil, err
 	}
 	return l, nil
 }

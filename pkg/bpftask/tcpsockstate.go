@@ -68,21 +68,13 @@ func loadSockStateLayout(s *btf.Spec) (*sockStateLayout, error) {
 		return nil, fmt.Errorf("enum socket_state: missing %v: %w", want, errLayout)
 	}
 	l := &sockStateLayout{}
-	for _, f := range []struct {
-		dst  *uint32
-		st   string
-		size uint32
-		path []string
-	}{
-		{&l.itfFD, "bpf_iter__task_file", 4, []string{"fd"}},
-		{&l.itfFile, "bpf_iter__task_file", 8, []string{"file"}},
-		{&l.privateData, "file", 8, []string{"private_data"}},
-		{&l.state, "socket", 4, []string{"state"}},
-	} {
-		var err error
-		if *f.dst, err = byteOff(st[f.st], f.size, f.path...); err != nil {
-			return nil, err
-		}
+	if err := setOffsets([]offset{
+		{&l.itfFD, st["bpf_iter__task_file"], 4, []string{"fd"}},
+		{&l.itfFile, st["bpf_iter__task_file"], 8, []string{"file"}},
+		{&l.privateData, st["file"], 8, []string{"private_data"}},
+		{&l.state, st["socket"], 4, []string{"state"}},
+	}); err != nil {
+		return nil, err
 	}
 	return l, nil
 }

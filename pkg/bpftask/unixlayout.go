@@ -53,72 +53,64 @@ func loadUnixLayout(s *btf.Spec) (*unixLayout, error) {
 	}
 	l := &unixLayout{unixSockSize: st["unix_sock"].Size, skbSize: st["sk_buff"].Size, upidSize: st["upid"].Size,
 		fragSize: st["skb_frag"].Size, pageSize: st["page"].Size}
-	type field struct {
-		dst  *uint32
-		st   string
-		size uint32
-		path []string
-	}
 	var sockIn, inodeIn, iIno uint32
-	fields := []field{
-		{&sockIn, "unix_sock", 0, []string{"sk"}},
-		{&l.state, "sock", 1, []string{"__sk_common", "skc_state"}},
-		{&l.typ, "sock", 2, []string{"sk_type"}},
-		{&l.shutdown, "sock", 1, []string{"sk_shutdown"}},
-		{&l.err, "sock", 4, []string{"sk_err"}},
-		{&l.socket, "sock", 8, []string{"sk_socket"}},
-		{&l.rq, "sock", 24, []string{"sk_receive_queue"}},
-		{&l.peerPID, "sock", 8, []string{"sk_peer_pid"}},
-		{&l.peerCred, "sock", 8, []string{"sk_peer_cred"}},
-		{&l.peer, "unix_sock", 8, []string{"peer"}},
-		{&l.addr, "unix_sock", 8, []string{"addr"}},
-		{&inodeIn, "socket_alloc", 0, []string{"vfs_inode"}},
-		{&iIno, "inode", 8, []string{"i_ino"}},
-		{&l.skbNext, "sk_buff", 8, []string{"next"}},
-		{&l.skbSk, "sk_buff", 8, []string{"sk"}},
-		{&l.skbCB, "sk_buff", 48, []string{"cb"}},
-		{&l.skbLen, "sk_buff", 4, []string{"len"}},
-		{&l.skbDataLen, "sk_buff", 4, []string{"data_len"}},
-		{&l.skbHead, "sk_buff", 8, []string{"head"}},
-		{&l.skbEnd, "sk_buff", 4, []string{"end"}},
-		{&l.skbData, "sk_buff", 8, []string{"data"}},
-		{&l.cbPID, "unix_skb_parms", 8, []string{"pid"}},
-		{&l.cbUID, "unix_skb_parms", 4, []string{"uid"}},
-		{&l.cbGID, "unix_skb_parms", 4, []string{"gid"}},
-		{&l.cbFP, "unix_skb_parms", 8, []string{"fp"}},
-		{&l.cbConsumed, "unix_skb_parms", 4, []string{"consumed"}},
-		{&l.pidLevel, "pid", 4, []string{"level"}},
-		{&l.pidNumbers, "pid", 0, []string{"numbers"}},
-		{&l.credEUID, "cred", 4, []string{"euid"}},
-		{&l.credEGID, "cred", 4, []string{"egid"}},
-		{&l.credGroups, "cred", 8, []string{"group_info"}},
-		{&l.groupsN, "group_info", 4, []string{"ngroups"}},
-		{&l.groupsGID, "group_info", 0, []string{"gid"}},
-		{&l.shinfoNrFrags, "skb_shared_info", 1, []string{"nr_frags"}},
-		{&l.shinfoFragList, "skb_shared_info", 8, []string{"frag_list"}},
-		{&l.shinfoFrags, "skb_shared_info", 0, []string{"frags"}},
-		{&l.fragNetmem, "skb_frag", 8, []string{"netmem"}},
-		{&l.fragLen, "skb_frag", 4, []string{"len"}},
-		{&l.fragOff, "skb_frag", 4, []string{"offset"}},
-		{&l.addrLen, "unix_address", 4, []string{"len"}},
-		{&l.addrName, "unix_address", 0, []string{"name"}},
-		{&l.fpCount, "scm_fp_list", 2, []string{"count"}},
-		{&l.fpFiles, "scm_fp_list", 0, []string{"fp"}},
-		{&l.tgid, "task_struct", 4, []string{"tgid"}},
-		{&l.itfTask, "bpf_iter__task_file", 8, []string{"task"}},
-		{&l.itfFD, "bpf_iter__task_file", 4, []string{"fd"}},
-		{&l.itfFile, "bpf_iter__task_file", 8, []string{"file"}},
+	fields := []offset{
+		{&sockIn, st["unix_sock"], 0, []string{"sk"}},
+		{&l.state, st["sock"], 1, []string{"__sk_common", "skc_state"}},
+		{&l.typ, st["sock"], 2, []string{"sk_type"}},
+		{&l.shutdown, st["sock"], 1, []string{"sk_shutdown"}},
+		{&l.err, st["sock"], 4, []string{"sk_err"}},
+		{&l.socket, st["sock"], 8, []string{"sk_socket"}},
+		{&l.rq, st["sock"], 24, []string{"sk_receive_queue"}},
+		{&l.peerPID, st["sock"], 8, []string{"sk_peer_pid"}},
+		{&l.peerCred, st["sock"], 8, []string{"sk_peer_cred"}},
+		{&l.peer, st["unix_sock"], 8, []string{"peer"}},
+		{&l.addr, st["unix_sock"], 8, []string{"addr"}},
+		{&inodeIn, st["socket_alloc"], 0, []string{"vfs_inode"}},
+		{&iIno, st["inode"], 8, []string{"i_ino"}},
+		{&l.skbNext, st["sk_buff"], 8, []string{"next"}},
+		{&l.skbSk, st["sk_buff"], 8, []string{"sk"}},
+		{&l.skbCB, st["sk_buff"], 48, []string{"cb"}},
+		{&l.skbLen, st["sk_buff"], 4, []string{"len"}},
+		{&l.skbDataLen, st["sk_buff"], 4, []string{"data_len"}},
+		{&l.skbHead, st["sk_buff"], 8, []string{"head"}},
+		{&l.skbEnd, st["sk_buff"], 4, []string{"end"}},
+		{&l.skbData, st["sk_buff"], 8, []string{"data"}},
+		{&l.cbPID, st["unix_skb_parms"], 8, []string{"pid"}},
+		{&l.cbUID, st["unix_skb_parms"], 4, []string{"uid"}},
+		{&l.cbGID, st["unix_skb_parms"], 4, []string{"gid"}},
+		{&l.cbFP, st["unix_skb_parms"], 8, []string{"fp"}},
+		{&l.cbConsumed, st["unix_skb_parms"], 4, []string{"consumed"}},
+		{&l.pidLevel, st["pid"], 4, []string{"level"}},
+		{&l.pidNumbers, st["pid"], 0, []string{"numbers"}},
+		{&l.credEUID, st["cred"], 4, []string{"euid"}},
+		{&l.credEGID, st["cred"], 4, []string{"egid"}},
+		{&l.credGroups, st["cred"], 8, []string{"group_info"}},
+		{&l.groupsN, st["group_info"], 4, []string{"ngroups"}},
+		{&l.groupsGID, st["group_info"], 0, []string{"gid"}},
+		{&l.shinfoNrFrags, st["skb_shared_info"], 1, []string{"nr_frags"}},
+		{&l.shinfoFragList, st["skb_shared_info"], 8, []string{"frag_list"}},
+		{&l.shinfoFrags, st["skb_shared_info"], 0, []string{"frags"}},
+		{&l.fragNetmem, st["skb_frag"], 8, []string{"netmem"}},
+		{&l.fragLen, st["skb_frag"], 4, []string{"len"}},
+		{&l.fragOff, st["skb_frag"], 4, []string{"offset"}},
+		{&l.addrLen, st["unix_address"], 4, []string{"len"}},
+		{&l.addrName, st["unix_address"], 0, []string{"name"}},
+		{&l.fpCount, st["scm_fp_list"], 2, []string{"count"}},
+		{&l.fpFiles, st["scm_fp_list"], 0, []string{"fp"}},
+		{&l.tgid, st["task_struct"], 4, []string{"tgid"}},
+		{&l.itfTask, st["bpf_iter__task_file"], 8, []string{"task"}},
+		{&l.itfFD, st["bpf_iter__task_file"], 4, []string{"fd"}},
+		{&l.itfFile, st["bpf_iter__task_file"], 8, []string{"file"}},
 	}
 	if _, _, err := member(st["unix_sock"], "oob_skb"); err == nil {
 		l.hasOOB = true
-		fields = append(fields, field{&l.oob, "unix_sock", 8, []string{"oob_skb"}})
+		fields = append(fields, offset{&l.oob, st["unix_sock"], 8, []string{"oob_skb"}})
 	}
 	var upidNr uint32
-	fields = append(fields, field{&upidNr, "upid", 4, []string{"nr"}})
-	for _, f := range fields {
-		if *f.dst, err = byteOff(st[f.st], f.size, f.path...); err != nil {
-			return nil, err
-		}
+	fields = append(fields, offset{&upidNr, st["upid"], 4, []string{"nr"}})
+	if err := setOffsets(fields); err != nil {
+		return nil, err
 	}
 	if sockIn != 0 || upidNr != 0 || l.cbConsumed+4 > 48 {
 		return nil, fmt.Errorf("unix_sock.sk at %d, upid.nr at %d, unix_skb_parms of %d bytes: %w", sockIn, upidNr, l.cbConsumed+4, errLayout)
