@@ -682,7 +682,7 @@ func socketAttrs() []Attr {
 			Restore: "the kernel computes them again as at the original's start, from the path and the peer's options: the connection is connected for real and the peer's SYN-ACK forged with its MSS " +
 				"(a connect in repair mode computes the MSS in use before the peer's MSS is set, and kept the default's 524 bytes: 524-byte segments on a 1500-byte path); " +
 				"on loopback the MSS the original computed last was bounded by half the peer's largest window, a value that moves with the traffic: the rebuilt one is bounded once the window it is given changes",
-			CRIU: "524 (connected in repair mode)",
+			CRIU: "connects in repair mode as well (libsoccr); not measured here",
 			Case: "e2e TestGroupMemberSilentUntilRelease (every connection's MSS in use as before: 1448 on a veth), pkg/sockets TestDumpRestoreTCP (not the default's), pkg/sockets TestTCPConnecting (clamps and window clamp equal)"},
 		{Name: "TCP timestamp clock and windows", Family: "socket", Status: Restored,
 			Seen:    Seen{Other: "getsockopt TCP_TIMESTAMP, TCP_INFO (tcpi_snd_wnd, tcpi_rcv_wnd), the peer's PAWS check"},
