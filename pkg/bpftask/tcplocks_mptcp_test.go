@@ -1,7 +1,6 @@
 package bpftask
 
 import (
-	"errors"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -14,14 +13,7 @@ import (
 // reader only by the cookies of fds, so it never takes the subflow for
 // another socket.
 func TestTCPLocksMPTCPListener(t *testing.T) {
-	r, err := OpenTCP(nil)
-	if errors.Is(err, ErrTCPUnavailable) {
-		t.Skipf("reader: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openTCP(t)
 	if err := r.Verify(); err != nil {
 		t.Fatal(err)
 	}

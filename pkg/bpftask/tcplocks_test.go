@@ -6,19 +6,27 @@ import (
 	"time"
 )
 
+// openTCP opens the TCP readers for a test (skipped where the kernel
+// cannot run them), closed when it ends.
+func openTCP(tb testing.TB) *TCPReader {
+	tb.Helper()
+	r, err := OpenTCP(nil)
+	if errors.Is(err, ErrTCPUnavailable) {
+		tb.Skipf("reader: %v", err)
+	}
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(r.Close)
+	return r
+}
+
 // TestTCPVerify runs the TCP lock reader's own check (sockets bound to a
 // port, to port 0, to an address only, not bound, then connected) and
 // measures one read of the namespace's TCP sockets.
 func TestTCPVerify(t *testing.T) {
 	open := time.Now()
-	r, err := OpenTCP(nil)
-	if errors.Is(err, ErrTCPUnavailable) {
-		t.Skipf("reader: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openTCP(t)
 	loaded := time.Since(open)
 	verify := time.Now()
 	if err := r.Verify(); err != nil {
@@ -36,14 +44,7 @@ func TestTCPVerify(t *testing.T) {
 // TestSockStateVerify runs the socket state reader's own check (sockets
 // connecting, connected, disconnecting, new) and measures one read.
 func TestSockStateVerify(t *testing.T) {
-	r, err := OpenTCP(nil)
-	if errors.Is(err, ErrTCPUnavailable) {
-		t.Skipf("reader: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
+	r := openTCP(t)
 	verify := time.Now()
 	if err := r.VerifySockState(); err != nil {
 		t.Fatal(err)
@@ -79,14 +80,7 @@ func BenchmarkOpenTCP(b *testing.B) {
 
 // BenchmarkSockState measures one read of a socket's state.
 func BenchmarkSockState(b *testing.B) {
-	r, err := OpenTCP(nil)
-	if errors.Is(err, ErrTCPUnavailable) {
-		b.Skipf("reader: %v", err)
-	}
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer r.Close()
+	r := openTCP(b)
 	for b.Loop() {
 		if _, err := r.SockState(0); err != nil {
 			b.Fatal(err)
