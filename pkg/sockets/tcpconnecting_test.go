@@ -197,13 +197,8 @@ func TestTCPConnecting(t *testing.T) {
 					if !e.cliClosed {
 						send(t, fd, []byte("after|"))
 						readToEOF(t, "peer after", e.srv, 6, false)
-						must(t, unix.Shutdown(fd, unix.SHUT_WR))
-						readToEOF(t, "peer end", e.srv, 0, true)
 					}
-					waitFor(t, "the restored end closed", stateIs(fd, sockets.StateClose))
-					if v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err != nil || v != 0 {
-						t.Fatalf("restored end: SO_ERROR %d (%v)", v, err)
-					}
+					closesCleanly(t, e, fd)
 				})
 			}
 		}

@@ -329,18 +329,25 @@ func TestTCPStates(t *testing.T) {
 					must(t, unix.Shutdown(e.srv, unix.SHUT_WR))
 					readToEOF(t, "restored end", fd, 0, true)
 				}
-				if !e.cliClosed {
-					must(t, unix.Shutdown(fd, unix.SHUT_WR))
-					readToEOF(t, "peer end", e.srv, 0, true)
-				}
-				// Both FINs acknowledged: the restored end is closed (after
-				// TIME_WAIT, which no socket shows), never reset.
-				waitFor(t, "the restored end closed", stateIs(fd, sockets.StateClose))
-				if v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err != nil || v != 0 {
-					t.Fatalf("restored end: SO_ERROR %d (%v)", v, err)
-				}
+				closesCleanly(t, e, fd)
 			})
 		}
+	}
+}
+
+// closesCleanly ends the connection of the restored end fd: its FIN if
+// it has not sent it yet, read to end of file by the peer; both FINs
+// acknowledged, it is closed (after TIME_WAIT, which no socket shows),
+// never reset.
+func closesCleanly(t *testing.T, e *tcpEnds, fd int) {
+	t.Helper()
+	if !e.cliClosed {
+		must(t, unix.Shutdown(fd, unix.SHUT_WR))
+		readToEOF(t, "peer end", e.srv, 0, true)
+	}
+	waitFor(t, "the restored end closed", stateIs(fd, sockets.StateClose))
+	if v, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR); err != nil || v != 0 {
+		t.Fatalf("restored end: SO_ERROR %d (%v)", v, err)
 	}
 }
 
