@@ -147,6 +147,26 @@ static __attribute__((unused)) int tcp_state(int fd)
 	return ti.tcpi_state;
 }
 
+/* inet_socket makes a socket of type: IPv4, or with v6 IPv6 (mapped:
+ * IPV6_V6ONLY off, for v4-mapped addresses). */
+static __attribute__((unused)) int inet_socket(int type, int v6, int mapped)
+{
+	int fd = socket(v6 ? AF_INET6 : AF_INET, type, 0);
+	FID_SETUP(fd >= 0, "socket");
+	if (v6)
+		SETOPT(fd, IPPROTO_IPV6, IPV6_V6ONLY, !mapped);
+	return fd;
+}
+
+/* tcp_state_within says whether fd's TCP state is st, waiting for it up
+ * to 5 s. */
+static __attribute__((unused)) int tcp_state_within(int fd, int st)
+{
+	for (int i = 0; i < 5000 && tcp_state(fd) != st; i++)
+		usleep(1000);
+	return tcp_state(fd) == st;
+}
+
 #include <sys/syscall.h>
 #ifndef KCMP_FILE
 #define KCMP_FILE 0

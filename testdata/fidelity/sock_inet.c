@@ -23,14 +23,7 @@ static int port_of(int fd)
 	return ntohs(ss.ss_family == AF_INET ? ((struct sockaddr_in *)&ss)->sin_port : ((struct sockaddr_in6 *)&ss)->sin6_port);
 }
 
-static int new_socket(void)
-{
-	int fd = socket(v6 ? AF_INET6 : AF_INET, udp ? SOCK_DGRAM : SOCK_STREAM, 0);
-	FID_SETUP(fd >= 0, "socket");
-	if (v6)
-		SETOPT(fd, IPPROTO_IPV6, IPV6_V6ONLY, !mapped);
-	return fd;
-}
+static int new_socket(void) { return inet_socket(udp ? SOCK_DGRAM : SOCK_STREAM, v6, mapped); }
 
 /* options sets the options every socket of the case gets, then watches
  * them (and a few left at their defaults). */

@@ -37,21 +37,12 @@ static int port_of(const struct sockaddr_storage *ss)
 	return ntohs(ss->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)ss)->sin6_port : ((const struct sockaddr_in *)ss)->sin_port);
 }
 
-static int new_socket(void)
-{
-	int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
-	FID_SETUP(fd >= 0, "socket");
-	if (v6)
-		SETOPT(fd, IPPROTO_IPV6, IPV6_V6ONLY, !mapped);
-	return fd;
-}
+static int new_socket(void) { return inet_socket(SOCK_STREAM, v6, mapped); }
 
 
 static void wait_state(int fd, int st)
 {
-	for (int i = 0; i < 5000 && tcp_state(fd) != st; i++)
-		usleep(1000);
-	FID_SETUP(tcp_state(fd) == st, "TCP state %d, want %d", tcp_state(fd), st);
+	FID_SETUP(tcp_state_within(fd, st), "TCP state %d, want %d", tcp_state(fd), st);
 }
 
 /* free_port is a port nobody holds now. */

@@ -28,22 +28,10 @@ static pid_t outside; /* syn_sent: the listener's process */
 
 static socklen_t addr_of(struct sockaddr_storage *ss, int port) { return loopback_addr(ss, port, v6, mapped); }
 
-static int new_socket(void)
-{
-	int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM, 0);
-	FID_SETUP(fd >= 0, "socket");
-	if (v6)
-		SETOPT(fd, IPPROTO_IPV6, IPV6_V6ONLY, !mapped);
-	return fd;
-}
+static int new_socket(void) { return inet_socket(SOCK_STREAM, v6, mapped); }
 
 
-static int wait_state(int fd, int st)
-{
-	for (int i = 0; i < 5000 && tcp_state(fd) != st; i++)
-		usleep(1000);
-	return tcp_state(fd) == st;
-}
+static int wait_state(int fd, int st) { return tcp_state_within(fd, st); }
 
 /* pair connects a client to a listener whose accepted sockets get rcvbuf
  * (0: the default); the listener is closed. */
